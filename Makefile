@@ -1,0 +1,31 @@
+# The few commands people type. Everything installs itself into .venv on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.dlite-installed
+
+.PHONY: setup assets run demo test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e ".[dev,train,bench]"
+	touch $(STAMP)
+
+assets: setup
+	$(VENV)/bin/dlite-hf assets fetch smollm2-135m
+
+run: assets
+	$(VENV)/bin/dlite-hf compare
+
+test: assets
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,1 @@
+"""DLite model code: the files that live beside every checkpoint on the Hub."""

@@ -1,0 +1,251 @@
+"""Configuration of a DLite drafter.
+
+A DLite drafter is bound to one target model: it reads hidden states from some of the target's layers and
+borrows the target's token embedding and lm_head. The fields prefixed ``target_`` record that contract, so a
+drafter paired with the wrong target fails with a clear message instead of drafting garbage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedConfig
+
+
+def default_target_layer_ids(num_target_layers: int, num_tapped: int) -> list[int]:
+    """Evenly spread ``num_tapped`` layer indices over ``[1, num_target_layers - 3]`` (as DFlash does).
+
+    The last two layers are skipped: their states are already specialised to the target's own next token,
+    while the drafter needs information about the tokens after it.
+    """
+    if num_target_layers < 1:
+        raise ValueError(f"num_target_layers must be >= 1, got {num_target_layers}.")
+    if num_tapped < 1:
+        raise ValueError(f"num_tapped (number of tapped target layers) must be >= 1, got {num_tapped}.")
+    low, high = 1, max(1, num_target_layers - 3)
+    if num_tapped > high - low + 1:
+        low, high = 0, num_target_layers - 1
+    if num_tapped > high - low + 1:
+        raise ValueError(
+            f"Cannot tap {num_tapped} distinct layers of a target with {num_target_layers} layers; "
+            f"use at most {num_target_layers}."
+        )
+    if num_tapped == 1:
+        return [(low + high) // 2]
+    step = (high - low) / (num_tapped - 1)
+    ids = sorted({round(low + i * step) for i in range(num_tapped)})
+    candidate = low
+    while len(ids) < num_tapped:  # rounding collisions on shallow targets: fill the gaps deterministically
+        if candidate not in ids:
+            ids.append(candidate)
+        candidate += 1
+    return sorted(ids)
+
+
+class DLiteConfig(PreTrainedConfig):
+    r"""Configuration of [`DLiteForSpeculation`].
+
+    Args:
+        target_layer_ids (`list[int]`):
+            0-based indices of the target decoder layers whose outputs the drafter reads (the output of layer
+            ``i`` is ``hidden_states[i + 1]`` in transformers' ``output_hidden_states`` numbering). Must be
+            strictly increasing and within ``[0, num_target_layers)``.
+        num_target_layers (`int`):
+            Number of decoder layers of the target the drafter was built for.
+        target_hidden_size (`int`):
+            Hidden size of the target (width of the tapped states, the token embedding and the lm_head input).
+        vocab_size (`int`):
+            Vocabulary size of the target's lm_head; the drafter proposes tokens in this vocabulary.
+        num_draft_tokens (`int`, defaults to 7):
+            K, the number of placeholder positions, i.e. tokens drafted per round.
+        hidden_size (`int`, *optional*):
+            Width of the drafter's backbone. Defaults to ``target_hidden_size``; a smaller width adds input and
+            output projections (CPU-sized drafters).
+        num_hidden_layers (`int`, defaults to 5):
+            Number of bidirectional transformer layers of the backbone.
+        num_attention_heads (`int`, defaults to 8), num_key_value_heads (`int`, defaults to 4),
+        head_dim (`int`, *optional*), intermediate_size (`int`, *optional*, defaults to ``3 * hidden_size``):
+            Backbone attention and MLP sizes.
+        rms_norm_eps (`float`, defaults to 1e-6), rope_theta (`float`, defaults to 10000.0):
+            Norm epsilon and rotary base of the backbone. Positions are local (0 for the context, 1..K for the
+            drafts, negative for history), so a small base is enough.
+        head_rank (`int`, defaults to 64):
+            R, the rank of the gated recurrent sequential head (the paper uses 320 for Qwen3-4B, 512 for 8B).
+        history_window (`int`, defaults to 0):
+            0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
+            before its context (sliding-window ablation). -1: full history (the history-aware teacher).
+        mask_token_id (`int`, *optional*):
+            Token whose target embedding fills the placeholder positions. ``None`` uses a learned embedding.
+        backbone_type (`str`, defaults to ``"qwen3"``):
+            Which transformers decoder block the backbone is built from: ``"qwen3"`` or ``"llama"``.
+        target_model (`dict`, *optional*):
+            Metadata of the target: ``name_or_path``, ``architecture``, ``model_type``. Informational, and used
+            in error messages.
+    """
+
+    model_type = "dlite"
+
+    _BACKBONES = ("qwen3", "llama")
+
+    def __init__(
+        self,
+        target_layer_ids: list[int] | None = None,
+        num_target_layers: int = 4,
+        target_hidden_size: int = 64,
+        vocab_size: int = 128,
+        num_draft_tokens: int = 7,
+        hidden_size: int | None = None,
+        num_hidden_layers: int = 5,
+        num_attention_heads: int = 8,
+        num_key_value_heads: int = 4,
+        head_dim: int | None = None,
+        intermediate_size: int | None = None,
+        rms_norm_eps: float = 1e-6,
+        rope_theta: float = 10000.0,
+        head_rank: int = 64,
+        history_window: int = 0,
+        mask_token_id: int | None = None,
+        backbone_type: str = "qwen3",
+        target_model: dict[str, Any] | None = None,
+        initializer_range: float = 0.02,
+        **kwargs: Any,
+    ):
+        self.num_target_layers = num_target_layers
+        self.target_hidden_size = target_hidden_size
+        self.vocab_size = vocab_size
+        self.target_layer_ids = (
+            list(target_layer_ids)
+            if target_layer_ids is not None
+            else default_target_layer_ids(num_target_layers, min(4, num_target_layers))
+        )
+        self.num_draft_tokens = num_draft_tokens
+        self.hidden_size = hidden_size if hidden_size is not None else target_hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = head_dim if head_dim is not None else self.hidden_size // max(1, num_attention_heads)
+        self.intermediate_size = intermediate_size if intermediate_size is not None else 3 * self.hidden_size
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_theta = rope_theta
+        self.head_rank = head_rank
+        self.history_window = history_window
+        self.mask_token_id = mask_token_id
+        self.backbone_type = backbone_type
+        self.target_model = dict(target_model or {})
+        self.initializer_range = initializer_range
+        kwargs.setdefault("tie_word_embeddings", False)
+        super().__init__(**kwargs)
+        self.validate_dlite()
+
+    @property
+    def num_tapped_layers(self) -> int:
+        """L, the number of target layers read (input positions of the hidden-state part of a block)."""
+        return len(self.target_layer_ids)
+
+    def validate_dlite(self) -> None:
+        """Raise `ValueError` naming the field, the value and what is allowed."""
+
+        def bad(field: str, value: Any, allowed: str) -> ValueError:
+            return ValueError(f"DLiteConfig.{field}={value!r} is invalid: expected {allowed}.")
+
+        for name in ("num_target_layers", "target_hidden_size", "vocab_size", "hidden_size", "num_hidden_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, value, "a positive integer")
+        for name in ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "head_rank"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, value, "a positive integer")
+        if not isinstance(self.num_draft_tokens, int) or not 1 <= self.num_draft_tokens <= 64:
+            raise bad("num_draft_tokens", self.num_draft_tokens, "an integer in [1, 64] (the paper uses 7)")
+        if self.num_attention_heads % self.num_key_value_heads != 0:
+            raise bad(
+                "num_key_value_heads",
+                self.num_key_value_heads,
+                f"a divisor of num_attention_heads={self.num_attention_heads}",
+            )
+        ids = self.target_layer_ids
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        ):
+            raise bad("target_layer_ids", ids, "a non-empty list of integers")
+        if any(b <= a for a, b in zip(ids, ids[1:])):
+            raise bad("target_layer_ids", ids, "strictly increasing layer indices")
+        if ids[0] < 0 or ids[-1] >= self.num_target_layers:
+            raise bad(
+                "target_layer_ids",
+                ids,
+                f"indices in [0, {self.num_target_layers - 1}] (the target has {self.num_target_layers} layers)",
+            )
+        if not isinstance(self.history_window, int) or self.history_window < -1:
+            raise bad("history_window", self.history_window, "-1 (full history), 0 (history-free) or N > 0")
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
+            raise bad("mask_token_id", self.mask_token_id, f"None or a token id in [0, {self.vocab_size - 1}]")
+        if self.backbone_type not in self._BACKBONES:
+            raise bad("backbone_type", self.backbone_type, f"one of {self._BACKBONES}")
+        if not self.rms_norm_eps > 0:
+            raise bad("rms_norm_eps", self.rms_norm_eps, "a positive float")
+        if not self.rope_theta > 0:
+            raise bad("rope_theta", self.rope_theta, "a positive float")
+
+    @classmethod
+    def for_target(
+        cls,
+        target_config: PreTrainedConfig,
+        num_target_layers_tapped: int | None = None,
+        target_layer_ids: list[int] | None = None,
+        target_name_or_path: str | None = None,
+        **kwargs: Any,
+    ) -> DLiteConfig:
+        """Derive a drafter config from a target's config.
+
+        Args:
+            target_config: the target's config (`model.config`); multimodal configs use their text config.
+            num_target_layers_tapped: L, how many layers to tap (evenly spread); ignored if `target_layer_ids`.
+            target_layer_ids: explicit layer indices.
+            target_name_or_path: recorded in `target_model` for error messages.
+            **kwargs: any other `DLiteConfig` field (`hidden_size`, `head_rank`, `num_draft_tokens`, ...).
+        """
+        text = target_config.get_text_config() if hasattr(target_config, "get_text_config") else target_config
+        num_layers = text.num_hidden_layers
+        if target_layer_ids is None:
+            tapped = num_target_layers_tapped if num_target_layers_tapped is not None else min(12, num_layers)
+            target_layer_ids = default_target_layer_ids(num_layers, tapped)
+        architectures = getattr(text, "architectures", None) or getattr(target_config, "architectures", None)
+        metadata = {
+            "name_or_path": target_name_or_path or getattr(target_config, "_name_or_path", "") or "",
+            "architecture": (architectures or [type(text).__name__])[0],
+            "model_type": getattr(text, "model_type", ""),
+        }
+        return cls(
+            target_layer_ids=list(target_layer_ids),
+            num_target_layers=num_layers,
+            target_hidden_size=text.hidden_size,
+            vocab_size=text.vocab_size,
+            target_model=metadata,
+            **kwargs,
+        )
+
+    def backbone_config(self) -> PreTrainedConfig:
+        """The transformers config the backbone blocks are instantiated from (not saved; derived)."""
+        if self.backbone_type == "qwen3":
+            from transformers import Qwen3Config as BackboneConfig
+        else:
+            from transformers import LlamaConfig as BackboneConfig
+        config = BackboneConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            rms_norm_eps=self.rms_norm_eps,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+            max_position_embeddings=4096,
+            attention_bias=False,
+        )
+        config._attn_implementation = "sdpa"
+        return config

@@ -1,0 +1,359 @@
+"""generate(assistant_model=<DLite drafter>): the candidate generator and the one hook that routes to it.
+
+The target's verification forward itself provides the drafter's input: forward hooks on the tapped decoder
+layers keep only the rows the drafter can need (the last position of the prefill, the at most K + 1 rows of a
+verification forward), so the drafter adds no target forward and its memory does not grow with the context.
+History variants (`history_window != 0`, the teacher and sliding-window ablations) keep the states of every
+accepted position instead, as a history-modelling drafter must.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.generation.candidate_generator import CandidateGenerator
+
+# The private method of transformers the hook wraps, and the parameters it is known to take.
+_HOOKED_METHOD = "_get_candidate_generator"
+_EXPECTED_PARAMETERS = (
+    "self",
+    "generation_config",
+    "input_ids",
+    "inputs_tensor",
+    "logits_processor",
+    "model_kwargs",
+    "assistant_model",
+    "target_tokenizer",
+    "assistant_tokenizer",
+)
+
+
+def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
+    """The `nn.ModuleList` of the target's decoder layers (works through PEFT and multimodal wrappers)."""
+    candidates = []
+    getter = getattr(model, "get_decoder", None)
+    if callable(getter):
+        try:
+            decoder = getter()
+        except (AttributeError, NotImplementedError, ValueError):
+            decoder = None
+        if isinstance(getattr(decoder, "layers", None), nn.ModuleList):
+            candidates.append(decoder.layers)
+    candidates += [m for name, m in model.named_modules() if name.endswith("layers") and isinstance(m, nn.ModuleList)]
+    for layers in candidates:
+        if len(layers) == num_layers:
+            return layers
+    raise ValueError(
+        f"Could not find the {num_layers} decoder layers of {type(model).__name__} (looked for an nn.ModuleList "
+        "named `layers`). DLite reads hidden states from the target's decoder layers; this architecture is not "
+        "supported yet."
+    )
+
+
+class TappedStateRecorder:
+    """Forward hooks on the tapped target layers that keep only the rows the drafter can use.
+
+    `rows_to_keep` > 0 keeps, of a forward over `n` positions, all rows if `n <= rows_to_keep` (a verification
+    forward) and otherwise only the last row (a prefill); `rows_to_keep` = 0 keeps every row (history variants).
+    Only forwards run on the thread that created the recorder are recorded, so concurrent generations on other
+    threads cannot corrupt each other's states.
+    """
+
+    def __init__(self, layers: nn.ModuleList, layer_ids: list[int], rows_to_keep: int):
+        self.layer_ids = list(layer_ids)
+        self.rows_to_keep = rows_to_keep
+        self.thread = threading.get_ident()
+        self.states: dict[int, torch.Tensor] = {}
+        self.offset = 0  # index, in the last forward, of the first kept row
+        self.forward_rows = 0
+        self._handles = [
+            layers[i].register_forward_hook(functools.partial(self._hook, position))
+            for position, i in enumerate(self.layer_ids)
+        ]
+
+    def _hook(self, position: int, module: nn.Module, args: Any, output: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        hidden = output[0] if isinstance(output, (tuple, list)) else output
+        rows = hidden.shape[1]
+        if self.rows_to_keep and rows > self.rows_to_keep:
+            kept = hidden[:, -1:].detach().clone()  # clone: a view would keep the whole prefill tensor alive
+            offset = rows - 1
+        else:
+            kept, offset = hidden.detach(), 0
+        self.states[position] = kept
+        self.offset, self.forward_rows = offset, rows
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """Rows `[start, stop)` of the last forward as `[B, stop - start, L, H_t]`."""
+        if len(self.states) != len(self.layer_ids):
+            raise RuntimeError(
+                "The target's forward did not run through its tapped layers (no hidden states were recorded); "
+                "DLite needs the target's decoder layers to run on this thread."
+            )
+        if start < self.offset or stop > self.offset + self.states[0].shape[1]:
+            raise RuntimeError(f"Internal error: rows [{start}, {stop}) of the last target forward were not kept.")
+        return torch.stack([self.states[p][:, start - self.offset : stop - self.offset] for p in range(len(self.states))], 2)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.states = {}
+
+
+@dataclass
+class DLiteGenerationStats:
+    """Statistics of one `generate()` call with a DLite drafter, read from `drafter.last_generation_stats`.
+
+    Attributes:
+        new_tokens: tokens committed by the call.
+        target_forwards: target forwards, the prefill included (so plain decoding would need `new_tokens`).
+        rounds: draft-and-verify rounds (target forwards that verified a non-empty draft).
+        drafted / accepted: draft tokens proposed / accepted by the target over all rounds.
+        tokens_per_forward: tokens committed by each target forward, in order (the demo highlights these).
+        drafter_time_s / target_time_s: wall time spent drafting / in the target's forwards and acceptance.
+    """
+
+    new_tokens: int = 0
+    target_forwards: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens_per_forward: list[int] = field(default_factory=list)
+    drafter_time_s: float = 0.0
+    target_time_s: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: tokens committed per target forward (1.0 for plain decoding)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tau": self.tau, "acceptance_rate": self.acceptance_rate}
+
+
+class DLiteCandidateGenerator(CandidateGenerator):
+    """Drafts K tokens per round from the target's latest hidden states; no KV cache, no history.
+
+    Uses transformers' model-outputs protocol (`requires_model_outputs`) to know whether a round is the prefill
+    and how many drafts were accepted; the hidden states come from hooks on the verification forward itself.
+    """
+
+    requires_model_outputs: bool = True
+    model_kwargs_overrides: dict[str, Any] = {}  # nothing extra: no output_hidden_states for every position
+
+    def __init__(
+        self,
+        drafter: nn.Module,
+        target: nn.Module,
+        generation_config: Any,
+        input_ids: torch.LongTensor,
+        logits_processor: Any = None,
+        model_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        config = drafter.config
+        if input_ids.shape[0] != 1:
+            raise ValueError(
+                f"DLite speculative decoding through `generate(assistant_model=...)` supports batch size 1, got a "
+                f"batch of {input_ids.shape[0]} sequences. transformers' assisted generation is single-sequence; "
+                "batched speculative decoding needs a separate loop that dlite-hf does not provide yet (README, "
+                "Limits). Call generate() once per prompt."
+            )
+        if generation_config.prompt_lookup_num_tokens is not None:
+            raise ValueError(
+                "generate() got both a DLite assistant_model and prompt_lookup_num_tokens="
+                f"{generation_config.prompt_lookup_num_tokens}; these are two different speculative methods. "
+                "Pass one of them."
+            )
+        if getattr(generation_config, "speculation_type", None) not in (None, "dlite"):
+            raise ValueError(
+                f"generate() got a DLite assistant_model with speculation_type={generation_config.speculation_type!r}"
+                "; DLite drafters are used without speculation_type (or with speculation_type=None)."
+            )
+        if kwargs.get("target_tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
+            raise ValueError(
+                "generate() got `tokenizer`/`assistant_tokenizer` with a DLite assistant_model. DLite drafts in the "
+                "target's own vocabulary (it borrows the target's lm_head); universal assisted decoding across "
+                "tokenizers does not apply. Remove `assistant_tokenizer`."
+            )
+        drafter.bind_target(target)
+        self.drafter = drafter
+        self.device = drafter.device
+        self.num_tokens = min(int(config.num_draft_tokens), int(generation_config.num_assistant_tokens or 1))
+        self.max_length = generation_config.max_length
+        self.do_sample = bool(generation_config.do_sample)
+        self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+        self.history_window = config.history_window
+        layers = find_decoder_layers(target, config.num_target_layers)
+        rows = 0 if self.history_window != 0 else config.num_draft_tokens + 1
+        self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
+        weakref.finalize(self, self.recorder.remove)  # hooks leave with the generator, when generate() returns
+        self.history: torch.Tensor | None = None  # [1, T, L, H_t] accepted states, history variants only
+        self.is_prefill = True
+        self.stats = DLiteGenerationStats()
+        drafter.last_generation_stats = self.stats
+        self._prompt_length = input_ids.shape[1]
+        self._forward_started = 0.0
+        self._drafted_now = 0
+
+    def _context_row(self, n_last_matches: int) -> int:
+        # After the prefill the last prompt position predicted the anchor; after a verification forward over
+        # [anchor_prev, d_1..d_k], row n (the last accepted position) predicted the new anchor.
+        return self.recorder.forward_rows - 1 if self.is_prefill else n_last_matches
+
+    def get_candidates(
+        self,
+        input_ids: torch.LongTensor,
+        model_kwargs: dict[str, Any] | None = None,
+        model_outputs: Any = None,
+        is_first_iteration: bool = False,
+        n_last_matches: int = 0,
+        **kwargs: Any,
+    ) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        if is_first_iteration:  # let the loop run the plain prefill; its hooks give the first context
+            self._forward_started = time.perf_counter()
+            self._drafted_now = 0
+            return input_ids, None
+        started = time.perf_counter()
+        row = self._context_row(int(n_last_matches))
+        history = None
+        if self.history_window != 0:
+            accepted = self.recorder.rows(0, row + 1)
+            self.history = accepted if self.history is None else torch.cat([self.history, accepted], 1)
+            context = self.history[:, -1]
+            past = self.history[:, :-1]
+            if self.history_window > 0:
+                past = past[:, -self.history_window :]
+            if past.shape[1] > 0:
+                span = past.shape[1]
+                history = (
+                    past.to(self.device),
+                    torch.ones(1, span, dtype=torch.bool, device=self.device),
+                    -torch.arange(span, 0, -1, device=self.device)[None],
+                )
+        else:
+            context = self.recorder.rows(row, row + 1)[:, 0]
+        self.is_prefill = False
+
+        budget = min(self.num_tokens, self.max_length - input_ids.shape[1] - 1)
+        if budget <= 0:
+            self._drafted_now = 0
+            self._forward_started = time.perf_counter()
+            self.stats.drafter_time_s += self._forward_started - started
+            return input_ids, None
+        if history is None and self.history_window != 0:  # no past position yet: a one-position dummy, masked
+            dims = context.shape[1:]
+            history = (
+                context.new_zeros(1, 1, *dims),
+                torch.zeros(1, 1, dtype=torch.bool, device=self.device),
+                -torch.ones(1, 1, dtype=torch.long, device=self.device),
+            )
+        history_kwargs = (
+            dict(zip(("history_states", "history_valid", "history_positions"), history)) if history else {}
+        )
+        tokens, logits = self.drafter.draft(
+            context.to(self.device),
+            input_ids[:, -1].to(self.device),
+            num_tokens=budget,
+            do_sample=self.do_sample,
+            logits_processor=self.logits_processor,
+            prefix_ids=input_ids.to(self.device),
+            **history_kwargs,
+        )
+        self._drafted_now = tokens.shape[1]
+        candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
+        self._forward_started = time.perf_counter()
+        self.stats.drafter_time_s += self._forward_started - started
+        return candidate_ids, logits
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int):
+        """Called after each target forward: book-keeping only (K is fixed)."""
+        stats = self.stats
+        stats.target_time_s += time.perf_counter() - self._forward_started
+        committed = input_ids.shape[1] - self._prompt_length - stats.new_tokens
+        stats.new_tokens += committed
+        stats.target_forwards += 1
+        stats.tokens_per_forward.append(int(committed))
+        if self._drafted_now:
+            stats.rounds += 1
+            stats.drafted += self._drafted_now
+            stats.accepted += int(num_matches)
+
+
+def _check_hooked_signature(method: Any) -> None:
+    parameters = tuple(inspect.signature(method).parameters)
+    if parameters != _EXPECTED_PARAMETERS:
+        import transformers
+
+        raise RuntimeError(
+            f"transformers {transformers.__version__} changed GenerationMixin.{_HOOKED_METHOD}: its parameters are "
+            f"{parameters}, dlite-hf was written for {_EXPECTED_PARAMETERS}. Install a supported transformers "
+            "(see constraints.txt: >=5.23,<5.25) or upgrade dlite-hf."
+        )
+
+
+def install_generate_hook() -> None:
+    """Route `generate(assistant_model=m)` to `m.get_candidate_generator(...)` when `m` provides one.
+
+    Idempotent (also across the package copy and a trust_remote_code copy of this file): every other case runs
+    transformers' original `_get_candidate_generator` unchanged.
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    original = getattr(GenerationMixin, _HOOKED_METHOD)
+    if getattr(original, "_dlite_hook", False):
+        return
+    _check_hooked_signature(original)
+
+    @functools.wraps(original)
+    def _get_candidate_generator(
+        self,
+        generation_config,
+        input_ids,
+        inputs_tensor,
+        logits_processor,
+        model_kwargs,
+        assistant_model=None,
+        target_tokenizer=None,
+        assistant_tokenizer=None,
+    ):
+        factory = getattr(assistant_model, "get_candidate_generator", None)
+        if assistant_model is not None and callable(factory):
+            return factory(
+                target=self,
+                generation_config=generation_config,
+                input_ids=input_ids,
+                logits_processor=logits_processor,
+                model_kwargs=model_kwargs,
+                target_tokenizer=target_tokenizer,
+                assistant_tokenizer=assistant_tokenizer,
+            )
+        return original(
+            self,
+            generation_config,
+            input_ids,
+            inputs_tensor,
+            logits_processor,
+            model_kwargs,
+            assistant_model=assistant_model,
+            target_tokenizer=target_tokenizer,
+            assistant_tokenizer=assistant_tokenizer,
+        )
+
+    _get_candidate_generator._dlite_hook = True
+    _get_candidate_generator._dlite_original = original
+    setattr(GenerationMixin, _HOOKED_METHOD, _get_candidate_generator)

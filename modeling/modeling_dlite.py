@@ -1,0 +1,424 @@
+"""DLite: a history-free speculative drafter built from transformers' own blocks.
+
+One speculation round (method.md): the target's hidden states from L tapped layers at the last processed
+position (each plus a learned depth embedding, laid along the sequence), the anchor token (the newest committed
+token) and K placeholders go through a small bidirectional backbone with local position ids. A gated low-rank
+recurrent head then restores the in-block causal dependence, and every position is projected once through the
+target's lm_head. No KV cache and no history: the cost of a round does not depend on the context length.
+
+With ``config.history_window != 0`` the same class also attends to the target states of past positions
+(causally among themselves): -1 is the history-aware teacher of the training recipe, N > 0 a sliding window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput
+
+from .configuration_dlite import DLiteConfig
+from .generation_dlite import DLiteCandidateGenerator, install_generate_hook
+
+
+def _backbone_blocks(backbone_type: str):
+    """(decoder layer, RMSNorm, rotary embedding) classes of the chosen transformers architecture."""
+    if backbone_type == "qwen3":
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
+
+        return Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+    return LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+
+def gather_history(
+    tapped_states: torch.Tensor, context_positions: torch.Tensor, window: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Collect, for each block, the target states of the past positions it may attend to.
+
+    Args:
+        tapped_states: `[B, T, L, H_t]` tapped target states at every position of each sequence.
+        context_positions: `[B, A]` position whose states are the block's context (anchor position - 1).
+        window: N > 0 keeps the N positions before the context; -1 keeps all of them.
+
+    Returns:
+        `history` `[B * A, W, L, H_t]`, `valid` `[B * A, W]` bool and `positions` `[B * A, W]` local position ids
+        (negative: -1 is the position just before the context), W being the largest window in the batch.
+    """
+    if window == 0:
+        raise ValueError("gather_history needs history_window != 0 (0 is the history-free drafter).")
+    batch, seq_len = tapped_states.shape[:2]
+    num_blocks = context_positions.shape[1]
+    span = int(context_positions.max().item()) if window == -1 else window
+    span = max(span, 1)
+    offsets = torch.arange(span, 0, -1, device=context_positions.device)  # span, ..., 1
+    absolute = context_positions[..., None] - offsets  # [B, A, W]
+    valid = absolute >= 0
+    index = absolute.clamp(min=0, max=seq_len - 1)
+    batch_index = torch.arange(batch, device=index.device)[:, None, None].expand_as(index)
+    history = tapped_states[batch_index, index]  # [B, A, W, L, H_t]
+    positions = -offsets.expand_as(absolute)
+    return (
+        history.reshape(batch * num_blocks, span, *tapped_states.shape[2:]),
+        valid.reshape(batch * num_blocks, span),
+        positions.reshape(batch * num_blocks, span),
+    )
+
+
+@dataclass
+class DLiteOutput(ModelOutput):
+    """Output of [`DLiteForSpeculation.forward`].
+
+    Args:
+        logits (`torch.FloatTensor` of shape `(num_blocks, K, vocab_size)`):
+            Draft logits for the K positions after each anchor (teacher-forced sequential head).
+        hidden_states (`torch.FloatTensor` of shape `(num_blocks, K, hidden_size)`):
+            The normed per-position representations that were projected through the target's lm_head.
+    """
+
+    logits: torch.FloatTensor | None = None
+    hidden_states: torch.FloatTensor | None = None
+
+
+class DLiteSequentialHead(nn.Module):
+    """Gated low-rank recurrence over the in-block prefix: ``s_i = GRU([P h_i, Q E(x_{i-1})], s_{i-1})``.
+
+    ``h_i`` is the backbone output at draft position i, ``E(x_{i-1})`` the target embedding of the previous
+    in-block token (the anchor for i = 1). The rank-R state is projected back and added to ``h_i``.
+    """
+
+    def __init__(self, hidden_size: int, embed_size: int, rank: int, eps: float, norm_cls: type[nn.Module]):
+        super().__init__()
+        self.token_norm = norm_cls(embed_size, eps=eps)
+        self.token_down = nn.Linear(embed_size, rank, bias=False)
+        self.state_down = nn.Linear(hidden_size, rank, bias=False)
+        self.cell = nn.GRUCell(2 * rank, rank)
+        self.up = nn.Linear(rank, hidden_size, bias=False)
+
+    def init_state(self, reference: torch.Tensor) -> torch.Tensor:
+        return reference.new_zeros(reference.shape[0], self.cell.hidden_size)
+
+    def step(
+        self, block_state: torch.Tensor, prev_token_embeds: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One position: `[N, H]`, `[N, E]`, `[N, R]` -> output `[N, H]`, new state `[N, R]`."""
+        features = torch.cat([self.state_down(block_state), self.token_down(self.token_norm(prev_token_embeds))], -1)
+        state = self.cell(features, state)
+        return block_state + self.up(state), state
+
+
+class DLitePreTrainedModel(PreTrainedModel):
+    config_class = DLiteConfig
+    base_model_prefix = "dlite"
+    main_input_name = "context_states"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["Qwen3DecoderLayer", "LlamaDecoderLayer"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)  # Linear, Embedding, RMSNorm, rotary buffers
+        std = self.config.initializer_range
+        if isinstance(module, nn.GRUCell):
+            for name, param in module.named_parameters():
+                if name.startswith("weight"):
+                    init.normal_(param, mean=0.0, std=std)
+                else:
+                    init.zeros_(param)
+        elif isinstance(module, DLiteForSpeculation) and module.mask_embedding is not None:
+            init.normal_(module.mask_embedding, mean=0.0, std=std)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any):
+        """`PreTrainedModel.from_pretrained`, but a partial or corrupt checkpoint is an error, not a warning.
+
+        transformers initialises missing weights randomly and only logs it; a drafter with random pieces
+        silently drafts garbage, so missing, unexpected or mismatched keys raise `ValueError` here.
+        """
+        want_info = kwargs.pop("output_loading_info", False)
+        try:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+            )
+        except (OSError, RuntimeError, ValueError) as error:
+            if "safetensors" in repr(error).lower() or "deserializ" in str(error).lower():
+                raise ValueError(
+                    f"Could not read the DLite checkpoint at {pretrained_model_name_or_path!r}: {error}. The weights "
+                    "file looks truncated or corrupt; re-download it or save the drafter again."
+                ) from error
+            raise
+        problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
+        if problems or info.get("error_msgs"):
+            details = "; ".join(f"{k}: {v[:8]}{' ...' if len(v) > 8 else ''}" for k, v in problems.items())
+            raise ValueError(
+                f"The DLite checkpoint at {pretrained_model_name_or_path!r} does not match its config ({details} "
+                f"{info.get('error_msgs') or ''}). The checkpoint is partial or was saved by an incompatible "
+                "version; expected exactly the weights of DLiteForSpeculation for this config. Re-save it with "
+                "`save_pretrained`, or check that config.json belongs to these weights."
+            )
+        return (model, info) if want_info else model
+
+
+class DLiteForSpeculation(DLitePreTrainedModel):
+    """The DLite drafter. Borrows the target's token embedding and lm_head (see `bind_target`)."""
+
+    def __init__(self, config: DLiteConfig):
+        super().__init__(config)
+        layer_cls, norm_cls, rotary_cls = _backbone_blocks(config.backbone_type)
+        backbone_config = config.backbone_config()
+        hidden, target_hidden = config.hidden_size, config.target_hidden_size
+        eps = config.rms_norm_eps
+
+        self.state_norm = norm_cls(target_hidden, eps=eps)
+        self.state_proj = nn.Linear(target_hidden, hidden, bias=False) if hidden != target_hidden else nn.Identity()
+        self.depth_embedding = nn.Embedding(config.num_tapped_layers, hidden)
+        self.token_proj = nn.Linear(target_hidden, hidden, bias=False) if hidden != target_hidden else nn.Identity()
+        self.mask_embedding = nn.Parameter(torch.zeros(hidden)) if config.mask_token_id is None else None
+        if config.history_window != 0:
+            self.history_proj = nn.Linear(config.num_tapped_layers * target_hidden, hidden, bias=False)
+        self.layers = nn.ModuleList(layer_cls(backbone_config, i) for i in range(config.num_hidden_layers))
+        for layer in self.layers:
+            layer.self_attn.is_causal = False  # bidirectional inside a block
+        self.rotary_emb = rotary_cls(backbone_config)
+        self.head = DLiteSequentialHead(hidden, target_hidden, config.head_rank, eps, norm_cls)
+        self.norm = norm_cls(hidden, eps=eps)
+        self.out_proj = nn.Linear(hidden, target_hidden, bias=False) if hidden != target_hidden else nn.Identity()
+        self._target_embeddings: tuple[nn.Module, nn.Module] | None = None
+        self.last_generation_stats = None
+        self.post_init()
+
+    # ----------------------------------------------------------------------------------------- target binding
+    def check_target(self, target: nn.Module) -> None:
+        """Raise `ValueError` if `target` is not the kind of model this drafter was trained for."""
+        config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+        expected = self.config.target_model.get("name_or_path") or "its target"
+        problems = []
+        if config.num_hidden_layers != self.config.num_target_layers:
+            problems.append(
+                f"{config.num_hidden_layers} layers (the drafter taps layers {self.config.target_layer_ids} "
+                f"of a {self.config.num_target_layers}-layer target)"
+            )
+        if config.hidden_size != self.config.target_hidden_size:
+            problems.append(f"hidden size {config.hidden_size} (expected {self.config.target_hidden_size})")
+        output = target.get_output_embeddings()
+        vocab = output.weight.shape[0] if output is not None else config.vocab_size
+        if vocab != self.config.vocab_size:
+            problems.append(f"vocabulary of {vocab} tokens (expected {self.config.vocab_size})")
+        if problems:
+            name = getattr(target.config, "_name_or_path", "") or type(target).__name__
+            raise ValueError(
+                f"This DLite drafter was trained for {expected} "
+                f"({self.config.target_model.get('architecture', '?')}), but the target {name!r} has "
+                + "; ".join(problems)
+                + ". A drafter only works with the target it was trained on: load the matching drafter, or train "
+                "one for this target with `dlite-hf train`."
+            )
+
+    def bind_target(self, target: nn.Module) -> DLiteForSpeculation:
+        """Borrow `target`'s token embedding and lm_head (not copied, not saved). Returns self."""
+        self.check_target(target)
+        embeddings, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+        if embeddings is None or lm_head is None:
+            raise ValueError(
+                f"The target {type(target).__name__} exposes no input/output embeddings "
+                "(get_input_embeddings() / get_output_embeddings()); DLite needs both."
+            )
+        self._target_embeddings = (embeddings, lm_head)
+        return self
+
+    def _embeddings(self) -> tuple[nn.Module, nn.Module]:
+        if self._target_embeddings is None:
+            raise RuntimeError(
+                "This DLite drafter is not bound to a target model. It borrows the target's token embedding and "
+                "lm_head: call `drafter.bind_target(target)` first, or use it through "
+                "`target.generate(..., assistant_model=drafter)`, which binds it automatically."
+            )
+        return self._target_embeddings
+
+    def embed_tokens(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Target token embeddings `[..., H_t]` in the drafter's dtype."""
+        return self._embeddings()[0](token_ids).to(self.dtype)
+
+    def project(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Normed head outputs `[..., H]` -> logits `[..., V]` through the target's lm_head (float32)."""
+        lm_head = self._embeddings()[1]
+        projected = self.out_proj(outputs).to(lm_head.weight.dtype)
+        return lm_head(projected).float()
+
+    # ----------------------------------------------------------------------------------------- backbone
+    def encode_block(
+        self,
+        context_states: torch.Tensor,
+        anchor_ids: torch.Tensor,
+        history_states: torch.Tensor | None = None,
+        history_valid: torch.Tensor | None = None,
+        history_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run the bidirectional backbone over one block per row.
+
+        Args:
+            context_states: `[N, L, H_t]` tapped target states at the position before the anchor.
+            anchor_ids: `[N]` anchor tokens (the newest committed token).
+            history_states, history_valid, history_positions: `[N, W, L, H_t]`, `[N, W]`, `[N, W]`, only when
+                `config.history_window != 0` (see `gather_history`).
+
+        Returns:
+            `[N, K, H]` representations of the K draft positions.
+        """
+        config = self.config
+        num_blocks, num_tapped = context_states.shape[:2]
+        if num_tapped != config.num_tapped_layers or context_states.shape[-1] != config.target_hidden_size:
+            raise ValueError(
+                f"context_states has shape {tuple(context_states.shape)}; expected [N, {config.num_tapped_layers}, "
+                f"{config.target_hidden_size}] (tapped layers {config.target_layer_ids} of the target)."
+            )
+        states = self.state_proj(self.state_norm(context_states.to(self.dtype)))
+        context = states + self.depth_embedding.weight[None]
+        anchor = self.token_proj(self.embed_tokens(anchor_ids))[:, None]
+        k = config.num_draft_tokens
+        if self.mask_embedding is not None:
+            masks = self.mask_embedding.expand(num_blocks, k, -1)
+        else:
+            mask_ids = anchor_ids.new_full((num_blocks, k), config.mask_token_id)
+            masks = self.token_proj(self.embed_tokens(mask_ids))
+        hidden = torch.cat([context, anchor, masks], dim=1)
+        device = hidden.device
+        positions = torch.cat(
+            [torch.zeros(num_tapped + 1, dtype=torch.long, device=device), torch.arange(1, k + 1, device=device)]
+        ).expand(num_blocks, -1)
+        attention_mask = None
+
+        if config.history_window != 0:
+            if history_states is None or history_valid is None or history_positions is None:
+                raise ValueError(
+                    f"This drafter has history_window={config.history_window} and needs history_states, "
+                    "history_valid and history_positions (see gather_history)."
+                )
+            flat = self.state_norm(history_states.to(self.dtype)).flatten(-2)
+            history = self.history_proj(flat)
+            span = history.shape[1]
+            hidden = torch.cat([history, hidden], dim=1)
+            positions = torch.cat([history_positions.to(device), positions], dim=1)
+            total = hidden.shape[1]
+            is_block = torch.arange(total, device=device) >= span  # [Q]
+            key_history_ok = torch.cat(
+                [history_valid.to(device), torch.ones(num_blocks, total - span, dtype=torch.bool, device=device)], 1
+            )  # [N, Kv]
+            causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
+            allowed = (is_block[:, None] & is_block[None, :]) | (
+                ~is_block[None, :] & (is_block[:, None] | causal)
+            )  # [Q, Kv]
+            allowed = allowed[None] & key_history_ok[:, None, :]
+            allowed = allowed | torch.eye(total, dtype=torch.bool, device=device)[None]  # padded rows see themselves
+            attention_mask = allowed[:, None]  # [N, 1, Q, Kv]
+
+        position_embeddings = self.rotary_emb(hidden, positions)
+        for layer in self.layers:
+            hidden = layer(
+                hidden,
+                attention_mask=attention_mask,
+                position_ids=positions,
+                position_embeddings=position_embeddings,
+            )
+        return hidden[:, -k:]
+
+    def _head_step(
+        self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out, state = self.head.step(block, self.embed_tokens(prev_ids), state)
+        normed = self.norm(out)
+        return self.project(normed), normed, state
+
+    # ----------------------------------------------------------------------------------------- training forward
+    def forward(
+        self,
+        context_states: torch.Tensor,
+        anchor_ids: torch.Tensor,
+        draft_input_ids: torch.Tensor,
+        history_states: torch.Tensor | None = None,
+        history_valid: torch.Tensor | None = None,
+        history_positions: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> DLiteOutput:
+        """Teacher-forced forward over many blocks (training).
+
+        Args:
+            context_states: `[N, L, H_t]` tapped target states at each anchor position - 1.
+            anchor_ids: `[N]` anchor tokens x_a.
+            draft_input_ids: `[N, K]` the true tokens x_{a+1..a+K}; position i's head step sees x_{a+i-1}
+                (the anchor for i = 1), so the last column is never read. Any id is fine where invalid.
+            history_*: see `encode_block`.
+
+        Returns:
+            [`DLiteOutput`] with `logits` `[N, K, V]`.
+        """
+        block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
+        prev_ids = torch.cat([anchor_ids[:, None], draft_input_ids[:, :-1]], dim=1)
+        state = self.head.init_state(block[:, 0])
+        logits, hiddens = [], []
+        for i in range(self.config.num_draft_tokens):
+            step_logits, normed, state = self._head_step(block[:, i], prev_ids[:, i], state)
+            logits.append(step_logits)
+            hiddens.append(normed)
+        return DLiteOutput(logits=torch.stack(logits, 1), hidden_states=torch.stack(hiddens, 1))
+
+    # ----------------------------------------------------------------------------------------- inference
+    @torch.no_grad()
+    def draft(
+        self,
+        context_states: torch.Tensor,
+        anchor_ids: torch.Tensor,
+        num_tokens: int | None = None,
+        do_sample: bool = False,
+        logits_processor: Any = None,
+        prefix_ids: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        history_states: torch.Tensor | None = None,
+        history_valid: torch.Tensor | None = None,
+        history_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft `num_tokens` (<= K) tokens after each anchor.
+
+        Each position is chosen from the *processed* logits (the target's logits processors, given the committed
+        prefix plus the tokens drafted so far): argmax when greedy, a sample otherwise. Those processed logits are
+        returned, so speculative sampling compares the target against exactly the distribution drafted from.
+
+        Returns:
+            `tokens` `[N, num_tokens]` and `logits` `[N, num_tokens, V]` (float32, processed).
+        """
+        k = self.config.num_draft_tokens if num_tokens is None else int(num_tokens)
+        if not 1 <= k <= self.config.num_draft_tokens:
+            raise ValueError(f"num_tokens={k} is invalid: expected 1..{self.config.num_draft_tokens} (config K).")
+        if logits_processor is not None and prefix_ids is None:
+            raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
+        block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
+        state = self.head.init_state(block[:, 0])
+        prev = anchor_ids
+        tokens, all_logits = [], []
+        for i in range(k):
+            logits, _, state = self._head_step(block[:, i], prev, state)
+            if logits_processor is not None:
+                seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
+                logits = logits_processor(seen, logits)
+            if do_sample:
+                probs = torch.softmax(logits, dim=-1)
+                prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            else:
+                prev = logits.argmax(dim=-1)
+            tokens.append(prev)
+            all_logits.append(logits)
+        return torch.stack(tokens, 1), torch.stack(all_logits, 1)
+
+    def get_candidate_generator(self, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
+        """Called by the generate() hook when this drafter is passed as `assistant_model`."""
+        return DLiteCandidateGenerator(drafter=self, target=target, **kwargs)
+
+
+install_generate_hook()
+DLiteConfig.register_for_auto_class()
+DLiteForSpeculation.register_for_auto_class("AutoModel")

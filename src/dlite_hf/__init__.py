@@ -1,0 +1,42 @@
+"""dlite-hf: DLite history-free speculative decoding for transformers.
+
+Importing the package registers the ``"dlite"`` model type with ``AutoConfig`` / ``AutoModel`` and installs
+the ``generate(assistant_model=<DLite drafter>)`` integration. Heavier parts (training, benchmarks, the demo)
+are imported lazily.
+"""
+
+from transformers import AutoConfig, AutoModel
+
+from .modeling.configuration_dlite import DLiteConfig
+from .modeling.generation_dlite import DLiteCandidateGenerator, DLiteGenerationStats, install_generate_hook
+from .modeling.modeling_dlite import DLiteForSpeculation, DLiteOutput, DLitePreTrainedModel
+
+__version__ = "0.1.0"
+
+AutoConfig.register(DLiteConfig.model_type, DLiteConfig, exist_ok=True)
+AutoModel.register(DLiteConfig, DLiteForSpeculation, exist_ok=True)
+install_generate_hook()
+
+_LAZY = {
+    "DLiteTrainer": "dlite_hf.training.trainer",
+    "DLiteTrainingArguments": "dlite_hf.training.arguments",
+}
+
+__all__ = [
+    "DLiteCandidateGenerator",
+    "DLiteConfig",
+    "DLiteForSpeculation",
+    "DLiteGenerationStats",
+    "DLiteOutput",
+    "DLitePreTrainedModel",
+    "__version__",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dlite_hf' has no attribute {name!r}")

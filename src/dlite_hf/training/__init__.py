@@ -1,0 +1,1 @@
+"""Training: data regeneration, losses, the DLite trainer."""

@@ -1,0 +1,126 @@
+"""DLite inside transformers' generate(): lossless greedy, statistics, no extra target forwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_drafter, make_tiny_target
+from transformers.generation.streamers import BaseStreamer
+
+
+def _plain_and_dlite(target, drafter, ids, **kwargs):
+    plain = target.generate(ids, do_sample=False, **kwargs)
+    assisted = target.generate(ids, do_sample=False, assistant_model=drafter, **kwargs)
+    return plain, assisted
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen2"])
+def test_random_drafter_greedy_is_lossless(arch):
+    target = make_tiny_target(arch, seed=3)
+    drafter = make_drafter(target, seed=4)
+    for seed, prompt_len, max_new in [(0, 1, 1), (1, 5, 9), (2, 17, 23), (3, 40, 31)]:
+        ids = torch.randint(1, 128, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
+        plain, assisted = _plain_and_dlite(target, drafter, ids, max_new_tokens=max_new)
+        assert torch.equal(plain, assisted), (arch, seed, prompt_len, max_new)
+        stats = drafter.last_generation_stats
+        assert stats.new_tokens == max_new == plain.shape[1] - prompt_len
+        assert stats.rounds + 1 <= stats.target_forwards <= stats.rounds + 2  # prefill, and a last 1-token step
+
+
+def test_fitted_drafter_accepts_long_runs_and_stays_lossless(fitted_pair):
+    target, drafter, prompts, sequences, _ = fitted_pair
+    taus = []
+    for row in range(prompts.shape[0]):
+        ids = prompts[row : row + 1]
+        for max_new in (3, 8, 13, 40):  # max_new_tokens falls inside accepted blocks
+            plain, assisted = _plain_and_dlite(target, drafter, ids, max_new_tokens=max_new)
+            assert torch.equal(plain, assisted), (row, max_new)
+            assert torch.equal(plain[0], sequences[row, : plain.shape[1]])
+        taus.append(drafter.last_generation_stats.tau)
+    # the fit must produce long accepted runs, otherwise this test would not exercise them
+    assert max(taus) > 3.0, taus
+    assert max(max(drafter.last_generation_stats.tokens_per_forward) for _ in [0]) >= 2
+
+
+def test_eos_inside_an_accepted_block(fitted_pair):
+    target, drafter, prompts, sequences, _ = fitted_pair
+    checked = 0
+    for row in range(prompts.shape[0]):
+        ids = prompts[row : row + 1]
+        continuation = sequences[row, prompts.shape[1] :].tolist()
+        for position in (4, 11, 19):
+            eos = continuation[position]
+            if eos in continuation[:position]:
+                continue
+            plain, assisted = _plain_and_dlite(target, drafter, ids, max_new_tokens=40, eos_token_id=eos)
+            assert torch.equal(plain, assisted)
+            assert assisted[0, -1].item() == eos and assisted.shape[1] == prompts.shape[1] + position + 1
+            checked += 1
+    assert checked >= 5
+
+
+def test_no_extra_target_forwards(fitted_pair):
+    target, drafter, prompts, _, _ = fitted_pair
+    calls = []
+    handle = target.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        target.generate(prompts[:1], max_new_tokens=30, do_sample=False, assistant_model=drafter)
+    finally:
+        handle.remove()
+    stats = drafter.last_generation_stats
+    assert len(calls) == stats.target_forwards
+    assert stats.target_forwards < stats.new_tokens  # fewer forwards than plain decoding
+    assert sum(stats.tokens_per_forward) == stats.new_tokens == 30
+    assert stats.accepted == stats.new_tokens - stats.target_forwards
+    assert stats.drafter_time_s > 0 and stats.target_time_s > 0
+
+
+def test_hooks_are_removed_after_generate(fitted_pair):
+    target, drafter, prompts, _, _ = fitted_pair
+    target.generate(prompts[:1], max_new_tokens=5, do_sample=False, assistant_model=drafter)
+    import gc
+
+    gc.collect()
+    assert all(not layer._forward_hooks for layer in target.model.layers)
+
+
+def test_num_assistant_tokens_can_only_lower_k(fitted_pair):
+    target, drafter, prompts, _, _ = fitted_pair
+    plain = target.generate(prompts[:1], max_new_tokens=30, do_sample=False)
+    out = target.generate(
+        prompts[:1], max_new_tokens=30, do_sample=False, assistant_model=drafter, num_assistant_tokens=3
+    )
+    assert torch.equal(plain, out)
+    stats = drafter.last_generation_stats
+    assert max(stats.tokens_per_forward) <= 4 and stats.drafted <= 3 * stats.rounds
+    target.generate(prompts[:1], max_new_tokens=30, do_sample=False, assistant_model=drafter, num_assistant_tokens=50)
+    assert drafter.last_generation_stats.drafted <= drafter.config.num_draft_tokens * drafter.last_generation_stats.rounds
+
+
+class _Collect(BaseStreamer):
+    def __init__(self):
+        self.chunks = []
+
+    def put(self, value):
+        self.chunks.append(value.flatten().tolist())
+
+    def end(self):
+        self.chunks.append(None)
+
+
+def test_streamer_receives_every_committed_token(fitted_pair):
+    target, drafter, prompts, _, _ = fitted_pair
+    streamer = _Collect()
+    out = target.generate(prompts[:1], max_new_tokens=25, do_sample=False, assistant_model=drafter, streamer=streamer)
+    assert streamer.chunks[-1] is None
+    streamed = [t for chunk in streamer.chunks[1:-1] for t in chunk]  # first chunk is the prompt
+    assert streamed == out[0, prompts.shape[1] :].tolist()
+
+
+def test_history_variants_are_lossless():
+    target = make_tiny_target("llama", seed=5)
+    for window in (-1, 4):
+        drafter = make_drafter(target, seed=6, history_window=window)
+        ids = torch.randint(1, 128, (1, 9), generator=torch.Generator().manual_seed(window + 10))
+        plain, assisted = _plain_and_dlite(target, drafter, ids, max_new_tokens=20)
+        assert torch.equal(plain, assisted)
