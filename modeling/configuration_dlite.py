@@ -22,7 +22,7 @@ def default_target_layer_ids(num_target_layers: int, num_tapped: int) -> list[in
         raise ValueError(f"num_target_layers must be >= 1, got {num_target_layers}.")
     if num_tapped < 1:
         raise ValueError(f"num_tapped (number of tapped target layers) must be >= 1, got {num_tapped}.")
-    low, high = 1, max(1, num_target_layers - 3)
+    low, high = 1, min(max(1, num_target_layers - 3), num_target_layers - 1)  # a 1-layer target has only layer 0
     if num_tapped > high - low + 1:
         low, high = 0, num_target_layers - 1
     if num_tapped > high - low + 1:

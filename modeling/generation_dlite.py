@@ -101,7 +101,9 @@ class TappedStateRecorder:
             )
         if start < self.offset or stop > self.offset + self.states[0].shape[1]:
             raise RuntimeError(f"Internal error: rows [{start}, {stop}) of the last target forward were not kept.")
-        return torch.stack([self.states[p][:, start - self.offset : stop - self.offset] for p in range(len(self.states))], 2)
+        return torch.stack(
+            [self.states[p][:, start - self.offset : stop - self.offset] for p in range(len(self.states))], 2
+        )
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -184,6 +186,9 @@ class DLiteCandidateGenerator(CandidateGenerator):
                 f"generate() got a DLite assistant_model with speculation_type={generation_config.speculation_type!r}"
                 "; DLite drafters are used without speculation_type (or with speculation_type=None)."
             )
+        # A vocabulary mismatch makes transformers ask for `tokenizer`/`assistant_tokenizer`; check the pair first so
+        # the user who follows that advice learns the real problem (wrong target) instead of "remove the tokenizer".
+        drafter.check_target(target)
         if kwargs.get("target_tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
             raise ValueError(
                 "generate() got `tokenizer`/`assistant_tokenizer` with a DLite assistant_model. DLite drafts in the "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -141,11 +142,13 @@ class DLitePreTrainedModel(PreTrainedModel):
         silently drafts garbage, so missing, unexpected or mismatched keys raise `ValueError` here.
         """
         want_info = kwargs.pop("output_loading_info", False)
+        # Let shape mismatches (config.json not matching the weights) reach the loading info, reported below.
+        kwargs.setdefault("ignore_mismatched_sizes", True)
         try:
             model, info = super().from_pretrained(
                 pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
             )
-        except (OSError, RuntimeError, ValueError) as error:
+        except (OSError, RuntimeError, ValueError, SafetensorError) as error:
             if "safetensors" in repr(error).lower() or "deserializ" in str(error).lower():
                 raise ValueError(
                     f"Could not read the DLite checkpoint at {pretrained_model_name_or_path!r}: {error}. The weights "
@@ -208,7 +211,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         output = target.get_output_embeddings()
         vocab = output.weight.shape[0] if output is not None else config.vocab_size
         if vocab != self.config.vocab_size:
-            problems.append(f"vocabulary of {vocab} tokens (expected {self.config.vocab_size})")
+            problems.append(f"a vocabulary of {vocab} tokens (expected {self.config.vocab_size})")
         if problems:
             name = getattr(target.config, "_name_or_path", "") or type(target).__name__
             raise ValueError(

@@ -94,7 +94,9 @@ def test_num_assistant_tokens_can_only_lower_k(fitted_pair):
     stats = drafter.last_generation_stats
     assert max(stats.tokens_per_forward) <= 4 and stats.drafted <= 3 * stats.rounds
     target.generate(prompts[:1], max_new_tokens=30, do_sample=False, assistant_model=drafter, num_assistant_tokens=50)
-    assert drafter.last_generation_stats.drafted <= drafter.config.num_draft_tokens * drafter.last_generation_stats.rounds
+    assert (
+        drafter.last_generation_stats.drafted <= drafter.config.num_draft_tokens * drafter.last_generation_stats.rounds
+    )
 
 
 class _Collect(BaseStreamer):

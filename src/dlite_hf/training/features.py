@@ -1,4 +1,4 @@
-"""Target features for training: the tapped layers' states (and logits) from one frozen target forward."""
+"""Target features for training: the tapped layers' states and the final hidden states from one frozen forward."""
 
 from __future__ import annotations
 
@@ -8,33 +8,117 @@ from torch import nn
 from ..modeling.generation_dlite import TappedStateRecorder, find_decoder_layers
 
 
+def find_final_norm(target: nn.Module, layers: nn.ModuleList) -> nn.Module:
+    """The norm applied after the last decoder layer (its output is what the lm_head projects)."""
+    for module in target.modules():
+        if getattr(module, "layers", None) is layers and isinstance(getattr(module, "norm", None), nn.Module):
+            return module.norm
+    raise ValueError(
+        f"Could not find the final norm of {type(target).__name__} (a `norm` module beside its decoder `layers`); "
+        "DLite training reads the target's distribution from it."
+    )
+
+
 @torch.no_grad()
 def target_features(
     target: nn.Module,
     input_ids: torch.Tensor,
     layer_ids: list[int],
     attention_mask: torch.Tensor | None = None,
-    return_logits: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run the frozen target once and return its tapped states and (optionally) logits.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the frozen target once; return its tapped states and its final (normed) hidden states.
 
     The states are read with the same forward hooks the generate() integration uses, so the drafter sees
-    identical features in training and at inference.
+    identical features in training and at inference. The vocabulary projection is left to the caller, who
+    applies the lm_head only at the rows it needs (memory stays bounded for long sequences).
 
     Returns:
-        `states` `[B, T, L, H_t]` and `logits` `[B, T, V]` (float32) or None.
+        `states` `[B, T, L, H_t]` and `final_hidden` `[B, T, H_t]`.
     """
     config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
     layers = find_decoder_layers(target, config.num_hidden_layers)
+    norm = find_final_norm(target, layers)
+    captured: list[torch.Tensor] = []
+    handle = norm.register_forward_hook(lambda module, args, output: captured.append(output))
     recorder = TappedStateRecorder(layers, layer_ids, rows_to_keep=0)
     try:
-        outputs = target(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            use_cache=False,
-            logits_to_keep=0 if return_logits else 1,
-        )
+        target(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=1)
         states = recorder.rows(0, input_ids.shape[1])
     finally:
         recorder.remove()
-    return states, (outputs.logits.float() if return_logits else None)
+        handle.remove()
+    return states, captured[-1]
+
+
+class FeatureCache:
+    """On-disk cache of one target forward per training sequence, reused across epochs and stages.
+
+    Each sequence (keyed by the sha1 of its token ids) stores its tapped states `[T, L, H_t]` and final hidden
+    states `[T, H_t]` in float16 safetensors. The target's forward dominates a CPU training step, so a run of E
+    epochs over several stages pays for it once. A manifest pins the target and the tapped layers: a cache built
+    for another target or other layers raises instead of feeding wrong features.
+    """
+
+    def __init__(self, directory: str, target_name: str, layer_ids: list[int], dtype: torch.dtype = torch.float16):
+        import json
+        from pathlib import Path
+
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.dtype = dtype
+        manifest = {"target": target_name, "layer_ids": list(layer_ids), "dtype": str(dtype)}
+        path = self.directory / "manifest.json"
+        if path.exists():
+            found = json.loads(path.read_text())
+            if found != manifest:
+                raise ValueError(
+                    f"Feature cache {self.directory} was built for {found}, but this run needs {manifest}. Use "
+                    "another feature_cache_dir (or delete this one)."
+                )
+        else:
+            path.write_text(json.dumps(manifest))
+        self.layer_ids = list(layer_ids)
+
+    @staticmethod
+    def key(ids: torch.Tensor) -> str:
+        import hashlib
+
+        return hashlib.sha1(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest()
+
+    def _path(self, key: str):
+        return self.directory / key[:2] / f"{key}.safetensors"
+
+    def features(
+        self, target: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like `target_features` on a right-padded batch, served from the cache where possible."""
+        from safetensors.torch import load_file, save_file
+
+        lengths = attention_mask.sum(1).tolist()
+        keys = [self.key(input_ids[b, : lengths[b]]) for b in range(input_ids.shape[0])]
+        cached = [load_file(self._path(k)) if self._path(k).exists() else None for k in keys]
+        if any(entry is None for entry in cached):
+            states, final = target_features(target, input_ids, self.layer_ids, attention_mask)
+            for b, entry in enumerate(cached):
+                if entry is None:
+                    n = lengths[b]
+                    entry = {
+                        "states": states[b, :n].to(self.dtype).contiguous(),
+                        "final": final[b, :n].to(self.dtype).contiguous(),
+                    }
+                    path = self._path(keys[b])
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(".tmp")
+                    save_file(entry, str(tmp))
+                    tmp.replace(path)
+                    cached[b] = entry
+        batch, width = input_ids.shape
+        first = cached[0]
+        states = first["states"].new_zeros(batch, width, *first["states"].shape[1:])
+        final = first["final"].new_zeros(batch, width, first["final"].shape[-1])
+        for b, entry in enumerate(cached):
+            n = entry["states"].shape[0]
+            states[b, :n] = entry["states"]
+            final[b, :n] = entry["final"]
+        device = input_ids.device
+        return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32)

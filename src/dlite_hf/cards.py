@@ -1,0 +1,98 @@
+"""Model cards for DLite drafters, rendered from the template shipped in the package."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, StrictUndefined
+
+REQUIRED_SECTIONS = ("## Usage", "## Architecture", "## Training", "## Results", "## Limits", "## Citation")
+
+
+def _template() -> str:
+    return resources.files("dlite_hf").joinpath("templates/model_card.md").read_text(encoding="utf-8")
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    body = "".join("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |\n" for row in rows)
+    return head + body
+
+
+def render_model_card(
+    config: Any,
+    *,
+    base_model: str | None = None,
+    repo_id: str | None = None,
+    title: str | None = None,
+    license: str = "apache-2.0",
+    training: dict[str, Any] | None = None,
+    training_text: str | None = None,
+    results: list[dict[str, Any]] | None = None,
+    results_columns: list[str] | None = None,
+    results_source: str | None = None,
+    results_are_paper: bool = False,
+    num_parameters: int | None = None,
+    extra_limits: list[str] | None = None,
+) -> str:
+    """Render a card for a drafter with config `config`.
+
+    `results` rows are printed as a table; `results_source` says where every number comes from (a bench result
+    file, with the command that produced it), or set `results_are_paper=True` for figures quoted from the paper.
+    """
+    target = dict(config.target_model or {})
+    base_model = base_model or target.get("name_or_path") or "unknown-target"
+    if training_text is None:
+        if training:
+            training_text = "| setting | value |\n|---|---|\n" + "".join(
+                f"| {k} | {v} |\n" for k, v in training.items() if v is not None
+            )
+        else:
+            training_text = "Not recorded."
+    if results:
+        columns = results_columns or list(results[0].keys())
+        label = (
+            "Figures reported in the DLite paper (not measured by dlite-hf)."
+            if results_are_paper
+            else f"Measured by dlite-hf. Source: {results_source or 'not recorded'}."
+        )
+        results_text = label + "\n\n" + _table(results, columns)
+    else:
+        results_text = "No measurements recorded yet."
+    window = config.history_window
+    window_text = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}.get(
+        window, f"{window} past positions (sliding-window ablation)"
+    )
+    values = {
+        "title": title or f"DLite drafter for {base_model}",
+        "base_model": base_model,
+        "repo_id": repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}",
+        "license": license,
+        "num_tapped": len(config.target_layer_ids),
+        "k": config.num_draft_tokens,
+        "target_architecture": target.get("architecture", "?"),
+        "num_target_layers": config.num_target_layers,
+        "target_hidden_size": config.target_hidden_size,
+        "vocab_size": config.vocab_size,
+        "target_layer_ids": ", ".join(str(i) for i in config.target_layer_ids),
+        "num_hidden_layers": config.num_hidden_layers,
+        "backbone_type": config.backbone_type,
+        "hidden_size": config.hidden_size,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_rank": config.head_rank,
+        "history_window_text": window_text,
+        "num_parameters": f"{num_parameters:,}" if num_parameters else "see model.safetensors",
+        "training_text": training_text,
+        "results_text": results_text,
+        "extra_limits": list(extra_limits or []),
+    }
+    environment = Environment(undefined=StrictUndefined, keep_trailing_newline=True)
+    return environment.from_string(_template()).render(**values)
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,344 @@
+"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card.
+
+Every subcommand imports what it needs lazily, so `dlite-hf --help` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+DEFAULT_TARGET = "smollm2-135m"
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def default_drafter_dir() -> Path:
+    """The drafter shipped in the repository for the default target."""
+    return _repo_root() / "drafters" / "dlite-smollm2-135m"
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _load_target(name_or_path: str, adapter: str | None = None):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .assets import resolve_model
+
+    folder = resolve_model(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).eval()
+    return model, tokenizer, folder
+
+
+# ----------------------------------------------------------------------------------------------- assets
+def cmd_assets(args: argparse.Namespace) -> int:
+    from .assets import MODELS, fetch_model
+
+    if args.action == "list":
+        for name, asset in MODELS.items():
+            print(f"{name}: {asset.description}")
+        return 0
+    for name in args.names or [DEFAULT_TARGET]:
+        print(fetch_model(name, progress=not args.quiet))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- compare
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Plain greedy vs DLite on a few real prompts of the default target: tokens/s, tau, identical?"""
+    import time
+
+    import torch
+
+    from . import DLiteForSpeculation
+    from .prompts import load_prompts
+    from .training.regenerate import chat_prompt_ids
+
+    _set_threads(args.threads)
+    target, tokenizer, _ = _load_target(args.target)
+    drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
+    if not drafter_dir.exists():
+        raise SystemExit(f"No drafter at {drafter_dir}. Pass --drafter PATH (a folder saved by dlite-hf train).")
+    drafter = DLiteForSpeculation.from_pretrained(drafter_dir).eval()
+    prompts = []
+    for workload in args.workloads.split(","):
+        prompts += load_prompts(workload, "eval", limit=args.num_prompts)
+    rows = []
+    print(
+        f"target={args.target} drafter={drafter_dir} threads={torch.get_num_threads()} "
+        f"max_new_tokens={args.max_new_tokens}"
+    )
+    for prompt in prompts:
+        ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])])
+        start = time.perf_counter()
+        plain = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
+        plain_s = time.perf_counter() - start
+        start = time.perf_counter()
+        fast = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False, assistant_model=drafter)
+        dlite_s = time.perf_counter() - start
+        stats = drafter.last_generation_stats
+        n_plain, n_fast = plain.shape[1] - ids.shape[1], fast.shape[1] - ids.shape[1]
+        row = {
+            "id": prompt["id"],
+            "prompt_tokens": ids.shape[1],
+            "new_tokens": n_fast,
+            "plain_tok_s": n_plain / plain_s,
+            "dlite_tok_s": n_fast / dlite_s,
+            "tau": stats.tau,
+            "speedup": plain_s / dlite_s * (n_fast / max(n_plain, 1)),
+            "identical": bool(torch.equal(plain, fast)),
+        }
+        rows.append(row)
+        print(
+            f"{row['id']:<28} prompt {row['prompt_tokens']:>5}  new {n_fast:>4}  plain {row['plain_tok_s']:6.2f} tok/s"
+            f"  dlite {row['dlite_tok_s']:6.2f} tok/s  tau {row['tau']:.2f}  speedup {row['speedup']:.2f}x"
+            f"  identical={row['identical']}"
+        )
+    total_plain = sum(r["new_tokens"] / r["plain_tok_s"] for r in rows)
+    total_dlite = sum(r["new_tokens"] / r["dlite_tok_s"] for r in rows)
+    tokens = sum(r["new_tokens"] for r in rows)
+    summary = {
+        "prompts": len(rows),
+        "plain_tok_s": tokens / total_plain,
+        "dlite_tok_s": tokens / total_dlite,
+        "mean_tau": sum(r["tau"] for r in rows) / len(rows),
+        "speedup": total_plain / total_dlite,
+        "all_identical": all(r["identical"] for r in rows),
+    }
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+    return 0 if summary["all_identical"] else 1
+
+
+# ----------------------------------------------------------------------------------------------- regenerate
+def cmd_regenerate(args: argparse.Namespace) -> int:
+    from .prompts import training_mix, write_jsonl
+    from .training.regenerate import read_jsonl, regenerate
+
+    _set_threads(args.threads)
+    if args.prompts is None:
+        path = Path(args.out).with_suffix(".prompts.jsonl")
+        if not path.exists():
+            write_jsonl(training_mix(args.per_workload, seed=args.seed), path)
+        args.prompts = str(path)
+    prompts = read_jsonl(args.prompts)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    target, tokenizer, _ = _load_target(args.target)
+    result = regenerate(
+        target,
+        tokenizer,
+        prompts,
+        args.out,
+        max_new_tokens=args.max_new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+        batch_size=args.batch_size,
+        do_sample=args.do_sample,
+        seed=args.seed,
+    )
+    print(json.dumps(result))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- train
+def build_train_parser():
+    from dataclasses import dataclass, field
+
+    from transformers import HfArgumentParser
+
+    from .training.arguments import DLiteTrainingArguments
+
+    @dataclass
+    class ScriptArguments:
+        target: str = field(default=DEFAULT_TARGET, metadata={"help": "Target: a registry name or a local folder."})
+        data: str = field(default="", metadata={"help": "JSONL written by `dlite-hf regenerate`."})
+        teacher: str | None = field(default=None, metadata={"help": "Stage warmup: the trained teacher folder."})
+        init: str | None = field(default=None, metadata={"help": "Start from this drafter checkpoint folder."})
+        target_adapter: str | None = field(default=None, metadata={"help": "PEFT adapter to apply to the target."})
+        num_tapped_layers: int = field(default=6, metadata={"help": "New drafters: target layers to tap (L)."})
+        num_draft_tokens: int = field(default=7, metadata={"help": "New drafters: K."})
+        drafter_hidden_size: int | None = field(default=None, metadata={"help": "New drafters: backbone width."})
+        drafter_layers: int = field(default=5, metadata={"help": "New drafters: backbone layers."})
+        drafter_heads: int = field(default=8, metadata={"help": "New drafters: attention heads."})
+        drafter_kv_heads: int = field(default=4, metadata={"help": "New drafters: key/value heads."})
+        drafter_intermediate_size: int | None = field(default=None, metadata={"help": "New drafters: MLP width."})
+        head_rank: int = field(default=64, metadata={"help": "New drafters: rank R of the sequential head."})
+        threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads for this run."})
+        eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of rows held out for eval logs."})
+
+    return HfArgumentParser((ScriptArguments, DLiteTrainingArguments)), ScriptArguments
+
+
+def _new_drafter_config(script, target_config, history_window: int, name: str):
+    from . import DLiteConfig
+
+    return DLiteConfig.for_target(
+        target_config,
+        num_target_layers_tapped=script.num_tapped_layers,
+        target_name_or_path=name,
+        num_draft_tokens=script.num_draft_tokens,
+        hidden_size=script.drafter_hidden_size,
+        num_hidden_layers=script.drafter_layers,
+        num_attention_heads=script.drafter_heads,
+        num_key_value_heads=script.drafter_kv_heads,
+        intermediate_size=script.drafter_intermediate_size,
+        head_rank=script.head_rank,
+        history_window=history_window,
+    )
+
+
+def run_train(argv: list[str]) -> Path:
+    import torch
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from . import DLiteForSpeculation
+    from .training.data import RegeneratedDataset
+    from .training.trainer import DLiteTrainer
+
+    parser, _ = build_train_parser()
+    script, args = parser.parse_args_into_dataclasses(args=argv)
+    _set_threads(script.threads)
+    if not script.data:
+        raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
+    target, tokenizer, folder = _load_target(script.target, script.target_adapter)
+    target_name = script.target if not Path(script.target).exists() else str(folder)
+    teacher = None
+    if args.stage == "warmup":
+        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path or script.teacher)
+    if script.init:
+        model = DLiteForSpeculation.from_pretrained(script.init)
+        if args.stage == "teacher" and model.config.history_window == 0:
+            raise SystemExit("--init for stage teacher must be a history-aware checkpoint (history_window != 0).")
+        if args.stage != "teacher" and model.config.history_window != 0 and not args.lora:
+            raise SystemExit(
+                f"--init {script.init} is a history-aware model (history_window={model.config.history_window}); "
+                "stages warmup/stable train the history-free drafter. Pass it as --teacher for warmup."
+            )
+    elif args.stage == "teacher":
+        model = DLiteForSpeculation(_new_drafter_config(script, target.config, args.history_window, target_name))
+    elif teacher is not None:
+        # warm start: the teacher's architecture and weights, minus its history projection
+        config = teacher.config.to_dict()
+        config.update(history_window=0)
+        for key in ("model_type", "transformers_version", "auto_map", "architectures"):
+            config.pop(key, None)
+        from . import DLiteConfig
+
+        model = DLiteForSpeculation(DLiteConfig(**config))
+        state = {k: v for k, v in teacher.state_dict().items() if not k.startswith("history_proj")}
+        model.load_state_dict(state, strict=True)
+    else:
+        model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
+    if args.lora:
+        if not script.init:
+            raise SystemExit("--lora adapts a released drafter: pass --init <drafter folder>.")
+        from peft import LoraConfig, get_peft_model
+
+        targets = args.lora_target_modules or ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"]
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
+    dataset = RegeneratedDataset(script.data, max_length=args.max_length)
+    eval_dataset = None
+    if script.eval_fraction > 0:
+        n_eval = max(1, int(len(dataset) * script.eval_fraction))
+        generator = torch.Generator().manual_seed(args.seed)
+        order = torch.randperm(len(dataset), generator=generator).tolist()
+        eval_dataset = torch.utils.data.Subset(dataset, order[:n_eval])
+        dataset = torch.utils.data.Subset(dataset, order[n_eval:])
+    card_info = {
+        "base_model": target_name,
+        "training": {"data": script.data, "target": target_name},
+    }
+    trainer = DLiteTrainer(
+        model=model,
+        target=target,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        teacher=teacher,
+        processing_class=None,
+        card_info=card_info,
+    )
+    resume = args.resume_from_checkpoint
+    if resume is None and Path(args.output_dir).is_dir():
+        resume = get_last_checkpoint(args.output_dir)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(args.output_dir)
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message=f"DLite drafter, stage {args.stage}")
+    return Path(args.output_dir)
+
+
+def cmd_train(argv: list[str]) -> int:
+    run_train(argv)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dlite-hf", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    assets = sub.add_parser("assets", help="Fetch, check and convert the real target models.")
+    assets.add_argument("action", choices=["fetch", "list"])
+    assets.add_argument("names", nargs="*", help=f"registry names (default: {DEFAULT_TARGET})")
+    assets.add_argument("--quiet", action="store_true")
+    assets.set_defaults(func=cmd_assets)
+
+    compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
+    compare.add_argument("--target", default=DEFAULT_TARGET)
+    compare.add_argument("--drafter", default=None, help="drafter folder (default: the shipped one)")
+    compare.add_argument("--workloads", default="chat,code,math")
+    compare.add_argument("--num-prompts", type=int, default=2, help="eval prompts per workload")
+    compare.add_argument("--max-new-tokens", type=int, default=96)
+    compare.add_argument("--threads", type=int, default=1)
+    compare.add_argument("--out", default=None, help="write the rows and summary as JSON here")
+    compare.set_defaults(func=cmd_compare)
+
+    regen = sub.add_parser("regenerate", help="Regenerate training responses with the target (resumable).")
+    regen.add_argument("--target", default=DEFAULT_TARGET)
+    regen.add_argument("--prompts", default=None, help="prompt JSONL (default: build the training mix)")
+    regen.add_argument("--out", required=True)
+    regen.add_argument("--per-workload", type=int, default=160, help="training-mix prompts per workload")
+    regen.add_argument("--limit", type=int, default=None)
+    regen.add_argument("--max-new-tokens", type=int, default=256)
+    regen.add_argument("--max-prompt-tokens", type=int, default=1024)
+    regen.add_argument("--batch-size", type=int, default=8)
+    regen.add_argument("--do-sample", action="store_true")
+    regen.add_argument("--seed", type=int, default=0)
+    regen.add_argument("--threads", type=int, default=None)
+    regen.set_defaults(func=cmd_regenerate)
+
+    sub.add_parser(
+        "train", help="Train a stage (teacher | warmup | stable); see `dlite-hf train --help`.", add_help=False
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] == "train":
+        return cmd_train(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Regenerated samples as a torch dataset, and the collator that pads them and samples anchor blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from .anchors import block_labels, sample_anchors
+from .regenerate import read_jsonl
+
+
+class RegeneratedDataset(Dataset):
+    """Rows of a `dlite-hf regenerate` JSONL file: `input_ids` and `loss_mask`, truncated to `max_length`."""
+
+    def __init__(self, path_or_rows: str | Path | list[dict[str, Any]], max_length: int = 1024):
+        rows = read_jsonl(path_or_rows) if isinstance(path_or_rows, (str, Path)) else list(path_or_rows)
+        self.rows = []
+        for index, row in enumerate(rows):
+            if "input_ids" not in row or "loss_mask" not in row or len(row["input_ids"]) != len(row["loss_mask"]):
+                raise ValueError(
+                    f"Row {index} ({row.get('id', '?')}) has no input_ids/loss_mask of equal length; expected the "
+                    "output of `dlite-hf regenerate`."
+                )
+            ids, mask = row["input_ids"][:max_length], row["loss_mask"][:max_length]
+            if sum(mask[2:]) > 0:  # an anchor needs a position before it and a masked label after it
+                self.rows.append({"input_ids": ids, "loss_mask": mask})
+        if not self.rows:
+            raise ValueError("No usable rows: every row is empty or has no response tokens within max_length.")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return self.rows[index]
+
+
+class DLiteCollator:
+    """Right-pads a batch and samples `num_anchors` anchor blocks per sequence.
+
+    Returns `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]` and `labels` `[B, A, K]`
+    (-100 where invalid), so the Trainer counts `num_items_in_batch` over all gradient-accumulation micro-batches.
+    """
+
+    def __init__(self, pad_token_id: int, num_anchors: int, num_draft_tokens: int, seed: int = 0):
+        self.pad_token_id = pad_token_id
+        self.num_anchors = num_anchors
+        self.num_draft_tokens = num_draft_tokens
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        width = max(len(f["input_ids"]) for f in features)
+        input_ids = torch.full((len(features), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(features), width), dtype=torch.long)
+        loss_mask = torch.zeros((len(features), width), dtype=torch.bool)
+        for row, feature in enumerate(features):
+            n = len(feature["input_ids"])
+            input_ids[row, :n] = torch.tensor(feature["input_ids"])
+            attention[row, :n] = 1
+            loss_mask[row, :n] = torch.tensor(feature["loss_mask"], dtype=torch.bool)
+        anchors, anchor_valid = sample_anchors(loss_mask, self.num_anchors, self.num_draft_tokens, self.generator)
+        labels, _ = block_labels(input_ids, anchors, self.num_draft_tokens, loss_mask, anchor_valid)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "anchors": anchors,
+            "anchor_valid": anchor_valid,
+            "labels": labels,
+        }

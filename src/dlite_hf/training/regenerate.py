@@ -1,0 +1,175 @@
+"""Regenerate training responses with the target itself, so the drafter learns the target's own distribution.
+
+Input: a JSONL file of prompts (`{"id", "messages"}`, see `dlite_hf.prompts`). Output: a JSONL file, one line per
+prompt, `{"id", "input_ids", "loss_mask", "prompt_tokens", "finished"}` where `input_ids` is the chat-templated
+prompt followed by the target's response and `loss_mask` is 1 exactly on the response tokens.
+
+Resumable: lines are appended and fsync'ed per batch; on restart the ids already written are skipped and a torn
+last line (the process was killed mid-write) is cut off, so a kill never duplicates or loses a sample.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def completed_ids(out_path: Path) -> set[str]:
+    """Ids already regenerated; truncates a torn (unterminated or unparsable) last line in place."""
+    if not out_path.exists():
+        return set()
+    data = out_path.read_bytes()
+    keep = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
+    ids: set[str] = set()
+    offset = 0
+    for raw in data[:keep].split(b"\n")[:-1]:
+        try:
+            ids.add(json.loads(raw)["id"])
+        except (json.JSONDecodeError, KeyError) as error:
+            raise ValueError(
+                f"{out_path}: line at byte {offset} is not a regenerated sample ({error}). The file is corrupt; "
+                "delete it (or the bad line) and run regenerate again."
+            ) from error
+        offset += len(raw) + 1
+    if keep != len(data):
+        logger.warning(
+            "%s: dropping a torn last line (%d bytes) left by an interrupted run", out_path, len(data) - keep
+        )
+        with open(out_path, "r+b") as handle:
+            handle.truncate(keep)
+    return ids
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of `messages` with the generation prompt; Qwen3-style thinking is switched off."""
+    encoded = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, enable_thinking=False, return_dict=False
+    )
+    if hasattr(encoded, "keys"):
+        encoded = encoded["input_ids"]
+    if encoded and isinstance(encoded[0], list):
+        encoded = encoded[0]
+    return [int(t) for t in encoded]
+
+
+def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _eos_ids(model: Any) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+@torch.no_grad()
+def regenerate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[dict[str, Any]],
+    out_path: str | Path,
+    max_new_tokens: int = 256,
+    max_prompt_tokens: int = 1024,
+    batch_size: int = 8,
+    do_sample: bool = False,
+    temperature: float = 0.7,
+    top_p: float = 0.9,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Append the target's responses to `prompts` to `out_path` (JSONL); returns counts.
+
+    Prompts longer than `max_prompt_tokens` are skipped (counted in the result). Batches are formed from prompts
+    of similar length (left padding) to keep padding small.
+    """
+    if batch_size < 1 or max_new_tokens < 1 or max_prompt_tokens < 1:
+        raise ValueError(
+            f"batch_size={batch_size}, max_new_tokens={max_new_tokens}, max_prompt_tokens={max_prompt_tokens}: "
+            "all must be >= 1."
+        )
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done = completed_ids(out_path)
+    seen: set[str] = set()
+    todo, skipped = [], 0
+    for prompt in prompts:
+        if prompt["id"] in seen:
+            raise ValueError(f"Duplicate prompt id {prompt['id']!r} in the prompt file; ids must be unique.")
+        seen.add(prompt["id"])
+        if prompt["id"] in done:
+            continue
+        ids = chat_prompt_ids(tokenizer, prompt["messages"])
+        if len(ids) > max_prompt_tokens:
+            skipped += 1
+            continue
+        todo.append((prompt["id"], ids))
+    todo.sort(key=lambda item: len(item[1]))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    eos_ids = _eos_ids(model)
+    model.eval()
+    written = 0
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
+    generator_seed = seed
+    with open(out_path, "a", encoding="utf-8") as handle:
+        for batch in _batches(todo, batch_size):
+            width = max(len(ids) for _, ids in batch)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (_, ids) in enumerate(batch):
+                input_ids[row, width - len(ids) :] = torch.tensor(ids)
+                attention[row, width - len(ids) :] = 1
+            torch.manual_seed(generator_seed)
+            generator_seed += 1
+            kwargs = {"temperature": temperature, "top_p": top_p} if do_sample else {}
+            output = model.generate(
+                input_ids=input_ids.to(model.device),
+                attention_mask=attention.to(model.device),
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                pad_token_id=pad_id,
+                **kwargs,
+            )
+            lines = []
+            for row, (prompt_id, ids) in enumerate(batch):
+                response = output[row, width:].tolist()
+                finished = False
+                for position, token in enumerate(response):
+                    if token in eos_ids:
+                        response, finished = response[: position + 1], True
+                        break
+                record = {
+                    "id": prompt_id,
+                    "input_ids": ids + response,
+                    "loss_mask": [0] * len(ids) + [1] * len(response),
+                    "prompt_tokens": len(ids),
+                    "finished": finished,
+                }
+                lines.append(json.dumps(record, separators=(",", ":")) + "\n")
+            handle.write("".join(lines))
+            handle.flush()
+            os.fsync(handle.fileno())
+            written += len(batch)
+            if bar is not None:
+                bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    return {"written": written, "already_done": len(done & seen), "skipped_too_long": skipped}

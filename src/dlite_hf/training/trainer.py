@@ -1,0 +1,269 @@
+"""`DLiteTrainer`: the paper's three training stages on `transformers.Trainer`.
+
+- `teacher`: the history-aware teacher (`history_window != 0`), weighted CE on the target's own tokens.
+- `warmup`: DLite distilled to the frozen teacher, weighted forward KL(p^H || q).
+- `stable`: `lambda_ce * CE + lambda_tv * ||p^T - q||_1` against the target's own distribution.
+
+The frozen target runs inside `compute_loss` (eval mode, no grad) once per batch; every sequence feeds
+`num_anchors` drafter blocks. `compute_loss` only gathers inputs and dispatches to the pure functions of
+`losses.py`. Checkpoints hold the drafter only (safetensors plus its code files) and a model card.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import Trainer
+
+from ..modeling.modeling_dlite import DLiteForSpeculation, gather_history
+from .arguments import DLiteTrainingArguments
+from .data import DLiteCollator
+from .features import FeatureCache, target_features
+from .losses import (
+    expected_acceptance_length,
+    one_minus_tv,
+    position_weights,
+    top1_agreement,
+    weighted_cross_entropy,
+    weighted_forward_kl,
+    weighted_l1,
+)
+
+
+def _unwrap(model: nn.Module) -> DLiteForSpeculation:
+    """The DLite model inside a PEFT or accelerate wrapper."""
+    inner = model
+    for _ in range(4):
+        if isinstance(inner, DLiteForSpeculation):
+            return inner
+        if hasattr(inner, "get_base_model"):
+            inner = inner.get_base_model()
+        elif hasattr(inner, "module"):
+            inner = inner.module
+        else:
+            break
+    raise TypeError(
+        f"DLiteTrainer trains a DLiteForSpeculation (optionally PEFT-wrapped), got {type(model).__name__}."
+    )
+
+
+class DLiteTrainer(Trainer):
+    """Trainer for DLite drafters. See the module docstring for the stages.
+
+    Args:
+        model: the drafter being trained (`DLiteForSpeculation`, or a PEFT model wrapping one).
+        target: the frozen target LM (any transformers decoder LM, optionally PEFT-wrapped).
+        args: `DLiteTrainingArguments`.
+        teacher: the frozen history-aware teacher, required for `stage="warmup"`.
+        card_info: extra fields for the model card written on save (data, measured tau, ...).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        target: nn.Module,
+        args: DLiteTrainingArguments,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        teacher: DLiteForSpeculation | None = None,
+        data_collator: Any = None,
+        processing_class: Any = None,
+        card_info: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        if not isinstance(args, DLiteTrainingArguments):
+            raise TypeError(f"args must be DLiteTrainingArguments, got {type(args).__name__}.")
+        drafter = _unwrap(model)
+        window = drafter.config.history_window
+        if args.stage == "teacher" and window == 0:
+            raise ValueError(
+                "stage='teacher' trains the history-aware teacher, but the model has history_window=0. Build it with "
+                "DLiteConfig(..., history_window=-1) (or N > 0 for a sliding window)."
+            )
+        if args.stage == "warmup":
+            if teacher is None:
+                raise ValueError(
+                    "stage='warmup' distils to the history-aware teacher: pass teacher=<trained teacher>."
+                )
+            if teacher.config.history_window == 0:
+                raise ValueError("The warmup teacher must be history-aware (history_window != 0), got 0.")
+            if teacher.config.num_draft_tokens != drafter.config.num_draft_tokens or list(
+                teacher.config.target_layer_ids
+            ) != list(drafter.config.target_layer_ids):
+                raise ValueError(
+                    f"Teacher (K={teacher.config.num_draft_tokens}, layers {teacher.config.target_layer_ids}) and "
+                    f"drafter (K={drafter.config.num_draft_tokens}, layers {drafter.config.target_layer_ids}) must "
+                    "share K and the tapped layers."
+                )
+        elif teacher is not None:
+            raise ValueError(f"A teacher is only used in stage 'warmup', got one with stage={args.stage!r}.")
+
+        target.eval()
+        target.requires_grad_(False)
+        drafter.bind_target(target)
+        if teacher is not None:
+            teacher.eval()
+            teacher.requires_grad_(False)
+            teacher.bind_target(target)
+        if data_collator is None:
+            pad = getattr(target.generation_config, "pad_token_id", None)
+            pad = pad if isinstance(pad, int) else 0
+            data_collator = DLiteCollator(pad, args.num_anchors, drafter.config.num_draft_tokens, seed=args.seed)
+        super().__init__(
+            model=model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            data_collator=data_collator,
+            processing_class=processing_class,
+            **kwargs,
+        )
+        self.model_accepts_loss_kwargs = True  # compute_loss normalises by num_items_in_batch itself
+        self.target = target.to(self.args.device)
+        self.teacher = teacher.to(self.args.device) if teacher is not None else None
+        self.card_info = dict(card_info or {})
+        self.feature_cache = None
+        if args.feature_cache_dir:
+            name = getattr(target.config, "_name_or_path", "") or type(target).__name__
+            self.feature_cache = FeatureCache(args.feature_cache_dir, name, drafter.config.target_layer_ids)
+        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    # ------------------------------------------------------------------------------------------------ loss
+    def _blocks(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Gather one target forward into per-block drafter inputs and the target's block distributions."""
+        input_ids, attention = inputs["input_ids"], inputs["attention_mask"]
+        anchors, labels = inputs["anchors"], inputs["labels"]
+        config = drafter.config
+        k = config.num_draft_tokens
+        if self.feature_cache is not None:
+            states, final_hidden = self.feature_cache.features(self.target, input_ids, attention)
+        else:
+            states, final_hidden = target_features(self.target, input_ids, config.target_layer_ids, attention)
+        batch, seq_len = input_ids.shape
+        rows = torch.arange(batch, device=input_ids.device)[:, None]
+        offsets = torch.arange(1, k + 1, device=input_ids.device)
+        block_positions = (anchors[..., None] + offsets).clamp(max=seq_len - 1)  # [B, A, K]
+        blocks = {
+            "context_states": states[rows, anchors - 1].flatten(0, 1),
+            "anchor_ids": input_ids[rows, anchors].flatten(),
+            "draft_input_ids": input_ids[rows[..., None], block_positions].flatten(0, 1),
+        }
+        # p^T at draft position i is the target's prediction at position anchor + i - 1
+        lm_head = self.target.get_output_embeddings()
+        target_rows = final_hidden[rows[..., None], block_positions - 1].flatten(0, 1)
+        with torch.no_grad():
+            target_logits = lm_head(target_rows).float()
+        history = {}
+        if config.history_window != 0 or (self.teacher is not None):
+            window = config.history_window if config.history_window != 0 else self.teacher.config.history_window
+            states_h, valid_h, positions_h = gather_history(states, anchors - 1, window)
+            history = {"history_states": states_h, "history_valid": valid_h, "history_positions": positions_h}
+        return {
+            "blocks": blocks,
+            "history": history,
+            "labels": labels.flatten(0, 1),
+            "valid": labels.ne(-100).flatten(0, 1),
+            "target_logits": target_logits,
+        }
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, torch.Tensor],
+        return_outputs: bool = False,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ):
+        args: DLiteTrainingArguments = self.args
+        drafter = _unwrap(model)
+        gathered = self._blocks(drafter, inputs)
+        history = gathered["history"] if drafter.config.history_window != 0 else {}
+        q_logits = model(**gathered["blocks"], **history).logits
+        labels, valid, p_target = gathered["labels"], gathered["valid"], gathered["target_logits"]
+        weights = position_weights(
+            drafter.config.num_draft_tokens, args.loss_decay_gamma, args.loss_decay_form, device=q_logits.device
+        )
+        chunk = args.vocab_chunk_size
+        if args.stage == "teacher":
+            loss = weighted_cross_entropy(q_logits, labels, valid, weights, num_items_in_batch, chunk)
+        elif args.stage == "warmup":
+            with torch.no_grad():
+                p_teacher = self.teacher(**gathered["blocks"], **gathered["history"]).logits
+            loss = weighted_forward_kl(p_teacher, q_logits, valid, weights, num_items_in_batch, chunk)
+        else:
+            loss = q_logits.new_zeros(())
+            if args.lambda_ce:
+                loss = loss + args.lambda_ce * weighted_cross_entropy(
+                    q_logits, labels, valid, weights, num_items_in_batch, chunk
+                )
+            if args.lambda_tv:
+                loss = loss + args.lambda_tv * weighted_l1(
+                    p_target, q_logits, valid, weights, num_items_in_batch, chunk
+                )
+        self._record_metrics(p_target, q_logits.detach(), valid, "train" if model.training else "eval")
+        return (loss, {"logits": q_logits}) if return_outputs else loss
+
+    # ------------------------------------------------------------------------------------------------ metrics
+    def _record_metrics(self, p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, mode: str) -> None:
+        top1 = top1_agreement(p_logits, q_logits, valid)
+        accept = one_minus_tv(p_logits, q_logits, valid, self.args.vocab_chunk_size)
+        metrics = self._metrics[mode]
+        for i in range(top1.shape[0]):
+            if not math.isnan(float(top1[i])):
+                metrics[f"top1_pos{i + 1}"].append(float(top1[i]))
+                metrics[f"accept_pos{i + 1}"].append(float(accept[i]))
+        if not torch.isnan(top1).any():
+            metrics["expected_tau_greedy"].append(expected_acceptance_length(top1))
+            metrics["expected_tau_sampling"].append(expected_acceptance_length(accept))
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        mode = "train" if "loss" in logs or not any(k.startswith("eval_") for k in logs) else "eval"
+        prefix = "eval_" if mode == "eval" else ""
+        for name, values in self._metrics[mode].items():
+            if values:
+                logs[prefix + name] = sum(values) / len(values)
+        self._metrics[mode].clear()
+        super().log(logs, *args, **kwargs)
+
+    # ------------------------------------------------------------------------------------------------ saving
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            self.write_model_card(output_dir or self.args.output_dir)
+
+    def write_model_card(self, output_dir: str | Path) -> Path:
+        """Render the package's card template for the drafter being trained into `output_dir/README.md`."""
+        from ..cards import render_model_card
+
+        drafter = _unwrap(self.model)
+        training = {
+            "stage": self.args.stage,
+            "global_step": self.state.global_step,
+            "epochs": self.args.num_train_epochs,
+            "learning_rate": self.args.learning_rate,
+            "num_anchors": self.args.num_anchors,
+            "loss_decay": f"{self.args.loss_decay_form}, gamma={self.args.loss_decay_gamma}",
+            "lambda_ce": self.args.lambda_ce,
+            "lambda_tv": self.args.lambda_tv,
+            "train_samples": len(self.train_dataset) if self.train_dataset is not None else None,
+        }
+        logged = [entry for entry in self.state.log_history if "expected_tau_greedy" in entry]
+        if logged:
+            training["last_logged_expected_tau_greedy"] = round(logged[-1]["expected_tau_greedy"], 3)
+        info = {**self.card_info, "training": {**training, **self.card_info.get("training", {})}}
+        card = render_model_card(drafter.config, **info)
+        path = Path(output_dir) / "README.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(card, encoding="utf-8")
+        (Path(output_dir) / "dlite_training.json").write_text(json.dumps(training, indent=2), encoding="utf-8")
+        return path
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        """Called by `push_to_hub`: our card replaces transformers' generic one."""
+        if self.is_world_process_zero():
+            self.write_model_card(self.args.output_dir)

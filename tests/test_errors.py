@@ -1,0 +1,290 @@
+"""Misuse fails loudly, with a message that says what was expected, what was received and how to fix it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from conftest import make_drafter, make_tiny_target
+from dlite_hf.modeling import generation_dlite
+from dlite_hf.modeling.generation_dlite import _check_hooked_signature, install_generate_hook
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel, Qwen3Config, Qwen3ForCausalLM
+from transformers.generation.utils import GenerationMixin
+
+from dlite_hf import DLiteForSpeculation
+
+FIX_HINT = "A drafter only works with the target it was trained on: load the matching drafter"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = make_tiny_target("qwen3", seed=3)
+    return target, make_drafter(target, seed=4)
+
+
+def _prompt(vocab: int = 128, batch: int = 1, length: int = 5) -> torch.Tensor:
+    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+def _target_with_hidden(hidden: int):
+    config = Qwen3Config(
+        vocab_size=128,
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=12,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# wrong target
+# ---------------------------------------------------------------------------------------------------------------------
+
+MISMATCHES = {
+    "layers": (lambda: make_tiny_target("qwen3", num_layers=6), ["6 layers", "4-layer target", "[0, 2, 3]"]),
+    "hidden": (lambda: _target_with_hidden(48), ["hidden size 48 (expected 64)"]),
+    "vocab": (lambda: make_tiny_target("qwen3", vocab_size=100), ["100 tokens (expected 128)"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(MISMATCHES))
+def test_wrong_target_via_bind_target(pair, kind):
+    _, drafter = pair
+    make_other, expected = MISMATCHES[kind]
+    with pytest.raises(ValueError) as raised:
+        drafter.bind_target(make_other())
+    message = str(raised.value)
+    for piece in ["trained for tiny", "but the target 'Qwen3ForCausalLM' has", *expected, FIX_HINT, "dlite-hf train"]:
+        assert piece in message, (piece, message)
+    assert drafter._target_embeddings is None or drafter._target_embeddings[1].out_features == 128  # not rebound
+
+
+@pytest.mark.parametrize("kind", ["layers", "hidden"])
+def test_wrong_target_via_generate(pair, kind):
+    _, drafter = pair
+    make_other, expected = MISMATCHES[kind]
+    other = make_other()
+    with pytest.raises(ValueError) as raised:
+        other.generate(_prompt(), max_new_tokens=3, do_sample=False, assistant_model=drafter)
+    message = str(raised.value)
+    for piece in ["trained for tiny", *expected, FIX_HINT]:
+        assert piece in message, (piece, message)
+
+
+def test_wrong_vocabulary_via_generate(pair):
+    _, drafter = pair
+    other = make_tiny_target("qwen3", vocab_size=100)
+    # transformers' own vocabulary check runs before the candidate generator and asks for two tokenizers ...
+    with pytest.raises(ValueError, match="different tokenizers"):
+        other.generate(_prompt(100), max_new_tokens=3, do_sample=False, assistant_model=drafter)
+
+    class Tokenizer:  # ... a user who follows that advice must then learn the real problem: the wrong target
+        pass
+
+    with pytest.raises(ValueError) as raised:
+        other.generate(
+            _prompt(100),
+            max_new_tokens=3,
+            do_sample=False,
+            assistant_model=drafter,
+            tokenizer=Tokenizer(),
+            assistant_tokenizer=Tokenizer(),
+        )
+    message = str(raised.value)
+    assert "100 tokens (expected 128)" in message and FIX_HINT in message, message
+
+
+def test_tokenizers_with_the_right_target_are_refused(pair):
+    target, drafter = pair
+
+    class Tokenizer:
+        pass
+
+    # same vocabulary: transformers refuses before the hook; either way the tokenizers are refused
+    with pytest.raises(ValueError, match="omit `assistant_tokenizer`|Remove `assistant_tokenizer`"):
+        target.generate(
+            _prompt(),
+            max_new_tokens=3,
+            do_sample=False,
+            assistant_model=drafter,
+            tokenizer=Tokenizer(),
+            assistant_tokenizer=Tokenizer(),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# generate() misuse
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_batch_larger_than_one(pair):
+    target, drafter = pair
+    ids = _prompt(batch=3)
+    with pytest.raises(ValueError) as raised:
+        target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, assistant_model=drafter)
+    message = str(raised.value)
+    assert "supports batch size 1" in message and "batch of 3 sequences" in message, message
+    assert "once per prompt" in message, message
+    assert "DLite" in message  # our message, not a generic one from transformers
+
+
+def test_prompt_lookup_with_dlite_assistant(pair):
+    target, drafter = pair
+    with pytest.raises(ValueError) as raised:
+        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, prompt_lookup_num_tokens=3)
+    message = str(raised.value)
+    assert "prompt_lookup_num_tokens=3" in message and "Pass one of them" in message, message
+
+
+def test_speculation_type_with_dlite_assistant(pair):
+    target, drafter = pair
+    with pytest.raises(ValueError, match="speculation_type='dflash'"):
+        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, speculation_type="dflash")
+
+
+@pytest.mark.parametrize("call", ["forward", "draft", "embed_tokens"])
+def test_unbound_drafter(pair, call):
+    target, _ = pair
+    drafter = make_drafter(target, seed=5)  # never bound
+    context = torch.zeros(2, drafter.config.num_tapped_layers, 64)
+    anchors = torch.zeros(2, dtype=torch.long)
+    calls = {
+        "forward": lambda: drafter(context, anchors, torch.zeros(2, 7, dtype=torch.long)),
+        "draft": lambda: drafter.draft(context, anchors),
+        "embed_tokens": lambda: drafter.embed_tokens(anchors),
+    }
+    with pytest.raises(RuntimeError) as raised:
+        calls[call]()
+    message = str(raised.value)
+    assert "not bound to a target" in message and "drafter.bind_target(target)" in message, message
+    assert "assistant_model=drafter" in message
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# broken checkpoints
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved(pair, tmp_path):
+    _, drafter = pair
+    folder = tmp_path / "drafter"
+    drafter.save_pretrained(folder)
+    return folder
+
+
+LOADERS = {"DLiteForSpeculation": DLiteForSpeculation.from_pretrained, "AutoModel": AutoModel.from_pretrained}
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+@pytest.mark.parametrize("keep", [0.0, 0.001, 0.5, 0.9999])
+def test_truncated_checkpoint(saved, loader, keep):
+    weights = saved / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ValueError) as raised:
+        LOADERS[loader](saved)
+    message = str(raised.value)
+    assert "truncated or corrupt" in message and str(saved) in message, message
+    assert "save the drafter again" in message
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+def test_partial_checkpoint_lists_missing_keys(saved, loader):
+    state = load_file(saved / "model.safetensors")
+    dropped = ["head.cell.weight_hh", "norm.weight", "depth_embedding.weight"]
+    save_file({k: v for k, v in state.items() if k not in dropped}, saved / "model.safetensors", {"format": "pt"})
+    with pytest.raises(ValueError) as raised:
+        LOADERS[loader](saved)
+    message = str(raised.value)
+    assert "missing_keys" in message and "partial" in message, message
+    for key in dropped:
+        assert key in message, (key, message)
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+def test_unexpected_keys_are_an_error(saved, loader):
+    state = load_file(saved / "model.safetensors")
+    state["head.extra.weight"] = torch.zeros(3)
+    save_file(state, saved / "model.safetensors", {"format": "pt"})
+    with pytest.raises(ValueError, match=r"unexpected_keys: \['head.extra.weight'\]"):
+        LOADERS[loader](saved)
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+@pytest.mark.parametrize("field,value,key", [("hidden_size", 48, "norm.weight"), ("head_rank", 8, "head.up.weight")])
+def test_config_that_does_not_match_the_weights(saved, loader, field, value, key):
+    config = json.loads((saved / "config.json").read_text())
+    config[field] = value
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as raised:
+        LOADERS[loader](saved)
+    message = str(raised.value)
+    assert "does not match its config" in message and "mismatched_keys" in message, message
+    assert key in message and "config.json belongs to these weights" in message, message
+
+
+def test_intact_checkpoint_still_loads_and_returns_loading_info(saved):
+    model, info = DLiteForSpeculation.from_pretrained(saved, output_loading_info=True)
+    assert isinstance(model, DLiteForSpeculation)
+    assert not any(v for k, v in info.items())
+    assert os.path.exists(saved / "model.safetensors")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the generate() hook's guard against a changed transformers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_hooked_signature_check():
+    original = GenerationMixin._get_candidate_generator._dlite_original
+    _check_hooked_signature(original)  # the installed transformers is the supported one
+    _check_hooked_signature(GenerationMixin._get_candidate_generator)  # the wrapper keeps the signature
+
+    def changed(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model):
+        return None
+
+    with pytest.raises(RuntimeError) as raised:
+        _check_hooked_signature(changed)
+    message = str(raised.value)
+    assert "changed GenerationMixin._get_candidate_generator" in message, message
+    assert "'assistant_tokenizer'" in message and "Install a supported transformers" in message
+
+    def renamed(
+        self,
+        config,
+        input_ids,
+        inputs_tensor,
+        logits_processor,
+        model_kwargs,
+        assistant_model=None,
+        target_tokenizer=None,
+        assistant_tokenizer=None,
+    ):
+        return None
+
+    with pytest.raises(RuntimeError, match="'config'"):
+        _check_hooked_signature(renamed)
+
+
+def test_install_refuses_a_changed_method(monkeypatch):
+    def changed(self, generation_config, input_ids, logits_processor, model_kwargs, assistant_model=None):
+        return None
+
+    monkeypatch.setattr(GenerationMixin, generation_dlite._HOOKED_METHOD, changed)
+    with pytest.raises(RuntimeError, match="changed GenerationMixin._get_candidate_generator"):
+        install_generate_hook()
+    assert GenerationMixin._get_candidate_generator is changed  # nothing was wrapped

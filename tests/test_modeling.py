@@ -1,0 +1,342 @@
+"""DLiteConfig validation and derivation, and the drafter's forward / draft contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_drafter, make_tiny_target
+from dlite_hf.modeling.configuration_dlite import default_target_layer_ids
+from dlite_hf.modeling.modeling_dlite import gather_history
+from transformers import LlamaConfig, Qwen3Config
+
+from dlite_hf import DLiteConfig, DLiteForSpeculation
+
+V, H_T = 128, 64  # make_tiny_target's vocabulary and hidden size
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DLiteConfig validation
+# ---------------------------------------------------------------------------------------------------------------------
+
+BAD_VALUES = [
+    # (field, bad value, other fields the case needs)
+    ("num_target_layers", 0, {"target_layer_ids": [0]}),
+    ("num_target_layers", -4, {"target_layer_ids": [0]}),
+    ("target_hidden_size", -64, {}),
+    ("target_hidden_size", 0, {}),
+    ("vocab_size", -1, {}),
+    ("vocab_size", 0, {}),
+    ("hidden_size", -32, {}),
+    ("num_hidden_layers", -1, {}),
+    ("num_hidden_layers", 0, {}),
+    ("num_attention_heads", -8, {"head_dim": 8}),
+    ("num_key_value_heads", -2, {}),
+    ("num_key_value_heads", 0, {}),
+    ("head_dim", -16, {}),
+    ("intermediate_size", -1, {}),
+    ("head_rank", 0, {}),
+    ("head_rank", -64, {}),
+    ("num_key_value_heads", 3, {"num_attention_heads": 8}),  # does not divide the heads
+    ("num_key_value_heads", 5, {"num_attention_heads": 4}),
+    ("num_draft_tokens", 0, {}),
+    ("num_draft_tokens", -7, {}),
+    ("num_draft_tokens", 65, {}),
+    ("num_draft_tokens", 7.0, {}),
+    ("target_layer_ids", [2, 1], {"num_target_layers": 4}),  # decreasing
+    ("target_layer_ids", [1, 1, 2], {"num_target_layers": 4}),  # repeated
+    ("target_layer_ids", [-1, 2], {"num_target_layers": 4}),  # below range
+    ("target_layer_ids", [0, 4], {"num_target_layers": 4}),  # past the last layer
+    ("target_layer_ids", [], {"num_target_layers": 4}),
+    ("target_layer_ids", [0.5, 2], {"num_target_layers": 4}),
+    ("history_window", -2, {}),
+    ("history_window", -100, {}),
+    ("history_window", 1.5, {}),
+    ("backbone_type", "gpt2", {}),
+    ("backbone_type", "Qwen3", {}),
+    ("mask_token_id", -1, {"vocab_size": 16}),
+    ("mask_token_id", 16, {"vocab_size": 16}),  # one past the vocabulary
+    ("rms_norm_eps", 0.0, {}),
+    ("rope_theta", -1.0, {}),
+]
+
+
+@pytest.mark.parametrize("field,value,extra", BAD_VALUES, ids=[f"{f}={v!r}" for f, v, _ in BAD_VALUES])
+def test_config_rejects_bad_value_naming_field_and_value(field, value, extra):
+    kwargs = {"num_target_layers": 4, "target_hidden_size": 64, "vocab_size": 128, **extra, field: value}
+    with pytest.raises(ValueError) as raised:
+        DLiteConfig(**kwargs)
+    message = str(raised.value)
+    assert f"DLiteConfig.{field}={value!r}" in message, message
+    assert "expected" in message  # says what is allowed
+
+
+def test_config_error_says_what_is_allowed():
+    with pytest.raises(ValueError, match=r"indices in \[0, 3\].*4 layers"):
+        DLiteConfig(num_target_layers=4, target_layer_ids=[1, 4])
+    with pytest.raises(ValueError, match=r"divisor of num_attention_heads=8"):
+        DLiteConfig(num_attention_heads=8, num_key_value_heads=3)
+    with pytest.raises(ValueError, match=r"token id in \[0, 15\]"):
+        DLiteConfig(vocab_size=16, mask_token_id=16)
+    with pytest.raises(ValueError, match=r"\[1, 64\]"):
+        DLiteConfig(num_draft_tokens=65)
+
+
+def test_config_accepts_boundary_values():
+    assert DLiteConfig(num_draft_tokens=1).num_draft_tokens == 1
+    assert DLiteConfig(num_draft_tokens=64).num_draft_tokens == 64
+    assert DLiteConfig(history_window=-1).history_window == -1
+    assert DLiteConfig(history_window=5).history_window == 5
+    assert DLiteConfig(vocab_size=16, mask_token_id=15).mask_token_id == 15
+    assert DLiteConfig(vocab_size=16, mask_token_id=0).mask_token_id == 0
+    assert DLiteConfig(num_target_layers=4, target_layer_ids=[0, 3]).target_layer_ids == [0, 3]
+    assert DLiteConfig(backbone_type="llama").backbone_type == "llama"
+    config = DLiteConfig(target_hidden_size=64)
+    assert config.hidden_size == 64 and config.intermediate_size == 3 * 64 and config.head_dim == 64 // 8
+
+
+def test_config_survives_dict_round_trip():
+    config = DLiteConfig(num_target_layers=6, target_layer_ids=[1, 3], history_window=4, mask_token_id=3)
+    again = DLiteConfig.from_dict(config.to_dict())
+    for name in ("num_target_layers", "target_layer_ids", "history_window", "mask_token_id", "hidden_size"):
+        assert getattr(again, name) == getattr(config, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# default_target_layer_ids and for_target
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_layers", list(range(1, 41)) + [48, 64, 80])
+def test_default_target_layer_ids_properties(num_layers):
+    for tapped in range(1, num_layers + 1):
+        ids = default_target_layer_ids(num_layers, tapped)
+        assert len(ids) == tapped, (num_layers, tapped, ids)
+        assert all(b > a for a, b in zip(ids, ids[1:])), (num_layers, tapped, ids)
+        assert 0 <= ids[0] and ids[-1] <= num_layers - 1, (num_layers, tapped, ids)
+        DLiteConfig(num_target_layers=num_layers, target_layer_ids=ids)  # always a valid config
+        if tapped <= num_layers - 3:  # fits in [1, L - 3]: the last two layers are skipped
+            assert ids[0] >= 1 and ids[-1] <= num_layers - 3, (num_layers, tapped, ids)
+            if tapped >= 2:
+                assert ids[0] == 1 and ids[-1] == num_layers - 3, (num_layers, tapped, ids)
+        if tapped >= 3:  # evenly spread: gaps within one rounding of the ideal step
+            span = ids[-1] - ids[0]
+            step = span / (tapped - 1)
+            gaps = [b - a for a, b in zip(ids, ids[1:])]
+            assert all(abs(gap - step) <= 1.0 + 1e-9 for gap in gaps), (num_layers, tapped, ids)
+    with pytest.raises(ValueError, match=str(num_layers)):
+        default_target_layer_ids(num_layers, num_layers + 1)
+
+
+def test_default_target_layer_ids_examples_and_errors():
+    assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]
+    assert default_target_layer_ids(28, 1) == [13]
+    assert default_target_layer_ids(1, 1) == [0]
+    with pytest.raises(ValueError, match="num_target_layers must be >= 1, got 0"):
+        default_target_layer_ids(0, 1)
+    with pytest.raises(ValueError, match="num_tapped .* must be >= 1, got 0"):
+        default_target_layer_ids(8, 0)
+    # the config's own default taps min(4, L) layers and is valid for every depth
+    for num_layers in range(1, 12):
+        config = DLiteConfig(num_target_layers=num_layers)
+        assert config.target_layer_ids == default_target_layer_ids(num_layers, min(4, num_layers))
+
+
+def _qwen3_config():
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+    )
+    config.architectures = ["Qwen3ForCausalLM"]
+    config._name_or_path = "Qwen/Qwen3-4B"
+    return config
+
+
+def _llama_config():
+    config = LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+    )
+    config.architectures = ["LlamaForCausalLM"]
+    return config
+
+
+@pytest.mark.parametrize(
+    "make_config,layers,hidden,vocab,arch,model_type",
+    [
+        (_qwen3_config, 36, 2560, 151936, "Qwen3ForCausalLM", "qwen3"),
+        (_llama_config, 16, 2048, 128256, "LlamaForCausalLM", "llama"),
+    ],
+)
+def test_for_target(make_config, layers, hidden, vocab, arch, model_type):
+    target_config = make_config()
+    config = DLiteConfig.for_target(target_config)
+    ids = config.target_layer_ids
+    assert len(ids) == min(12, layers)
+    assert ids[0] == 1 and ids[-1] == layers - 3  # evenly spread over [1, L - 3]
+    assert all(b > a for a, b in zip(ids, ids[1:]))
+    assert config.num_target_layers == layers
+    assert config.target_hidden_size == hidden == config.hidden_size  # width defaults to the target's
+    assert config.vocab_size == vocab
+    assert config.target_model["architecture"] == arch
+    assert config.target_model["model_type"] == model_type
+    assert config.target_model["name_or_path"] == (target_config._name_or_path or "")
+
+    named = DLiteConfig.for_target(
+        target_config, num_target_layers_tapped=4, target_name_or_path="org/target", hidden_size=512, head_rank=32
+    )
+    assert named.target_layer_ids == default_target_layer_ids(layers, 4) and len(named.target_layer_ids) == 4
+    assert named.target_model["name_or_path"] == "org/target"
+    assert named.hidden_size == 512 and named.head_rank == 32 and named.target_hidden_size == hidden
+
+    explicit = DLiteConfig.for_target(target_config, target_layer_ids=[0, 5, 9], num_target_layers_tapped=7)
+    assert explicit.target_layer_ids == [0, 5, 9]
+    with pytest.raises(ValueError, match=r"target_layer_ids=\[0, 99\]"):
+        DLiteConfig.for_target(target_config, target_layer_ids=[0, 99])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# forward / draft
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_tiny_target("qwen3", seed=11)
+
+
+def _tapped_states(target, ids: torch.Tensor, layer_ids: list[int]) -> torch.Tensor:
+    """`[B, T, L, H_t]` outputs of the tapped decoder layers (hidden_states[i + 1] is layer i's output)."""
+    with torch.no_grad():
+        hidden = target(ids, output_hidden_states=True).hidden_states
+    return torch.stack([hidden[i + 1] for i in layer_ids], 2)
+
+
+@pytest.mark.parametrize("backbone", ["qwen3", "llama"])
+@pytest.mark.parametrize("width", [32, 64])  # 64 = the target's width: identity projections
+def test_forward_and_draft_shapes(target, backbone, width):
+    drafter = make_drafter(target, seed=1, backbone_type=backbone, hidden_size=width, num_draft_tokens=5)
+    drafter.bind_target(target)
+    n, k, num_tapped = 6, 5, drafter.config.num_tapped_layers
+    context = torch.randn(n, num_tapped, H_T, generator=torch.Generator().manual_seed(0))
+    anchors = torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(1))
+    drafts = torch.randint(0, V, (n, k), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out = drafter(context, anchors, drafts)
+    assert out.logits.shape == (n, k, V) and out.logits.dtype == torch.float32
+    assert out.hidden_states.shape == (n, k, width)
+    assert torch.isfinite(out.logits).all()
+    tokens, logits = drafter.draft(context, anchors)
+    assert tokens.shape == (n, k) and logits.shape == (n, k, V) and tokens.dtype == torch.long
+    tokens, logits = drafter.draft(context, anchors, num_tokens=2)
+    assert tokens.shape == (n, 2) and logits.shape == (n, 2, V)
+    for bad in (0, k + 1):
+        with pytest.raises(ValueError, match=f"num_tokens={bad} is invalid"):
+            drafter.draft(context, anchors, num_tokens=bad)
+    with pytest.raises(ValueError, match=r"context_states has shape \(6, 9, 64\)"):
+        drafter(torch.zeros(n, 9, H_T), anchors, drafts)
+
+
+@pytest.mark.parametrize("window", [0, -1, 3])
+def test_teacher_forced_forward_equals_step_by_step_draft(target, window):
+    drafter = make_drafter(target, seed=2, history_window=window).bind_target(target)
+    # scale the head so that the in-block token feedback visibly changes the logits
+    with torch.no_grad():
+        drafter.head.up.weight.mul_(20.0)
+    ids = torch.randint(1, V, (2, 14), generator=torch.Generator().manual_seed(3))
+    states = _tapped_states(target, ids, drafter.config.target_layer_ids)  # [2, 14, L, H_t]
+    anchor_pos = torch.tensor([[1, 4, 9, 13], [2, 5, 7, 12]])
+    rows = torch.arange(2)[:, None]
+    context = states[rows, anchor_pos - 1].flatten(0, 1)  # [8, L, H_t]
+    anchor_ids = ids[rows, anchor_pos].flatten()
+    history = {}
+    if window != 0:
+        hist, valid, pos = gather_history(states, anchor_pos - 1, window)
+        history = {"history_states": hist, "history_valid": valid, "history_positions": pos}
+        assert hist.shape[:2] == valid.shape == pos.shape
+        assert hist.shape[1] == (3 if window == 3 else int((anchor_pos - 1).max()))
+    tokens, draft_logits = drafter.draft(context, anchor_ids, **history)
+    with torch.no_grad():
+        forward_logits = drafter(context, anchor_ids, tokens, **history).logits
+    torch.testing.assert_close(forward_logits, draft_logits, atol=1e-5, rtol=0)
+    assert torch.equal(forward_logits.argmax(-1), tokens)
+
+    # the check above has teeth: other in-block tokens change positions 2..K, never position 1, and the last
+    # column of draft_input_ids is never read
+    other = (tokens + 1) % V
+    with torch.no_grad():
+        shifted = drafter(context, anchor_ids, other, **history).logits
+        last_changed = torch.cat([tokens[:, :-1], other[:, -1:]], 1)
+        same = drafter(context, anchor_ids, last_changed, **history).logits
+    torch.testing.assert_close(shifted[:, 0], forward_logits[:, 0], atol=1e-6, rtol=0)
+    assert (shifted[:, 1:] - forward_logits[:, 1:]).abs().amax() > 1e-3
+    torch.testing.assert_close(same, forward_logits, atol=1e-6, rtol=0)
+
+    if window != 0:  # the history matters for history drafters, and is required
+        with torch.no_grad():
+            no_past = drafter(
+                context,
+                anchor_ids,
+                tokens,
+                history["history_states"],
+                torch.zeros_like(history["history_valid"]),
+                history["history_positions"],
+            ).logits
+        assert (no_past - forward_logits).abs().amax() > 1e-4
+        with pytest.raises(ValueError, match=f"history_window={window}"):
+            drafter(context, anchor_ids, tokens)
+
+
+def test_gather_history_windows():
+    states = torch.arange(2 * 6, dtype=torch.float32).reshape(2, 6, 1, 1)  # value = 6 * b + t
+    hist, valid, pos = gather_history(states, torch.tensor([[0, 3], [5, 2]]), 2)
+    assert hist.shape == (4, 2, 1, 1)
+    assert valid.tolist() == [[False, False], [True, True], [True, True], [True, True]]
+    assert pos.tolist() == [[-2, -1]] * 4
+    assert hist[1, :, 0, 0].tolist() == [1.0, 2.0] and hist[2, :, 0, 0].tolist() == [9.0, 10.0]
+    hist, valid, pos = gather_history(states, torch.tensor([[4], [1]]), -1)
+    assert hist.shape[1] == 4 and valid.tolist() == [[True] * 4, [False] * 3 + [True]]
+    assert hist[0, :, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0] and hist[1, -1, 0, 0].item() == 6.0
+    with pytest.raises(ValueError, match="history_window != 0"):
+        gather_history(states, torch.tensor([[1]]), 0)
+
+
+def test_state_dict_holds_only_the_drafters_own_weights(target):
+    drafter = make_drafter(target, seed=3)
+    keys_before = set(drafter.state_dict())
+    drafter.bind_target(target)
+    state = drafter.state_dict()
+    assert set(state) == keys_before  # binding registers nothing
+    assert set(state) == {name for name, _ in drafter.named_parameters()}  # no persistent buffers, no extras
+    assert not [k for k in state if "embed_tokens" in k or "lm_head" in k or k.startswith("model.")]
+    target_storage = {p.data_ptr() for p in target.parameters()}
+    assert not [k for k, v in state.items() if v.data_ptr() in target_storage]
+    assert not [k for k, v in state.items() if v.shape[0] == V]  # no [vocab, ...] table: nothing copied
+    assert len(list(drafter.parameters())) == len(state)
+    own = sum(v.numel() for v in state.values())
+    big_vocab = make_drafter(make_tiny_target("qwen3", seed=11, vocab_size=4 * V), seed=3)
+    assert sum(v.numel() for v in big_vocab.state_dict().values()) == own  # the vocabulary costs the drafter nothing
+    assert "mask_embedding" in state
+
+
+def test_mask_token_id_variant(target):
+    drafter = make_drafter(target, seed=4, mask_token_id=5).bind_target(target)
+    assert drafter.mask_embedding is None and "mask_embedding" not in drafter.state_dict()
+    context = torch.randn(3, drafter.config.num_tapped_layers, H_T, generator=torch.Generator().manual_seed(5))
+    anchors = torch.tensor([1, 2, 3])
+    tokens, logits = drafter.draft(context, anchors)
+    assert tokens.shape == (3, 7) and logits.shape == (3, 7, V)
+    with torch.no_grad():
+        forward_logits = drafter(context, anchors, tokens).logits
+    torch.testing.assert_close(forward_logits, logits, atol=1e-5, rtol=0)
+    drafter.config.mask_token_id = 6  # the placeholder really is the target's embedding of that token
+    _, other_logits = drafter.draft(context, anchors)
+    assert (other_logits - logits).abs().amax() > 1e-4
+    assert isinstance(drafter, DLiteForSpeculation)

@@ -1,0 +1,184 @@
+"""Speculative sampling with a DLite drafter is lossless: the generated tokens follow the target's distribution.
+
+A tiny target with a 16-token vocabulary makes the exact distribution of the first generated tokens computable by
+brute force (one batched target forward over every prefix). Token 1 comes from the prefill; with
+`max_new_tokens=4` the first draft round proposes two tokens (the budget is `max_length - len - 1`), so tokens 2 and
+3 come from drafted positions (accepted, or resampled from the residual after a rejection). A chi-square
+goodness-of-fit test compares many seeded DLite-assisted samples with the exact marginals; the same test must
+reject when the candidate generator returns logits other than the ones the drafts were sampled from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+from conftest import make_drafter, make_tiny_target
+
+from dlite_hf import DLiteCandidateGenerator
+
+VOCAB = 16
+PROMPT = torch.tensor([[3, 7, 1, 12]])
+P = PROMPT.shape[1]
+MAX_NEW = 4
+ALPHA = 1e-3
+N_SAMPLES = 1500  # per setting; about 15 s each on one thread
+N_POWER = 500
+
+SETTINGS = {
+    "t1": {"temperature": 1.0, "top_k": 0},  # no logits processor at all
+    "t0.7_top6": {"temperature": 0.7, "top_k": 6},  # drafts are sampled from processed logits
+}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = make_tiny_target("qwen3", seed=3, vocab_size=VOCAB)
+    drafter = make_drafter(target, seed=4)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(10.0)  # a peaked target distribution (random init is nearly uniform) ...
+        drafter.norm.weight.mul_(20.0)  # ... and a peaked drafter that disagrees with it
+    return target, drafter.bind_target(target)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# exact distributions and the chi-square test
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _process(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """Temperature then top-k, written independently of transformers' warpers."""
+    logits = logits / temperature
+    if top_k:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits
+
+
+def exact_marginals(target, temperature: float, top_k: int) -> list[torch.Tensor]:
+    """Exact distributions of generated tokens 1, 2 and 3 (float64), from all V^2 two-token continuations."""
+    pairs = torch.tensor(list(itertools.product(range(VOCAB), repeat=2)))  # [V^2, 2]: (t1, t2)
+    sequences = torch.cat([PROMPT.expand(len(pairs), -1), pairs], 1)
+    with torch.no_grad():
+        logits = target(sequences).logits.double()
+    probs = _process(logits, temperature, top_k).softmax(-1)
+    p1 = probs[0, P - 1]  # p(t1 | prompt)
+    p2 = probs[:, P].reshape(VOCAB, VOCAB, VOCAB)[:, 0]  # [t1, t2] = p(t2 | prompt, t1)
+    p3 = probs[:, P + 1].reshape(VOCAB, VOCAB, VOCAB)  # [t1, t2, t3] = p(t3 | prompt, t1, t2)
+    m2 = (p1[:, None] * p2).sum(0)
+    m3 = (p1[:, None, None] * p2[:, :, None] * p3).sum((0, 1))
+    for m in (p1, m2, m3):
+        assert abs(float(m.sum()) - 1.0) < 1e-9
+    return [p1, m2, m3]
+
+
+def chi2_sf(statistic: float, df: int) -> float:
+    """Survival function of the chi-square distribution: Q(df / 2, x / 2), the regularized upper gamma."""
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(statistic / 2.0)))
+
+
+def chi_square_test(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, float]:
+    """Pearson goodness of fit; cells with expected count < 5 are merged (smallest first). Returns (stat, df, p)."""
+    n = float(counts.sum())
+    impossible = probs == 0
+    assert counts[impossible].sum() == 0, f"tokens of probability 0 were generated: {counts[impossible]}"
+    expected = probs * n
+    cells, observed_acc, expected_acc = [], 0.0, 0.0
+    for index in torch.argsort(expected).tolist():
+        if impossible[index]:
+            continue
+        observed_acc += float(counts[index])
+        expected_acc += float(expected[index])
+        if expected_acc >= 5.0:
+            cells.append((observed_acc, expected_acc))
+            observed_acc, expected_acc = 0.0, 0.0
+    if expected_acc > 0:  # leftover small mass joins the last (largest) cell
+        observed, expected_last = cells.pop()
+        cells.append((observed + observed_acc, expected_last + expected_acc))
+    assert len(cells) >= 3, cells  # enough degrees of freedom for the test to mean something
+    statistic = sum((o - e) ** 2 / e for o, e in cells)
+    df = len(cells) - 1
+    return statistic, df, chi2_sf(statistic, df)
+
+
+def test_chi2_survival_function_matches_the_table():
+    # critical values at alpha = 1e-3 from the chi-square table (df: value)
+    for df, critical in {1: 10.828, 2: 13.816, 5: 20.515, 10: 29.588, 15: 37.697}.items():
+        assert chi2_sf(critical, df) == pytest.approx(1e-3, rel=2e-3), df
+    assert chi2_sf(0.0, 4) == pytest.approx(1.0)
+    counts = torch.tensor([50.0, 30.0, 20.0, 0.0])
+    statistic, df, p = chi_square_test(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]))
+    assert statistic == pytest.approx(0.0) and df == 2 and p == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# sampling
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def draw(target, drafter, n: int, seed_base: int, **settings) -> tuple[torch.Tensor, dict[str, int]]:
+    """`n` DLite-assisted samples; returns counts `[3, V]` of tokens 1..3 and summed statistics."""
+    counts = torch.zeros(3, VOCAB)
+    totals = {"drafted": 0, "accepted": 0, "calls_drafting_two": 0}
+    for i in range(n):
+        torch.manual_seed(seed_base + i)
+        out = target.generate(PROMPT, max_new_tokens=MAX_NEW, do_sample=True, assistant_model=drafter, **settings)
+        assert out.shape[1] == P + MAX_NEW
+        for position in range(3):
+            counts[position, out[0, P + position]] += 1
+        stats = drafter.last_generation_stats
+        totals["drafted"] += stats.drafted
+        totals["accepted"] += stats.accepted
+        totals["calls_drafting_two"] += int(stats.drafted >= 2)
+    return counts, totals
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_sampled_tokens_follow_the_target_distribution(pair, setting):
+    target, drafter = pair
+    settings = SETTINGS[setting]
+    marginals = exact_marginals(target, **settings)
+
+    # the drafter disagrees with the target enough for acceptance/rejection to matter
+    with torch.no_grad():
+        hidden = target(PROMPT, output_hidden_states=True).hidden_states
+    context = torch.stack([hidden[i + 1][:, -1] for i in drafter.config.target_layer_ids], 1)
+    _, draft_logits = drafter.draft(context, PROMPT[:, -1], num_tokens=1)
+    q = _process(draft_logits[0, 0].double(), **settings).softmax(-1)
+    assert 0.5 * (q - marginals[0]).abs().sum() > 0.3  # total variation between drafter and target at token 1
+
+    started = time.perf_counter()
+    counts, totals = draw(target, drafter, N_SAMPLES, seed_base=10_000, **settings)
+    elapsed = time.perf_counter() - started
+    assert totals["calls_drafting_two"] == N_SAMPLES  # tokens 2 and 3 were drafted positions in every call
+    acceptance = totals["accepted"] / totals["drafted"]
+    assert 0.1 < acceptance < 0.9, acceptance  # both acceptances and residual resamples happened, often
+    for token, (row, probs) in enumerate(zip(counts, marginals), start=1):
+        statistic, df, p_value = chi_square_test(row, probs)
+        assert p_value > ALPHA, (
+            f"{setting}: token {token} does not follow the target distribution: chi2={statistic:.1f}, df={df}, "
+            f"p={p_value:.2e}; observed {row.tolist()}, expected {(probs * N_SAMPLES).tolist()}"
+        )
+    assert elapsed < 60, elapsed
+
+
+def test_wrong_candidate_logits_are_detected(pair, monkeypatch):
+    """Power: if the candidate logits are not those the drafts were sampled from, the same test rejects."""
+    target, drafter = pair
+    settings = SETTINGS["t1"]
+    marginals = exact_marginals(target, **settings)
+    honest = DLiteCandidateGenerator.get_candidates
+
+    def uniform_candidate_logits(self, *args, **kwargs):
+        candidate_ids, logits = honest(self, *args, **kwargs)
+        return candidate_ids, None if logits is None else torch.zeros_like(logits)
+
+    monkeypatch.setattr(DLiteCandidateGenerator, "get_candidates", uniform_candidate_logits)
+    counts, _ = draw(target, drafter, N_POWER, seed_base=20_000, **settings)
+    _, _, p_first = chi_square_test(counts[0], marginals[0])
+    assert p_first > ALPHA  # the prefill token is untouched by the drafter ...
+    for token in (2, 3):  # ... the drafted ones are biased, and the test sees it
+        statistic, df, p_value = chi_square_test(counts[token - 1], marginals[token - 1])
+        assert p_value < ALPHA, (token, statistic, df, p_value)

@@ -1,0 +1,148 @@
+"""DLiteTrainer: every stage trains, a short run learns, resume continues, saves hold the drafter and a card."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_drafter, make_tiny_target
+from safetensors import safe_open
+
+from dlite_hf import DLiteForSpeculation
+from dlite_hf.training.arguments import DLiteTrainingArguments
+from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
+from dlite_hf.training.trainer import DLiteTrainer
+
+
+@pytest.fixture(scope="module")
+def tiny_setup():
+    target = make_tiny_target("qwen3", seed=0)
+    prompts = torch.randint(1, 128, (24, 6), generator=torch.Generator().manual_seed(1))
+    sequences = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=30, do_sample=False)
+    rows = [{"input_ids": s.tolist(), "loss_mask": [0] * 6 + [1] * 30} for s in sequences]
+    return target, RegeneratedDataset(rows)
+
+
+def _args(tmp_path, stage, **overrides):
+    kwargs = dict(
+        output_dir=str(tmp_path / stage),
+        stage=stage,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_anchors=4,
+        logging_steps=1,
+        save_steps=1000,
+        learning_rate=1e-3,
+        report_to="none",
+        disable_tqdm=True,
+    )
+    if stage == "warmup":
+        kwargs["teacher_path"] = str(tmp_path / "teacher")
+    kwargs.update(overrides)
+    return DLiteTrainingArguments(**kwargs)
+
+
+@pytest.mark.parametrize("stage", ["teacher", "warmup", "stable"])
+def test_two_step_smoke_every_parameter_changes(tiny_setup, tmp_path, stage):
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=1, history_window=-1 if stage == "teacher" else 0)
+    teacher = make_drafter(target, seed=2, history_window=-1) if stage == "warmup" else None
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = DLiteTrainer(
+        model=model, target=target, args=_args(tmp_path, stage), train_dataset=dataset, teacher=teacher
+    )
+    trainer.train()
+    unchanged = [name for name, p in model.named_parameters() if torch.equal(p, before[name])]
+    assert unchanged == []
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    logged = [entry for entry in trainer.state.log_history if "expected_tau_greedy" in entry]
+    assert logged and 1.0 <= logged[-1]["expected_tau_greedy"] <= 8.0
+    assert all(not any(p.requires_grad for p in m.parameters()) for m in [target] + ([teacher] if teacher else []))
+
+
+def test_short_run_learns(tiny_setup, tmp_path):
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=3)
+    # CE only: a random tiny target's p^T is nearly uniform, so the TV term would mostly pull q towards uniform
+    args = _args(
+        tmp_path,
+        "stable",
+        max_steps=200,
+        lambda_ce=1.0,
+        lambda_tv=0.0,
+        learning_rate=1e-2,
+        num_anchors=8,
+        logging_steps=10,
+        save_strategy="no",
+    )
+    trainer = DLiteTrainer(model=model, target=target, args=args, train_dataset=dataset)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    mean = lambda key, entries: sum(e[key] for e in entries) / len(entries)  # noqa: E731
+    first, last = logs[:3], logs[-3:]
+    assert mean("loss", last) < 0.75 * mean("loss", first), (mean("loss", first), mean("loss", last))
+    assert mean("top1_pos1", last) > mean("top1_pos1", first) + 0.2
+    assert mean("expected_tau_greedy", last) > mean("expected_tau_greedy", first)
+
+
+def test_resume_continues_step_and_optimizer(tiny_setup, tmp_path):
+    target, dataset = tiny_setup
+    args = _args(tmp_path, "stable", max_steps=4, save_steps=2, output_dir=str(tmp_path / "run"))
+    first = DLiteTrainer(model=make_drafter(target, seed=4), target=target, args=args, train_dataset=dataset)
+    first.train()
+    checkpoint = Path(args.output_dir) / "checkpoint-2"
+    optimizer_state = torch.load(checkpoint / "optimizer.pt", weights_only=False)
+    # "kill" after step 2: a fresh process state resumes from checkpoint-2 and continues to step 4
+    resumed = DLiteTrainer(model=make_drafter(target, seed=99), target=target, args=args, train_dataset=dataset)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 4
+    steps = [entry["step"] for entry in resumed.state.log_history if "loss" in entry]
+    assert steps[-1] == 4 and 3 in steps
+    restored = resumed.optimizer.state_dict()["state"]
+    assert optimizer_state["state"].keys() == restored.keys()
+    assert all(int(restored[k]["step"]) == 4 for k in restored)  # Adam step counters continued from 2
+
+
+def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=5)
+    args = _args(tmp_path, "stable", save_steps=2)
+    trainer = DLiteTrainer(model=model, target=target, args=args, train_dataset=dataset)
+    trainer.train()
+    trainer.save_model(args.output_dir)
+    folder = Path(args.output_dir)
+    names = {p.name for p in folder.iterdir()}
+    assert {"model.safetensors", "config.json", "README.md", "modeling_dlite.py", "generation_dlite.py"} <= names
+    assert not any(name.endswith(".bin") and name != "training_args.bin" for name in names)
+    with safe_open(folder / "model.safetensors", "pt") as handle:
+        keys = list(handle.keys())
+    assert keys and not any("embed_tokens" in k or "lm_head" in k for k in keys)
+    card = (folder / "README.md").read_text()
+    assert "library_name: transformers" in card and "stable" in card
+    assert json.loads((folder / "config.json").read_text())["auto_map"]["AutoModel"].endswith("DLiteForSpeculation")
+    reloaded = DLiteForSpeculation.from_pretrained(folder)
+    assert all(torch.equal(a, b) for a, b in zip(reloaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_gradient_accumulation_counts_items_globally(tiny_setup, tmp_path):
+    target, dataset = tiny_setup
+    collator = DLiteCollator(0, num_anchors=4, num_draft_tokens=7, seed=0)
+    batch = collator([dataset[i] for i in range(4)])
+    assert batch["labels"].shape == (4, 4, 7)
+    assert (batch["labels"].ne(-100) <= batch["anchor_valid"][..., None]).all()
+
+
+def test_stage_misconfigurations_raise(tiny_setup, tmp_path):
+    target, dataset = tiny_setup
+    with pytest.raises(ValueError, match="history_window"):
+        DLiteTrainer(model=make_drafter(target), target=target, args=_args(tmp_path, "teacher"), train_dataset=dataset)
+    with pytest.raises(ValueError, match="teacher"):
+        DLiteTrainer(model=make_drafter(target), target=target, args=_args(tmp_path, "warmup"), train_dataset=dataset)
+    wrong_target = make_tiny_target("llama", seed=0, num_layers=3)
+    with pytest.raises(ValueError, match="layers"):
+        DLiteTrainer(
+            model=make_drafter(target), target=wrong_target, args=_args(tmp_path, "stable"), train_dataset=dataset
+        )
