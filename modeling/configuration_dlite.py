@@ -71,6 +71,9 @@ class DLiteConfig(PreTrainedConfig):
             drafts, negative for history), so a small base is enough.
         head_rank (`int`, defaults to 64):
             R, the rank of the gated recurrent sequential head (the paper uses 320 for Qwen3-4B, 512 for 8B).
+        use_sequential_head (`bool`, defaults to `True`):
+            `False` drops the recurrent head: every position is predicted from the backbone alone (the paper's
+            "pure parallel", DFlash-like ablation).
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).
@@ -103,6 +106,7 @@ class DLiteConfig(PreTrainedConfig):
         rms_norm_eps: float = 1e-6,
         rope_theta: float = 10000.0,
         head_rank: int = 64,
+        use_sequential_head: bool = True,
         history_window: int = 0,
         mask_token_id: int | None = None,
         backbone_type: str = "qwen3",
@@ -128,6 +132,7 @@ class DLiteConfig(PreTrainedConfig):
         self.rms_norm_eps = rms_norm_eps
         self.rope_theta = rope_theta
         self.head_rank = head_rank
+        self.use_sequential_head = use_sequential_head
         self.history_window = history_window
         self.mask_token_id = mask_token_id
         self.backbone_type = backbone_type
@@ -179,6 +184,8 @@ class DLiteConfig(PreTrainedConfig):
                 ids,
                 f"indices in [0, {self.num_target_layers - 1}] (the target has {self.num_target_layers} layers)",
             )
+        if not isinstance(self.use_sequential_head, bool):
+            raise bad("use_sequential_head", self.use_sequential_head, "True or False")
         if not isinstance(self.history_window, int) or self.history_window < -1:
             raise bad("history_window", self.history_window, "-1 (full history), 0 (history-free) or N > 0")
         if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:

@@ -188,7 +188,11 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         for layer in self.layers:
             layer.self_attn.is_causal = False  # bidirectional inside a block
         self.rotary_emb = rotary_cls(backbone_config)
-        self.head = DLiteSequentialHead(hidden, target_hidden, config.head_rank, eps, norm_cls)
+        self.head = (
+            DLiteSequentialHead(hidden, target_hidden, config.head_rank, eps, norm_cls)
+            if config.use_sequential_head
+            else None
+        )
         self.norm = norm_cls(hidden, eps=eps)
         self.out_proj = nn.Linear(hidden, target_hidden, bias=False) if hidden != target_hidden else nn.Identity()
         self._target_embeddings: tuple[nn.Module, nn.Module] | None = None
@@ -333,7 +337,10 @@ class DLiteForSpeculation(DLitePreTrainedModel):
     def _head_step(
         self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        out, state = self.head.step(block, self.embed_tokens(prev_ids), state)
+        if self.head is None:  # pure parallel ablation: the backbone alone predicts every position
+            out = block
+        else:
+            out, state = self.head.step(block, self.embed_tokens(prev_ids), state)
         normed = self.norm(out)
         return self.project(normed), normed, state
 
@@ -362,7 +369,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         """
         block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
         prev_ids = torch.cat([anchor_ids[:, None], draft_input_ids[:, :-1]], dim=1)
-        state = self.head.init_state(block[:, 0])
+        state = self.head.init_state(block[:, 0]) if self.head is not None else None
         logits, hiddens = [], []
         for i in range(self.config.num_draft_tokens):
             step_logits, normed, state = self._head_step(block[:, i], prev_ids[:, i], state)
@@ -400,7 +407,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         if logits_processor is not None and prefix_ids is None:
             raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
         block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
-        state = self.head.init_state(block[:, 0])
+        state = self.head.init_state(block[:, 0]) if self.head is not None else None
         prev = anchor_ids
         tokens, all_logits = [], []
         for i in range(k):

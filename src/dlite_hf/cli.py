@@ -180,6 +180,9 @@ def build_train_parser():
         drafter_kv_heads: int = field(default=4, metadata={"help": "New drafters: key/value heads."})
         drafter_intermediate_size: int | None = field(default=None, metadata={"help": "New drafters: MLP width."})
         head_rank: int = field(default=64, metadata={"help": "New drafters: rank R of the sequential head."})
+        sequential_head: bool = field(
+            default=True, metadata={"help": "New drafters: keep the recurrent head (--no_sequential_head: ablation)."}
+        )
         threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads for this run."})
         eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of rows held out for eval logs."})
 
@@ -200,6 +203,7 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
         num_key_value_heads=script.drafter_kv_heads,
         intermediate_size=script.drafter_intermediate_size,
         head_rank=script.head_rank,
+        use_sequential_head=script.sequential_head,
         history_window=history_window,
     )
 
@@ -324,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--seed", type=int, default=0)
     regen.add_argument("--threads", type=int, default=None)
     regen.set_defaults(func=cmd_regenerate)
+
+    from .bench.command import add_bench_parser
+    from .card_command import add_card_parser
+
+    add_bench_parser(sub)
+    add_card_parser(sub)
 
     sub.add_parser(
         "train", help="Train a stage (teacher | warmup | stable); see `dlite-hf train --help`.", add_help=False
