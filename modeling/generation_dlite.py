@@ -189,12 +189,17 @@ class DLiteCandidateGenerator(CandidateGenerator):
         # A vocabulary mismatch makes transformers ask for `tokenizer`/`assistant_tokenizer`; check the pair first so
         # the user who follows that advice learns the real problem (wrong target) instead of "remove the tokenizer".
         drafter.check_target(target)
-        if kwargs.get("target_tokenizer") is not None or kwargs.get("assistant_tokenizer") is not None:
+        if kwargs.get("assistant_tokenizer") is not None:
             raise ValueError(
-                "generate() got `tokenizer`/`assistant_tokenizer` with a DLite assistant_model. DLite drafts in the "
-                "target's own vocabulary (it borrows the target's lm_head); universal assisted decoding across "
-                "tokenizers does not apply. Remove `assistant_tokenizer`."
+                "generate() got `assistant_tokenizer` with a DLite assistant_model. DLite drafts in the target's own "
+                "vocabulary (it borrows the target's lm_head); universal assisted decoding across tokenizers does "
+                "not apply. Remove `assistant_tokenizer`."
             )
+        stop_strings = generation_config.stop_strings
+        self.stop_strings = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings or [])
+        self.tokenizer = kwargs.get("target_tokenizer")
+        if self.stop_strings and self.tokenizer is None:
+            raise ValueError("stop_strings need the target's tokenizer: pass tokenizer=... to generate().")
         drafter.bind_target(target)
         self.drafter = drafter
         self.device = drafter.device
@@ -279,11 +284,38 @@ class DLiteCandidateGenerator(CandidateGenerator):
             prefix_ids=input_ids.to(self.device),
             **history_kwargs,
         )
+        if self.stop_strings:
+            tokens, logits = self._cut_at_stop_string(input_ids, tokens, logits)
+            if tokens.shape[1] == 0:
+                self._drafted_now = 0
+                self._forward_started = time.perf_counter()
+                self.stats.drafter_time_s += self._forward_started - started
+                return input_ids, None
         self._drafted_now = tokens.shape[1]
         candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
         self._forward_started = time.perf_counter()
         self.stats.drafter_time_s += self._forward_started - started
         return candidate_ids, logits
+
+    def _cut_at_stop_string(
+        self, input_ids: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drop the drafts from the first one that completes a stop string on.
+
+        transformers stops on stop strings only after a round, so a stop string completed inside an accepted block
+        would let the rest of the block through; plain decoding would have stopped right there. Keeping drafts
+        only up to the token before it means a stop string can complete only at the round's last committed token
+        (the target's own bonus token), exactly where plain decoding stops.
+        """
+        tail = input_ids[0, -16:].tolist()
+        base = self.tokenizer.decode(tail)
+        drafted = tokens[0].tolist()
+        for m in range(1, len(drafted) + 1):
+            text = self.tokenizer.decode(tail + drafted[:m])
+            for stop in self.stop_strings:
+                if text.find(stop, max(0, len(base) - len(stop) + 1)) != -1:
+                    return tokens[:, : m - 1], logits[:, : m - 1]
+        return tokens, logits
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int):
         """Called after each target forward: book-keeping only (K is fixed)."""

@@ -169,7 +169,6 @@ def build_train_parser():
     class ScriptArguments:
         target: str = field(default=DEFAULT_TARGET, metadata={"help": "Target: a registry name or a local folder."})
         data: str = field(default="", metadata={"help": "JSONL written by `dlite-hf regenerate`."})
-        teacher: str | None = field(default=None, metadata={"help": "Stage warmup: the trained teacher folder."})
         init: str | None = field(default=None, metadata={"help": "Start from this drafter checkpoint folder."})
         target_adapter: str | None = field(default=None, metadata={"help": "PEFT adapter to apply to the target."})
         num_tapped_layers: int = field(default=6, metadata={"help": "New drafters: target layers to tap (L)."})
@@ -217,6 +216,8 @@ def run_train(argv: list[str]) -> Path:
     from .training.trainer import DLiteTrainer
 
     parser, _ = build_train_parser()
+    # `--teacher DIR` (the spelling) is DLiteTrainingArguments.teacher_path
+    argv = ["--teacher_path" if a == "--teacher" else a.replace("--teacher=", "--teacher_path=", 1) for a in argv]
     script, args = parser.parse_args_into_dataclasses(args=argv)
     _set_threads(script.threads)
     if not script.data:
@@ -225,7 +226,7 @@ def run_train(argv: list[str]) -> Path:
     target_name = script.target if not Path(script.target).exists() else str(folder)
     teacher = None
     if args.stage == "warmup":
-        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path or script.teacher)
+        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path)
     if script.init:
         model = DLiteForSpeculation.from_pretrained(script.init)
         if args.stage == "teacher" and model.config.history_window == 0:

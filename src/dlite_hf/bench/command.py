@@ -1,14 +1,239 @@
-"""`dlite-hf bench` (placeholder wiring; the benchmark is being written)."""
+"""`dlite-hf bench`: methods side by side on real workloads; JSON, a markdown table and PNG plots.
+
+Example::
+
+    dlite-hf bench --target smollm2-135m --drafter drafters/dlite-smollm2-135m \\
+        --workloads chat,code,math,agentic,long --methods plain,prompt_lookup,dlite \\
+        --max-new-tokens 128 --threads 1 --out benchmarks/results/
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .methods import METHOD_CHOICES, parse_methods
+from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
+
+DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long"
+DEFAULT_METHODS = "plain,prompt_lookup,dlite"
+# method -> the flag that gives its checkpoint
+CHECKPOINT_FLAGS = {
+    "dlite": "--drafter",
+    "dlite_nohead": "--drafter-nohead",
+    "history": "--drafter-history",
+    "assisted": "--assistant",
+}
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("bench", help="Benchmark methods side by side (not implemented yet).")
-    parser.set_defaults(func=_not_ready)
+    """Register the `bench` subcommand."""
+    parser = sub.add_parser(
+        "bench",
+        help="Benchmark decoding methods side by side (tau, speedup, lossless check); JSON, table, plots.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--target", default="smollm2-135m", help="target: a registry name or a local folder")
+    parser.add_argument("--drafter", default=None, help="method dlite: drafter folder (default: the shipped one)")
+    parser.add_argument("--drafter-nohead", default=None, help="method dlite_nohead: a no-sequential-head drafter")
+    parser.add_argument("--drafter-history", default=None, help="method history: a history-aware checkpoint")
+    parser.add_argument(
+        "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
+    )
+    parser.add_argument(
+        "--workloads", default=DEFAULT_WORKLOADS, help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)}"
+    )
+    parser.add_argument(
+        "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHOD_CHOICES)}"
+    )
+    parser.add_argument(
+        "--num-prompts", type=int, default=4, help="prompts per workload (per long length; ToolTalk sessions)"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--long-lengths", default="1024,4096", help=f"prompt lengths of the long workload (<= {LONG_MAX_TOKENS})"
+    )
+    parser.add_argument(
+        "--agentic-max-tokens", type=int, default=8192, help="agentic sessions stop when the context passes this"
+    )
+    parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
+    parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
+    parser.add_argument("--out", default="benchmarks/results/", help="output folder")
+    parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")
+    parser.add_argument(
+        "--allow-mismatch", action="store_true", help="exit 0 even if a greedy output differs from plain"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up generation per method")
+    parser.set_defaults(func=cmd_bench)
 
 
-def _not_ready(args: argparse.Namespace) -> int:
-    raise SystemExit("dlite-hf bench is not implemented yet.")
+# ----------------------------------------------------------------------------------------------- loading
+def _load_target(name_or_path: str) -> tuple[Any, Any, Path]:
+    """(model, tokenizer, folder) of a registry name or local folder (monkeypatched by the tests)."""
+    from ..cli import _load_target as load
+
+    return load(name_or_path)
+
+
+def _load_drafter(path: str) -> Any:
+    from .. import DLiteForSpeculation
+
+    if not Path(path).exists():
+        raise SystemExit(f"No drafter at {path}.")
+    return DLiteForSpeculation.from_pretrained(path).eval()
+
+
+def _default_drafter() -> str | None:
+    from ..cli import default_drafter_dir
+
+    folder = default_drafter_dir()
+    return str(folder) if folder.exists() else None
+
+
+def _same_vocabulary(a: Any, b: Any) -> bool:
+    return len(a) == len(b) and a.get_vocab() == b.get_vocab()
+
+
+def _parse_lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as error:
+        raise SystemExit(f"--long-lengths must be comma-separated integers, got {text!r}.") from error
+    bad = [n for n in lengths if not 64 <= n <= LONG_MAX_TOKENS]
+    if not lengths or bad:
+        raise SystemExit(f"--long-lengths: each length must be in 64..{LONG_MAX_TOKENS} tokens, got {text!r}.")
+    return lengths
+
+
+def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[str]) -> str:
+    """The exact, fully explicit command that reproduces this run."""
+    parts = ["dlite-hf", "bench", "--target", args.target]
+    for flag in ("drafter", "drafter_nohead", "drafter_history", "assistant"):
+        if getattr(args, flag):
+            parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
+    parts += ["--workloads", ",".join(workloads), "--methods", ",".join(methods)]
+    parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
+    if "long" in workloads:
+        parts += ["--long-lengths", args.long_lengths]
+    if "agentic" in workloads:
+        parts += ["--agentic-max-tokens", str(args.agentic_max_tokens)]
+        parts += ["--agentic-max-turns", str(args.agentic_max_turns), "--coding-sessions", str(args.coding_sessions)]
+    parts += ["--threads", str(args.threads), "--out", args.out]
+    if args.name:
+        parts += ["--name", args.name]
+    switches = ("allow-mismatch", "no-plots", "no-warmup")
+    parts += [f"--{flag}" for flag in switches if getattr(args, flag.replace("-", "_"))]
+    return shlex.join(parts)
+
+
+# ----------------------------------------------------------------------------------------------- command
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark; exit status 1 if any greedy output differs from plain (unless --allow-mismatch)."""
+    try:
+        methods = parse_methods(args.methods)
+        workloads = parse_workloads(args.workloads)
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
+    if "dlite" in methods and not args.drafter:
+        args.drafter = _default_drafter()
+    missing = [f"method {m} needs {CHECKPOINT_FLAGS[m]} PATH" for m in methods if m in CHECKPOINT_FLAGS
+               and not getattr(args, CHECKPOINT_FLAGS[m][2:].replace("-", "_"))]  # fmt: skip
+    if missing:
+        raise SystemExit("; ".join(missing) + ".")
+    for method, flag in CHECKPOINT_FLAGS.items():
+        if getattr(args, flag[2:].replace("-", "_")) and method not in methods and flag != "--drafter":
+            print(f"note: {flag} is ignored: method {method} is not in --methods.", file=sys.stderr)
+    if args.num_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
+        raise SystemExit("--num-prompts, --max-new-tokens and --threads must be positive.")
+    if args.agentic_max_turns < 1 or args.agentic_max_tokens < 256:
+        raise SystemExit("--agentic-max-turns must be >= 1 and --agentic-max-tokens >= 256.")
+    lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
+
+    import torch
+
+    from .methods import BenchMethod, check_drafter_kind
+    from .runner import run_bench
+    from .workloads import build_workloads
+
+    torch.set_num_threads(args.threads)
+    target, tokenizer, folder = _load_target(args.target)
+    specs: list[BenchMethod] = []
+    for name in methods:
+        if name in ("plain", "prompt_lookup"):
+            specs.append(BenchMethod(name, name))
+        elif name == "assisted":
+            assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant)
+            if Path(assistant_folder).resolve() == Path(folder).resolve():
+                raise SystemExit(
+                    "--assistant is the target itself; assisted decoding needs a different, smaller model."
+                )
+            universal = None if _same_vocabulary(tokenizer, assistant_tokenizer) else assistant_tokenizer
+            specs.append(BenchMethod(name, "assisted", assistant, universal, checkpoint=args.assistant))
+        else:
+            path = getattr(args, CHECKPOINT_FLAGS[name][2:].replace("-", "_"))
+            drafter = _load_drafter(path)
+            try:
+                check_drafter_kind(name, drafter, where=path)
+                drafter.check_target(target)
+            except ValueError as error:
+                raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
+            specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path))
+    try:
+        sessions = build_workloads(
+            workloads,
+            tokenizer,
+            num_prompts=args.num_prompts,
+            long_lengths=lengths or (1024,),
+            agentic_max_tokens=args.agentic_max_tokens,
+            agentic_max_turns=args.agentic_max_turns,
+            coding_sessions=args.coding_sessions,
+        )
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
+    max_positions = getattr(target.config, "max_position_embeddings", None)
+    longest = max([*lengths, args.agentic_max_tokens if "agentic" in workloads else 0]) + args.max_new_tokens
+    if max_positions and longest > max_positions:
+        print(
+            f"warning: contexts up to {longest} tokens exceed the target's max_position_embeddings "
+            f"({max_positions}); its outputs there are out of its trained range.",
+            file=sys.stderr,
+        )
+    command = _command_line(args, methods, workloads)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(args.target).name if Path(args.target).exists() else args.target)
+    name = args.name or f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    print(f"dlite-hf bench: {command}", file=sys.stderr)
+    result = run_bench(
+        target,
+        tokenizer,
+        specs,
+        sessions,
+        max_new_tokens=args.max_new_tokens,
+        warmup=not args.no_warmup,
+        progress=not args.no_progress,
+        meta={"command": command, "argv": list(sys.argv), "target": args.target, "target_folder": str(folder)},
+        out_dir=args.out,
+        name=name,
+        plots=not args.no_plots,
+    )
+    from .report import markdown_table
+
+    print(markdown_table(result))
+    for kind, path in result["files"].items():
+        print(f"{kind}: {path}")
+    if not result["ok"]:
+        print(
+            f"LOSSLESS CHECK FAILED: {len(result['mismatches'])} greedy output(s) differ from plain greedy "
+            f"(see 'mismatches' in {result['files']['json']}).",
+            file=sys.stderr,
+        )
+        return 0 if args.allow_mismatch else 1
+    return 0

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Train the shipped DLite drafter for SmolLM2-135M-Instruct on a CPU, all three stages, resumably.
+# Every step resumes after a kill: regenerate skips finished prompts, each stage resumes from its last
+# checkpoint, and a finished stage (model.safetensors in its folder) is skipped. Logs and per-stage wall
+# times go to $RUN/. Usage: scripts/train_smollm2.sh [RUN_DIR]   (env: THREADS, *_EPOCHS, DATA)
+set -euo pipefail
+RUN=${1:-runs/smollm2}
+THREADS=${THREADS:-2}
+DATA=${DATA:-$RUN/regen.jsonl}
+TEACHER_EPOCHS=${TEACHER_EPOCHS:-2}
+WARMUP_EPOCHS=${WARMUP_EPOCHS:-1}
+STABLE_EPOCHS=${STABLE_EPOCHS:-6}
+DLITE=${DLITE:-.venv/bin/dlite-hf}
+mkdir -p "$RUN"
+
+COMMON=(--target smollm2-135m --data "$DATA" --threads "$THREADS" --max_length 768
+        --feature_cache_dir "$RUN/features" --per_device_train_batch_size 8 --logging_steps 5
+        --save_steps 20 --save_total_limit 2 --lr_scheduler_type cosine --warmup_steps 10 --weight_decay 0.0
+        --dataloader_num_workers 0 --seed 0 --disable_tqdm true)
+ARCH=(--num_tapped_layers 6 --drafter_hidden_size 256 --drafter_layers 5 --drafter_heads 4 --drafter_kv_heads 2
+      --drafter_intermediate_size 768 --head_rank 128 --num_draft_tokens 7)
+
+stage() {  # name, then arguments
+  local name=$1; shift
+  if [ -f "$RUN/$name/model.safetensors" ]; then echo "stage $name: done, skipping"; return; fi
+  local start; start=$(date +%s)
+  "$DLITE" train "$@" --output_dir "$RUN/$name" 2>&1 | tee -a "$RUN/$name.log"
+  echo "{\"stage\": \"$name\", \"seconds\": $(( $(date +%s) - start ))}" >> "$RUN/times.jsonl"
+}
+
+stage teacher --stage teacher --history_window -1 --num_anchors 4 --num_train_epochs "$TEACHER_EPOCHS" \
+  --learning_rate 1e-3 "${COMMON[@]}" "${ARCH[@]}"
+stage warmup --stage warmup --teacher "$RUN/teacher" --num_anchors 8 \
+  --num_train_epochs "$WARMUP_EPOCHS" --learning_rate 1e-3 "${COMMON[@]}"
+stage stable --stage stable --init "$RUN/warmup" --num_anchors 16 --num_train_epochs "$STABLE_EPOCHS" \
+  --learning_rate 1e-3 "${COMMON[@]}"

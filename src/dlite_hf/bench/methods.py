@@ -1,0 +1,178 @@
+"""The decoding methods a benchmark compares, each one set of `target.generate()` arguments.
+
+==================  ==============================================================================================
+``plain``           greedy decoding, one target forward per token: the reference for speed and for losslessness
+``prompt_lookup``   transformers' prompt lookup decoding (``prompt_lookup_num_tokens=7``, n-gram size default)
+``dlite``           a DLite drafter (history-free, ``history_window=0``) as ``assistant_model``
+``dlite_nohead``    the no-sequential-head ablation (``use_sequential_head=False``, pure parallel, DFlash-like)
+``history``         a history-aware checkpoint (``history_window != 0``, e.g. the stage-0 teacher): it keeps and
+                    re-reads the target states of every accepted position, as EAGLE / DSpark-style drafters do
+``assisted``        classic assisted decoding with a small assistant language model; universal assisted decoding
+                    (``tokenizer=`` / ``assistant_tokenizer=``) when the two vocabularies differ
+==================  ==============================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+__all__ = [
+    "DLITE_METHODS",
+    "METHOD_CHOICES",
+    "BenchMethod",
+    "check_drafter_kind",
+    "make_method",
+    "make_methods",
+    "parse_methods",
+]
+
+METHOD_CHOICES: tuple[str, ...] = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history", "assisted")
+DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_nohead", "history")
+PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
+
+
+@dataclass
+class BenchMethod:
+    """One method of a benchmark run.
+
+    Attributes:
+        name: label in the results (one of :data:`METHOD_CHOICES` for the CLI; any string from Python).
+        kind: ``plain``, ``prompt_lookup``, ``dlite`` (any DLite checkpoint) or ``assisted``.
+        model: the drafter (``dlite``) or the assistant language model (``assisted``).
+        assistant_tokenizer: ``assisted`` across vocabularies only: the assistant's tokenizer.
+        checkpoint: where the model came from (recorded in the results).
+        extra_kwargs: more `generate()` arguments (recorded in the results).
+    """
+
+    name: str
+    kind: str
+    model: nn.Module | None = None
+    assistant_tokenizer: Any = None
+    checkpoint: str | None = None
+    extra_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def generate_kwargs(self, tokenizer: Any) -> dict[str, Any]:
+        """Arguments of `target.generate()` for this method (besides the inputs and the greedy settings)."""
+        kwargs: dict[str, Any] = {}
+        if self.kind == "prompt_lookup":
+            kwargs["prompt_lookup_num_tokens"] = PROMPT_LOOKUP_TOKENS
+        elif self.kind in ("dlite", "assisted"):
+            kwargs["assistant_model"] = self.model
+            if self.assistant_tokenizer is not None:
+                kwargs.update(tokenizer=tokenizer, assistant_tokenizer=self.assistant_tokenizer)
+        return {**kwargs, **self.extra_kwargs}
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description (the model's config summary, not its weights)."""
+        info: dict[str, Any] = {"kind": self.kind, "checkpoint": self.checkpoint}
+        if self.kind == "prompt_lookup":
+            info["prompt_lookup_num_tokens"] = PROMPT_LOOKUP_TOKENS
+        config = getattr(self.model, "config", None)
+        if config is not None and self.kind == "dlite":
+            info["drafter"] = {
+                key: getattr(config, key, None)
+                for key in (
+                    "history_window",
+                    "use_sequential_head",
+                    "num_draft_tokens",
+                    "target_layer_ids",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "head_rank",
+                )
+            }
+            info["drafter"]["parameters"] = sum(p.numel() for p in self.model.parameters())
+        elif config is not None:
+            info["assistant"] = {
+                "name_or_path": getattr(config, "_name_or_path", ""),
+                "model_type": getattr(config, "model_type", ""),
+                "parameters": sum(p.numel() for p in self.model.parameters()),
+                "universal": self.assistant_tokenizer is not None,
+            }
+        if self.extra_kwargs:
+            info["extra_generate_kwargs"] = {k: repr(v) for k, v in self.extra_kwargs.items()}
+        return info
+
+
+def parse_methods(spec: str | Iterable[str]) -> list[str]:
+    """Split and validate a method list; ``plain`` is always run first (it is the reference)."""
+    names = [m.strip() for m in (spec.split(",") if isinstance(spec, str) else spec) if m.strip()]
+    unknown = [m for m in names if m not in METHOD_CHOICES]
+    if unknown:
+        raise ValueError(f"Unknown method(s) {', '.join(unknown)}; allowed: {', '.join(METHOD_CHOICES)}.")
+    return ["plain", *dict.fromkeys(m for m in names if m != "plain")]
+
+
+def check_drafter_kind(name: str, drafter: nn.Module, where: str = "") -> None:
+    """Raise `ValueError` when a DLite checkpoint does not fit the method it was given for."""
+    config = drafter.config
+    history = getattr(config, "history_window", 0)
+    head = getattr(config, "use_sequential_head", True)
+    source = f" ({where})" if where else ""
+    if name == "history" and history == 0:
+        raise ValueError(
+            f"Method `history` needs a history-aware checkpoint (history_window != 0, e.g. the stage-0 teacher); "
+            f"the drafter{source} has history_window=0. Pass it as --drafter (or --drafter-nohead) instead."
+        )
+    if name in ("dlite", "dlite_nohead") and history != 0:
+        raise ValueError(
+            f"Method `{name}` needs a history-free drafter (history_window=0); the drafter{source} has "
+            f"history_window={history}. Pass it as --drafter-history to benchmark it as the history-based drafter."
+        )
+    if name == "dlite" and not head:
+        raise ValueError(
+            f"The drafter{source} has no sequential head (use_sequential_head=False, the ablation). Pass it as "
+            "--drafter-nohead, and a drafter with the head as --drafter."
+        )
+    if name == "dlite_nohead" and head:
+        raise ValueError(
+            f"Method `dlite_nohead` needs a checkpoint trained with use_sequential_head=False; the drafter{source} "
+            "has the sequential head. Train the ablation with `dlite-hf train ... --no_sequential_head`."
+        )
+
+
+def make_method(name: str, spec: Any = None) -> BenchMethod:
+    """Build a method from a name and what it needs.
+
+    ``spec`` is a :class:`BenchMethod` (returned as is), ``None`` for ``plain`` / ``prompt_lookup``, a DLite drafter
+    for ``dlite`` / ``dlite_nohead`` / ``history``, and an assistant model or ``(model, assistant_tokenizer)`` for
+    ``assisted``. A name outside :data:`METHOD_CHOICES` needs a :class:`BenchMethod`.
+    """
+    if isinstance(spec, BenchMethod):
+        return spec
+    if name in ("plain", "prompt_lookup"):
+        if spec is not None:
+            raise ValueError(f"Method `{name}` takes no model; got {type(spec).__name__}.")
+        return BenchMethod(name, name)
+    if name in DLITE_METHODS:
+        if spec is None or not hasattr(spec, "get_candidate_generator"):
+            raise ValueError(f"Method `{name}` needs a DLite drafter (DLiteForSpeculation); got {spec!r}.")
+        check_drafter_kind(name, spec)
+        return BenchMethod(name, "dlite", model=spec)
+    if name == "assisted":
+        model, assistant_tokenizer = spec if isinstance(spec, tuple) else (spec, None)
+        if model is None:
+            raise ValueError("Method `assisted` needs an assistant model (or a (model, tokenizer) pair).")
+        return BenchMethod(name, "assisted", model=model, assistant_tokenizer=assistant_tokenizer)
+    raise ValueError(
+        f"Unknown method {name!r}; allowed: {', '.join(METHOD_CHOICES)} (or pass a BenchMethod for a custom one)."
+    )
+
+
+def make_methods(methods: Mapping[str, Any] | Iterable[BenchMethod]) -> list[BenchMethod]:
+    """Normalise a ``{name: spec}`` mapping or a list of :class:`BenchMethod`; ``plain`` first, added if missing."""
+    items = (
+        [make_method(n, s) for n, s in methods.items()]
+        if isinstance(methods, Mapping)
+        else [make_method(m.name, m) for m in methods]
+    )
+    names = [m.name for m in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"Duplicate method names: {names}.")
+    plain = [m for m in items if m.kind == "plain" and m.name == "plain"]
+    others = [m for m in items if not (m.kind == "plain" and m.name == "plain")]
+    return [plain[0] if plain else BenchMethod("plain", "plain"), *others]

@@ -1,0 +1,399 @@
+"""Run methods side by side on sessions, interleaved per prompt, and record what each generate() call cost.
+
+Measurement is method-agnostic: hooks on the target's (and the assistant's) top-level forward count and time every
+forward, so plain, prompt lookup, DLite and assisted decoding are measured by the same code. DLite drafters add
+their own statistics (rounds, drafts, accepted tokens, drafter time) from `drafter.last_generation_stats`.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..training.regenerate import chat_prompt_ids
+from .methods import BenchMethod, make_methods
+from .workloads import as_session
+
+__all__ = ["SCHEMA_VERSION", "ForwardTimer", "environment_info", "run_bench"]
+
+SCHEMA_VERSION = 1
+_WARMUP_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+class ForwardTimer:
+    """Forward pre/post hooks on one module: the number of input positions and the wall time of every forward."""
+
+    def __init__(self, module: nn.Module):
+        self.forwards: list[tuple[int, float]] = []
+        self._started: float | None = None
+        self._handles = [
+            module.register_forward_pre_hook(self._pre, with_kwargs=True),
+            module.register_forward_hook(self._post, with_kwargs=True),
+        ]
+        self._length = 0
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        inputs = kwargs.get("input_ids")
+        if inputs is None and args:
+            inputs = args[0]
+        if inputs is None:
+            inputs = kwargs.get("inputs_embeds")
+        self._length = int(inputs.shape[1]) if isinstance(inputs, torch.Tensor) and inputs.dim() > 1 else 0
+        self._started = time.perf_counter()
+
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if self._started is not None:
+            self.forwards.append((self._length, time.perf_counter() - self._started))
+            self._started = None
+
+    def reset(self) -> None:
+        self.forwards = []
+        self._started = None
+
+    def total_s(self) -> float:
+        return sum(t for _, t in self.forwards)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def _rss_kb(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> int | None:
+    """Reset the kernel's peak-RSS mark (Linux ``clear_refs`` 5); return the current RSS in kB, or None."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return None
+    return _rss_kb("VmRSS")
+
+
+def environment_info() -> dict[str, Any]:
+    """Machine, threads and library versions, for the results file."""
+    import transformers
+
+    from .. import __version__
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gb = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": cpu,
+            "cpu_count": os.cpu_count(),
+            "memory_gb": memory_gb,
+            "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        },
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "dlite_hf": __version__,
+    }
+
+
+def _first_difference(reference: torch.Tensor, other: torch.Tensor, start: int) -> int | None:
+    """Index (counted from ``start``, the first new token) where two sequences first differ; None if equal."""
+    a, b = reference[0, start:].tolist(), other[0, start:].tolist()
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+class _Runner:
+    """State of one benchmark run: models, hooks, greedy settings."""
+
+    def __init__(self, target: nn.Module, tokenizer: Any, methods: list[BenchMethod], max_new_tokens: int):
+        self.target = target
+        self.tokenizer = tokenizer
+        self.methods = methods
+        self.max_new_tokens = max_new_tokens
+        self.timer = ForwardTimer(target)
+        self.assistant_timers = {
+            m.name: ForwardTimer(m.model) for m in methods if m.kind == "assisted" and m.model is not None
+        }
+        pad = target.generation_config.pad_token_id
+        if pad is None:
+            pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            eos = target.generation_config.eos_token_id
+            pad = eos[0] if isinstance(eos, (list, tuple)) else eos
+        self.greedy = {"do_sample": False, "num_beams": 1, "max_new_tokens": max_new_tokens}
+        if pad is not None:
+            self.greedy["pad_token_id"] = pad
+
+    def close(self) -> None:
+        self.timer.remove()
+        for timer in self.assistant_timers.values():
+            timer.remove()
+
+    def generate(self, method: BenchMethod, input_ids: torch.Tensor, max_new_tokens: int | None = None):
+        kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
+        if max_new_tokens is not None:
+            kwargs["max_new_tokens"] = max_new_tokens
+        return self.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+
+    def measure(self, method: BenchMethod, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Run one greedy generate() and return (sequences, metrics)."""
+        gc.collect()
+        rss_before = _reset_peak_rss()
+        self.timer.reset()
+        assistant_timer = self.assistant_timers.get(method.name)
+        if assistant_timer is not None:
+            assistant_timer.reset()
+        if method.kind == "dlite":
+            method.model.last_generation_stats = None
+        started = time.perf_counter()
+        sequences = self.generate(method, input_ids)
+        wall = time.perf_counter() - started
+        peak = _rss_kb("VmHWM") if rss_before is not None else None
+
+        prompt_tokens = input_ids.shape[1]
+        new_tokens = int(sequences.shape[1] - prompt_tokens)
+        forwards = self.timer.forwards
+        target_forwards = len(forwards)
+        prefill_s = forwards[0][1] if forwards else 0.0
+        verify = forwards[1:]
+        verify_s = sum(t for _, t in verify)
+        drafter_s: float | None = None
+        if method.kind == "dlite":
+            stats = method.model.last_generation_stats
+            if stats is None:
+                raise RuntimeError(
+                    f"Method {method.name!r}: the drafter recorded no generation statistics; was it used as the "
+                    "assistant_model?"
+                )
+            rounds, drafted, accepted, drafter_s = stats.rounds, stats.drafted, stats.accepted, stats.drafter_time_s
+        else:
+            rounds = sum(1 for n, _ in verify if n > 1)
+            drafted = sum(n - 1 for n, _ in verify if n > 1)
+            accepted = max(0, new_tokens - target_forwards) if method.kind != "plain" else 0
+            if assistant_timer is not None:
+                drafter_s = assistant_timer.total_s()
+        decode_s = max(wall - prefill_s, 1e-9)
+        metrics: dict[str, Any] = {
+            "prompt_tokens": int(prompt_tokens),
+            "new_tokens": new_tokens,
+            "target_forwards": target_forwards,
+            "rounds": int(rounds),
+            "drafted": int(drafted),
+            "accepted": int(accepted),
+            "tau": new_tokens / target_forwards if target_forwards else 0.0,
+            "wall_s": wall,
+            "prefill_s": prefill_s,
+            "decode_s": decode_s,
+            "tok_s": new_tokens / wall if wall > 0 else 0.0,
+            "decode_tok_s": new_tokens / decode_s,
+            "target_s": prefill_s + verify_s,
+            "drafter_s": drafter_s,
+            "overhead_s": wall - prefill_s - verify_s - (drafter_s or 0.0),
+            "target_ms_per_round": 1000 * verify_s / len(verify) if verify else None,
+            "drafter_ms_per_round": 1000 * drafter_s / rounds if drafter_s is not None and rounds else None,
+            "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
+            "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
+        }
+        return sequences, metrics
+
+
+def _iterate_turns(session: Mapping[str, Any]) -> Iterable[tuple[int, list[dict[str, str]]]]:
+    limit = session.get("max_turns")
+    for index, turn in enumerate(session["turns"]):
+        if limit is not None and index >= limit:
+            return
+        yield index, turn
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, unit="gen", dynamic_ncols=True, file=sys.stderr)
+
+
+def run_bench(
+    target: nn.Module,
+    tokenizer: Any,
+    methods: Mapping[str, Any] | Sequence[BenchMethod],
+    workloads: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    max_new_tokens: int = 128,
+    warmup: bool = True,
+    progress: bool = True,
+    meta: Mapping[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    name: str | None = None,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Benchmark ``methods`` on ``workloads`` with ``target``, greedy, interleaved per prompt.
+
+    For every turn of every session, ``plain`` runs first, then each other method on the same input ids; each
+    output is compared with plain's (``identical_to_plain``) and any difference is printed to stderr at once.
+    In multi-turn sessions plain's reply is appended as an ``assistant`` message before the next turn.
+
+    Args:
+        target: the target causal LM (batch size 1, as transformers' assisted generation).
+        tokenizer: its tokenizer (with a chat template).
+        methods: ``{name: spec}`` (see :func:`dlite_hf.bench.methods.make_method`: ``{"plain": None,
+            "prompt_lookup": None, "dlite": drafter, "history": teacher, "assisted": (model, tokenizer)}``) or a
+            list of :class:`BenchMethod`. ``plain`` is added when missing.
+        workloads: ``{label: [session or prompt dict, ...]}`` (see :mod:`dlite_hf.bench.workloads`).
+        max_new_tokens: new tokens per generation (fewer when the target emits EOS).
+        warmup: run every method once on a short prompt before measuring (not recorded).
+        progress: show a tqdm progress bar on stderr.
+        meta: extra entries for ``result["meta"]`` (the CLI records the exact command here).
+        out_dir: when given, write the JSON, the markdown table and the plots there (:func:`write_outputs`).
+        name: file-name stem of the outputs (default ``bench-<UTC time>``).
+        plots: write the PNG plots (needs matplotlib).
+
+    Returns:
+        The results document (see ``benchmarks/README.md`` for the schema); ``result["ok"]`` is False when any
+        output differed from plain greedy. With ``out_dir``, ``result["files"]`` lists the files written.
+    """
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")
+    bench_methods = make_methods(methods)
+    sessions = {label: [as_session(dict(s), label) for s in items] for label, items in workloads.items()}
+    runner = _Runner(target, tokenizer, bench_methods, max_new_tokens)
+    started = time.time()
+    info = {**environment_info(), **dict(meta or {})}
+    info.update(started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), max_new_tokens=max_new_tokens)
+    info.setdefault("target", getattr(target.config, "_name_or_path", "") or type(target).__name__)
+    records: list[dict[str, Any]] = []
+    mismatches: list[dict[str, Any]] = []
+    session_log: list[dict[str, Any]] = []
+    total = sum(len(list(_iterate_turns(s))) for items in sessions.values() for s in items) * len(bench_methods)
+    try:
+        if warmup:
+            warm_ids = torch.tensor([chat_prompt_ids(tokenizer, _WARMUP_MESSAGES)])
+            for method in bench_methods:
+                runner.generate(method, warm_ids, max_new_tokens=min(8, max_new_tokens))
+        with _progress(total, progress) as bar:
+            for label, items in sessions.items():
+                for session in items:
+                    entry = _run_session(runner, label, session, records, mismatches, bar)
+                    session_log.append(entry)
+    finally:
+        runner.close()
+    finished = time.time()
+    info.update(
+        finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(finished)),
+        duration_s=finished - started,
+        load_average_at_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    )
+    from .report import summarize, write_outputs
+
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "meta": info,
+        "methods": {m.name: m.describe() for m in bench_methods},
+        "workloads": list(sessions),
+        "sessions": session_log,
+        "records": records,
+        "summary": summarize(records, [m.name for m in bench_methods], list(sessions)),
+        "mismatches": mismatches,
+        "ok": not mismatches,
+    }
+    if out_dir is not None:
+        result["files"] = {k: str(v) for k, v in write_outputs(result, out_dir, name, plots=plots).items()}
+    return result
+
+
+def _run_session(
+    runner: _Runner,
+    label: str,
+    session: Mapping[str, Any],
+    records: list[dict[str, Any]],
+    mismatches: list[dict[str, Any]],
+    bar: Any,
+) -> dict[str, Any]:
+    """Measure every turn of one session with every method; returns the session's log entry."""
+    history: list[dict[str, str]] = []
+    multi_turn = len(session["turns"]) > 1
+    turns = list(_iterate_turns(session))
+    entry: dict[str, Any] = {"workload": label, "id": session["id"], "turns_available": len(session["turns"])}
+    stop = "max_turns" if len(turns) < len(session["turns"]) else "end"
+    measured = 0
+    context_tokens = 0
+    for index, turn in turns:
+        messages = history + list(turn)
+        ids = chat_prompt_ids(runner.tokenizer, messages)
+        limit = session.get("max_tokens")
+        if limit is not None and len(ids) > limit:
+            stop = "max_tokens"
+            bar.total -= (len(turns) - index) * len(runner.methods)
+            bar.refresh()
+            break
+        context_tokens = len(ids)
+        input_ids = torch.tensor([ids])
+        prompt_id = f"{session['id']}#{index}" if multi_turn else session["id"]
+        reference: torch.Tensor | None = None
+        for method in runner.methods:
+            bar.set_postfix_str(f"{label} {prompt_id[-28:]} {method.name} ctx={len(ids)}", refresh=False)
+            sequences, metrics = runner.measure(method, input_ids)
+            if reference is None:
+                reference = sequences
+            difference = None if method.name == "plain" else _first_difference(reference, sequences, len(ids))
+            record = {
+                "workload": label,
+                "session_id": session["id"],
+                "turn": index,
+                "prompt_id": prompt_id,
+                "source": session.get("source", ""),
+                "method": method.name,
+                **metrics,
+                "identical_to_plain": difference is None,
+                "first_mismatch": difference,
+            }
+            records.append(record)
+            if difference is not None:
+                mismatch = {
+                    k: record[k] for k in ("workload", "prompt_id", "turn", "method", "first_mismatch", "new_tokens")
+                }
+                mismatch["plain_new_tokens"] = int(reference.shape[1] - len(ids))
+                mismatches.append(mismatch)
+                bar.write(
+                    f"LOSSLESS CHECK FAILED: {method.name} on {label} {prompt_id}: greedy output differs from plain "
+                    f"at new token {difference} ({mismatch['new_tokens']} vs {mismatch['plain_new_tokens']} new "
+                    "tokens).",
+                    file=sys.stderr,
+                )
+            bar.update(1)
+        measured += 1
+        reply = runner.tokenizer.decode(reference[0, len(ids) :], skip_special_tokens=True).strip()
+        history = messages + [{"role": "assistant", "content": reply}]
+    entry.update(turns_measured=measured, stop_reason=stop, last_context_tokens=context_tokens)
+    return entry

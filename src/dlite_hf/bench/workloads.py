@@ -1,0 +1,362 @@
+"""Benchmark workloads as *sessions*: lists of turns, each turn the messages appended before the model speaks.
+
+A single-turn prompt is a session with one turn. Agentic sessions have many turns: the first holds the system
+prompt and the user's request, every later turn appends what the environment returns (tool results, a user
+follow-up). Between two turns the runner appends the target's own plain-greedy reply as an ``assistant`` message,
+so every method sees exactly the same, growing context at every turn.
+
+Session dict::
+
+    {"id": str, "workload": str, "source": str,
+     "turns": [[{"role", "content"}, ...], ...],     # at least one turn; the first one starts the conversation
+     "max_tokens": int | None,                        # stop the session at the first turn whose context is longer
+     "max_turns": int | None}                         # measure at most this many turns
+
+Workloads (all from the eval split of :mod:`dlite_hf.prompts`, never the training prompts):
+
+==============  =================================================================================================
+``chat``        MT-bench turn 1; ``code``: HumanEval; ``math``: ASDiv; ``tool``: BFCL single-turn function calling
+``long-N``      ``load_long(N)``: Paul Graham essays cut to N tokens (chat template included), then a question
+``agentic``     ToolTalk eval conversations replayed turn by turn (every user / tool message the environment sent,
+                the assistant turns replaced by the target's own replies), and coding sessions whose tool results
+                are real Python standard-library source files read from disk and test-runner output
+==============  =================================================================================================
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import sysconfig
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..prompts import EVAL_SIZE, load_long, load_prompts
+
+__all__ = [
+    "AGENTIC_WORKLOAD",
+    "CODING_TASKS",
+    "LONG_MAX_TOKENS",
+    "SINGLE_TURN_WORKLOADS",
+    "WORKLOAD_CHOICES",
+    "CodingTask",
+    "as_session",
+    "build_workloads",
+    "coding_session",
+    "session_from_messages",
+    "tooltalk_sessions",
+]
+
+Session = dict[str, Any]
+Message = dict[str, str]
+
+SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool")
+AGENTIC_WORKLOAD = "agentic"
+WORKLOAD_CHOICES: tuple[str, ...] = (*SINGLE_TURN_WORKLOADS, AGENTIC_WORKLOAD, "long")
+LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts
+
+_CODING_SYSTEM = (
+    "You are a coding agent working in a Python repository. You act through these functions:\n"
+    "<tools>\n"
+    '{"name": "read_file", "description": "Read a source file of the repository.", "parameters": {"type": "object", '
+    '"properties": {"path": {"type": "string"}}, "required": ["path"]}}\n'
+    '{"name": "run_tests", "description": "Run the test suite with pytest and return its output.", "parameters": '
+    '{"type": "object", "properties": {"target": {"type": "string"}}, "required": ["target"]}}\n'
+    "</tools>\n"
+    "To call a function, reply with one <tool_call></tool_call> block per call, each holding a JSON object "
+    '{"name": <function name>, "arguments": <arguments object>}. Keep replies short: reason briefly, then act.'
+)
+
+
+@dataclass(frozen=True)
+class CodingTask:
+    """A coding session over real standard-library modules.
+
+    Attributes:
+        id: session id suffix.
+        request: the user's first message.
+        modules: dotted module names whose source files are returned by ``read_file`` turns, in order.
+        frames: ``(module, qualified function name)`` pairs whose real source lines form the failing traceback.
+        error: the last line of the failing test's traceback.
+        follow_up: the user's message after the files were read.
+    """
+
+    id: str
+    request: str
+    modules: tuple[str, ...]
+    frames: tuple[tuple[str, str], ...]
+    error: str
+    follow_up: str
+
+
+CODING_TASKS: tuple[CodingTask, ...] = (
+    CodingTask(
+        id="json",
+        request=(
+            "Our service's JSON round-trip tests started failing after we vendored the standard json package "
+            "into `json/`. Read the decoder and encoder, run the tests, find the cause and propose a minimal fix."
+        ),
+        modules=("json.decoder", "json.encoder", "json"),
+        frames=(("json", "loads"), ("json.decoder", "JSONDecoder.decode"), ("json.decoder", "JSONDecoder.raw_decode")),
+        error="json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 47 (char 46)",
+        follow_up="The tests still fail after your change. Write the complete patch as a unified diff.",
+    ),
+    CodingTask(
+        id="textwrap",
+        request=(
+            "`textwrap.fill` produces lines longer than `width` for our CLI help texts in the vendored copy of "
+            "textwrap. Read the module, run the tests and fix it."
+        ),
+        modules=("textwrap", "shlex", "string"),
+        frames=(("textwrap", "fill"), ("textwrap", "TextWrapper.fill"), ("textwrap", "TextWrapper.wrap")),
+        error="AssertionError: assert 83 <= 80",
+        follow_up="Good. Now add a regression test for the long-word case and show the full test file.",
+    ),
+    CodingTask(
+        id="csv",
+        request=(
+            "Exports written with our vendored `csv` module cannot be read back when a field contains a newline. "
+            "Read the relevant code, run the tests and propose a fix."
+        ),
+        modules=("csv", "io", "codecs"),
+        frames=(("csv", "DictWriter.writerow"), ("csv", "DictWriter._dict_to_list")),
+        error="_csv.Error: new-line character seen in unquoted field - do you need to open the file with newline=''?",
+        follow_up="Explain the root cause in two sentences, then give the patch as a unified diff.",
+    ),
+)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Sessions
+# --------------------------------------------------------------------------------------------------------------
+
+
+def as_session(item: Session | dict[str, Any], workload: str) -> Session:
+    """Return ``item`` as a session: a prompt dict (with ``messages``) becomes a one-turn session."""
+    if "turns" in item:
+        session = dict(item)
+    elif "messages" in item:
+        session = {"id": item["id"], "source": item.get("source", ""), "turns": [list(item["messages"])]}
+    else:
+        raise ValueError(f"A workload item needs `turns` (a session) or `messages` (a prompt); got {sorted(item)}.")
+    if not session["turns"] or not session["turns"][0]:
+        raise ValueError(f"Session {session.get('id')!r} has no messages in its first turn.")
+    session["workload"] = workload
+    session.setdefault("source", "")
+    session.setdefault("max_tokens", None)
+    session.setdefault("max_turns", None)
+    return session
+
+
+def session_from_messages(
+    prompt: dict[str, Any], workload: str = AGENTIC_WORKLOAD, max_tokens: int | None = None
+) -> Session:
+    """Split a recorded conversation into turns at the messages the environment sends (user and tool messages).
+
+    Every run of consecutive non-assistant messages is one turn; the recorded assistant messages are dropped (the
+    benchmark replaces them with the target's own replies). A trailing assistant message is ignored.
+    """
+    turns: list[list[Message]] = []
+    current: list[Message] = []
+    for message in prompt["messages"]:
+        if message["role"] == "assistant":
+            if current:
+                turns.append(current)
+                current = []
+            continue
+        current.append({"role": message["role"], "content": message["content"]})
+    if current:
+        turns.append(current)
+    return as_session(
+        {"id": prompt["id"], "source": prompt.get("source", ""), "turns": turns, "max_tokens": max_tokens}, workload
+    )
+
+
+def tooltalk_sessions(limit: int | None, max_tokens: int | None = None) -> list[Session]:
+    """The agentic eval conversations of :func:`dlite_hf.prompts.load_prompts` (ToolTalk) as multi-turn sessions."""
+    return [session_from_messages(p, AGENTIC_WORKLOAD, max_tokens) for p in load_prompts("agentic", "eval", limit)]
+
+
+def _stdlib_file(module: str) -> tuple[str, str]:
+    """(path relative to the standard library, source text) of a standard-library module, read from disk."""
+    __import__(module)
+    path = Path(inspect.getsourcefile(sys.modules[module]) or "")
+    if not path.is_file():
+        raise FileNotFoundError(f"No source file on disk for the standard-library module {module!r}.")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    try:
+        relative = path.relative_to(stdlib).as_posix()
+    except ValueError:
+        relative = path.name
+    return relative, path.read_text(encoding="utf-8")
+
+
+def _cut(text: str, tokenizer: Any, max_tokens: int) -> tuple[str, bool]:
+    """Cut ``text`` to at most ``max_tokens`` tokens of ``tokenizer`` (at a line boundary when possible)."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) <= max_tokens:
+        return text, False
+    cut = tokenizer.decode(ids[:max_tokens])
+    newline = cut.rfind("\n")
+    return (cut[: newline + 1] if newline > len(cut) // 2 else cut), True
+
+
+def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
+    relative, source = _stdlib_file(module)
+    body, cut = _cut(source, tokenizer, max_tokens)
+    total = source.count("\n") + 1
+    shown = body.count("\n") + (0 if body.endswith("\n") else 1)
+    note = f" (showing lines 1-{shown} of {total})" if cut else f" ({total} lines)"
+    return f"read_file(path={relative!r}){note}:\n```python\n{body.rstrip()}\n```"
+
+
+def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
+    """(file, line number, function name, source line) of the last non-blank code line of a real function."""
+    __import__(module)
+    obj: Any = sys.modules[module]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    lines, start = inspect.getsourcelines(obj)
+    index = max(i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith(("#", '"""')))
+    path = Path(inspect.getsourcefile(obj) or module)
+    try:  # a machine-independent path, as in a standard Linux install
+        shown = (
+            f"/usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}/"
+            + path.relative_to(sysconfig.get_paths()["stdlib"]).as_posix()
+        )
+    except ValueError:
+        shown = path.name
+    return shown, start + index, qualname.split(".")[-1], lines[index].rstrip()
+
+
+def _test_output(task: CodingTask, attempt: int) -> str:
+    """Pytest-like output of a failing run whose traceback frames are real lines of the real source files."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    test = f"test_{task.id}_roundtrip"
+    passed, failed = 11 + attempt, 2 - min(attempt, 1)
+    lines = [
+        "=" * 29 + " test session starts " + "=" * 30,
+        f"platform linux -- Python {version}, pytest-8.3.2, pluggy-1.5.0",
+        "rootdir: /workspace/service",
+        f"collected {passed + failed} items",
+        "",
+        f"tests/test_{task.id}.py " + "." * 4 + "F" + "." * (passed - 4) + "F" * (failed - 1) + " " * 20 + "[100%]",
+        "",
+        "=" * 35 + " FAILURES " + "=" * 35,
+        "_" * 28 + f" {test} " + "_" * 28,
+        "",
+        f"    def {test}():",
+        f"        data = load_fixture('{task.id}_cases.txt')",
+        f">       assert roundtrip_{task.id}(data) == data",
+        "",
+        f"tests/test_{task.id}.py:{41 + attempt}: ",
+    ]
+    for module, qualname in task.frames:
+        path, number, name, source = _frame(module, qualname)
+        lines += ["_ " * 40, "", f"{path}:{number}: in {name}", f"    {source.strip()}"]
+    lines += [
+        f"E   {task.error}",
+        "",
+        "=" * 27 + " short test summary info " + "=" * 28,
+        f"FAILED tests/test_{task.id}.py::{test} - {task.error.split(':')[0]}",
+        "=" * 24 + f" {failed} failed, {passed} passed in 0.{37 + attempt}s " + "=" * 24,
+    ]
+    return "\n".join(lines)
+
+
+def coding_session(task: CodingTask, tokenizer: Any, max_tokens: int | None, file_tokens: int) -> Session:
+    """A coding-agent session: request, then real stdlib files and test output as tool results, then follow-ups.
+
+    Args:
+        task: which modules and which failure.
+        tokenizer: the target's tokenizer (files are cut to ``file_tokens`` of its tokens).
+        max_tokens: stop the session at the first turn whose context is longer than this.
+        file_tokens: longest file excerpt returned by one ``read_file``.
+    """
+    tool = "tool"
+    first, *rest = task.modules
+    turns: list[list[Message]] = [
+        [{"role": "system", "content": _CODING_SYSTEM}, {"role": "user", "content": task.request}],
+        [{"role": tool, "content": _read_file_result(first, tokenizer, file_tokens)}],
+        [{"role": tool, "content": _test_output(task, 0)}],
+    ]
+    turns += [[{"role": tool, "content": _read_file_result(m, tokenizer, file_tokens)}] for m in rest]
+    turns += [
+        [{"role": "user", "content": task.follow_up}],
+        [{"role": tool, "content": _test_output(task, 1)}],
+    ]
+    return as_session(
+        {
+            "id": f"coding/{task.id}",
+            "source": "python-stdlib " + ".".join(map(str, sys.version_info[:3])) + ": " + ", ".join(task.modules),
+            "turns": turns,
+            "max_tokens": max_tokens,
+        },
+        AGENTIC_WORKLOAD,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# All workloads of a run
+# --------------------------------------------------------------------------------------------------------------
+
+
+def parse_workloads(spec: str | Iterable[str]) -> list[str]:
+    """Split and validate a workload list (``"chat,code"``); unknown names list the allowed ones."""
+    names = [w.strip() for w in (spec.split(",") if isinstance(spec, str) else spec) if w.strip()]
+    unknown = [w for w in names if w not in WORKLOAD_CHOICES]
+    if unknown:
+        raise ValueError(f"Unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOAD_CHOICES)}.")
+    if not names:
+        raise ValueError(f"No workload given; allowed: {', '.join(WORKLOAD_CHOICES)}.")
+    return list(dict.fromkeys(names))
+
+
+def build_workloads(
+    names: Sequence[str],
+    tokenizer: Any,
+    num_prompts: int = 4,
+    long_lengths: Sequence[int] = (1024, 4096),
+    agentic_max_tokens: int = 8192,
+    agentic_max_turns: int | None = 8,
+    coding_sessions: int = 1,
+    file_tokens: int | None = None,
+) -> dict[str, list[Session]]:
+    """Build the sessions of every requested workload, keyed by label (``long`` becomes ``long-1024``, ...).
+
+    Args:
+        names: workload names from :data:`WORKLOAD_CHOICES`.
+        tokenizer: the target's tokenizer (long prompts and file excerpts are cut in its tokens).
+        num_prompts: prompts per single-turn workload, per long length, and ToolTalk sessions for ``agentic``.
+        long_lengths: prompt lengths of the ``long`` workload, each at most :data:`LONG_MAX_TOKENS`.
+        agentic_max_tokens: agentic sessions stop at the first turn whose context is longer.
+        agentic_max_turns: measure at most this many turns per agentic session (None: all).
+        coding_sessions: coding sessions added to ``agentic`` (at most ``len(CODING_TASKS)``).
+        file_tokens: longest ``read_file`` excerpt (default ``agentic_max_tokens // 4``).
+    """
+    if not 1 <= num_prompts <= EVAL_SIZE:
+        raise ValueError(f"num_prompts must be in 1..{EVAL_SIZE} (the eval split's size), got {num_prompts}.")
+    if not 0 <= coding_sessions <= len(CODING_TASKS):
+        raise ValueError(f"coding_sessions must be in 0..{len(CODING_TASKS)}, got {coding_sessions}.")
+    for length in long_lengths:
+        if not 64 <= length <= LONG_MAX_TOKENS:
+            raise ValueError(f"long lengths must be in 64..{LONG_MAX_TOKENS} tokens, got {length}.")
+    workloads: dict[str, list[Session]] = {}
+    for name in parse_workloads(names):
+        if name in SINGLE_TURN_WORKLOADS:
+            workloads[name] = [as_session(p, name) for p in load_prompts(name, "eval", num_prompts)]
+        elif name == "long":
+            for length in long_lengths:
+                label = f"long-{length}"
+                workloads[label] = [as_session(p, label) for p in load_long(length, tokenizer, "eval", num_prompts)]
+        else:
+            sessions = tooltalk_sessions(num_prompts, agentic_max_tokens)
+            budget = file_tokens or max(128, agentic_max_tokens // 4)
+            tasks = CODING_TASKS[:coding_sessions]
+            sessions += [coding_session(t, tokenizer, agentic_max_tokens, budget) for t in tasks]
+            for session in sessions:
+                session["max_turns"] = agentic_max_turns
+            workloads[AGENTIC_WORKLOAD] = sessions
+    return workloads

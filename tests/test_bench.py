@@ -1,0 +1,260 @@
+"""`dlite-hf bench` end to end on tiny models (real tokenizer and real prompt files), and its workload loaders."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import json.decoder
+
+import pytest
+import torch
+from conftest import make_drafter
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from dlite_hf import prompts as P
+from dlite_hf.assets import fetch_model
+from dlite_hf.bench import command as bench_command
+from dlite_hf.bench import runner as bench_runner
+from dlite_hf.bench.methods import BenchMethod, make_methods
+from dlite_hf.bench.report import PLOT_NAMES
+from dlite_hf.bench.runner import run_bench
+from dlite_hf.bench.workloads import CODING_TASKS, build_workloads, coding_session, session_from_messages
+from dlite_hf.cli import main
+from dlite_hf.training.regenerate import chat_prompt_ids
+
+RECORD_KEYS = {
+    "workload", "session_id", "turn", "prompt_id", "source", "method", "prompt_tokens", "new_tokens",
+    "target_forwards", "rounds", "drafted", "accepted", "tau", "wall_s", "prefill_s", "decode_s", "tok_s",
+    "decode_tok_s", "target_s", "drafter_s", "overhead_s", "target_ms_per_round", "drafter_ms_per_round",
+    "drafter_share", "peak_rss_delta_mb", "identical_to_plain", "first_mismatch",
+}  # fmt: skip
+SUMMARY_KEYS = {
+    "workload", "method", "prompts", "mean_prompt_tokens", "new_tokens", "target_forwards", "wall_s", "prefill_s",
+    "tok_s", "mean_tau", "tau_pooled", "speedup", "decode_speedup", "acceptance_rate", "drafter_ms_per_round",
+    "target_ms_per_round", "drafter_share", "rounds", "peak_rss_delta_mb_max", "mismatches", "lossless",
+}  # fmt: skip
+META_KEYS = {"machine", "threads", "python", "torch", "transformers", "dlite_hf", "max_new_tokens", "started_utc"}
+ALL_METHODS = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The real SmolLM2 tokenizer (ChatML template), so prompts are templated as for the real target."""
+    return AutoTokenizer.from_pretrained(fetch_model("smollm2-135m", progress=False))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A seeded random Llama with SmolLM2's vocabulary (hidden 32, 2 layers) and one drafter per DLite method."""
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=2,
+    )
+    torch.manual_seed(0)
+    target = LlamaForCausalLM(config).eval()
+    target.generation_config.eos_token_id = None
+    target.generation_config.pad_token_id = 2
+    small = dict(num_target_layers_tapped=2, hidden_size=32, intermediate_size=64, head_rank=8)
+    drafters = {
+        "dlite": make_drafter(target, seed=1, **small),
+        "dlite_nohead": make_drafter(target, seed=2, use_sequential_head=False, **small),
+        "history": make_drafter(target, seed=3, history_window=-1, **small),
+    }
+    return target, drafters
+
+
+def _check_result(result: dict, methods: tuple[str, ...], workloads: list[str]) -> None:
+    assert result["schema_version"] == 1 and result["ok"] is True and result["mismatches"] == []
+    assert META_KEYS <= set(result["meta"]) and result["meta"]["threads"] == torch.get_num_threads()
+    assert list(result["methods"]) == list(methods) and result["workloads"] == workloads
+    for record in result["records"]:
+        assert set(record) == RECORD_KEYS, set(record) ^ RECORD_KEYS
+        assert record["identical_to_plain"] is True and record["first_mismatch"] is None
+        assert record["new_tokens"] > 0 and record["target_forwards"] >= 1 and record["wall_s"] > 0
+        assert record["tau"] == pytest.approx(record["new_tokens"] / record["target_forwards"])
+        if record["method"] == "plain":
+            assert record["tau"] == 1.0 and record["rounds"] == 0
+        if record["method"] in ("dlite", "dlite_nohead", "history"):
+            assert record["rounds"] >= 1 and record["drafter_ms_per_round"] > 0 and 0 < record["drafter_share"] < 1
+    # interleaved: every prompt ran every method, plain first
+    by_prompt: dict[str, list[str]] = {}
+    for record in result["records"]:
+        by_prompt.setdefault(record["prompt_id"], []).append(record["method"])
+    assert all(names == list(methods) for names in by_prompt.values())
+    rows = {(r["workload"], r["method"]) for r in result["summary"]}
+    labels = [*workloads, "all"] if len(workloads) > 1 else workloads  # "all" rows only across workloads
+    assert rows == {(w, m) for w in labels for m in methods}
+    for row in result["summary"]:
+        assert set(row) == SUMMARY_KEYS and row["lossless"] is True
+        if row["method"] == "plain":
+            assert row["speedup"] == pytest.approx(1.0) and row["mean_tau"] == 1.0
+
+
+def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
+    target, drafters = tiny
+    workloads = {
+        **build_workloads(["chat"], tokenizer, num_prompts=2),
+        **build_workloads(["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=1600, agentic_max_turns=3),
+    }
+    methods = {"plain": None, "prompt_lookup": None, **drafters}
+    result = run_bench(
+        target, tokenizer, methods, workloads, max_new_tokens=10, progress=False, out_dir=tmp_path, name="tiny"
+    )
+    _check_result(result, ALL_METHODS, ["chat", "agentic"])
+    agentic = [s for s in result["sessions"] if s["workload"] == "agentic"]
+    assert [s["id"].split("/")[0] for s in agentic] == ["tooltalk", "coding"]
+    assert all(s["turns_measured"] >= 2 for s in agentic)
+    coding = [r for r in result["records"] if r["session_id"] == "coding/json" and r["method"] == "plain"]
+    assert [r["turn"] for r in coding] == list(range(len(coding)))
+    assert all(a["prompt_tokens"] < b["prompt_tokens"] for a, b in zip(coding, coding[1:])), "context must grow"
+    assert max(r["prompt_tokens"] for r in coding) <= 1600
+    # files: JSON round-trips, the table has one line per summary row, every plot is a PNG
+    files = result["files"]
+    saved = json.loads((tmp_path / "tiny.json").read_text())
+    assert saved["summary"] == json.loads(json.dumps(result["summary"])) and files["json"] == str(
+        tmp_path / "tiny.json"
+    )
+    table = (tmp_path / "tiny.md").read_text()
+    assert table.count("\n| ") == len(result["summary"]) + 1 + 3  # rows + header; sessions: header + 2 rows
+    for plot in PLOT_NAMES:
+        assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
+    target, drafters = tiny
+    monkeypatch.setattr(bench_command, "_load_target", lambda name: (target, tokenizer, "/tiny"))
+    monkeypatch.setattr(bench_command, "_load_drafter", lambda path: drafters[path])
+
+
+def _cli(tmp_path, *extra: str) -> list[str]:
+    return [
+        "bench", "--target", "tiny", "--drafter", "dlite", "--drafter-history", "history", "--workloads", "code",
+        "--methods", "prompt_lookup,dlite,history", "--num-prompts", "1", "--max-new-tokens", "6",
+        "--out", str(tmp_path), "--name", "cli", "--no-progress", "--no-plots", "--no-warmup", *extra,
+    ]  # fmt: skip
+
+
+def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, monkeypatch, capsys):
+    _patch_cli(monkeypatch, tiny, tokenizer)
+    assert main(_cli(tmp_path)) == 0
+    result = json.loads((tmp_path / "cli.json").read_text())
+    _check_result(result, ("plain", "prompt_lookup", "dlite", "history"), ["code"])
+    assert result["meta"]["command"].startswith("dlite-hf bench --target tiny --drafter dlite")
+    assert "| code | dlite |" in (tmp_path / "cli.md").read_text()
+
+    original = bench_runner._Runner.generate
+
+    def corrupt(self, method: BenchMethod, input_ids, max_new_tokens=None):
+        out = original(self, method, input_ids, max_new_tokens)
+        if method.name == "dlite":
+            out = out.clone()
+            out[0, -1] = (out[0, -1] + 1) % 49152
+        return out
+
+    monkeypatch.setattr(bench_runner._Runner, "generate", corrupt)
+    capsys.readouterr()
+    assert main(_cli(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert "LOSSLESS CHECK FAILED: dlite on code" in err
+    result = json.loads((tmp_path / "cli.json").read_text())
+    assert result["ok"] is False and [m["method"] for m in result["mismatches"]] == ["dlite"]
+    assert result["mismatches"][0]["first_mismatch"] == 5
+    flags = {r["method"]: r["identical_to_plain"] for r in result["records"]}
+    assert flags == {"plain": True, "prompt_lookup": True, "dlite": False, "history": True}
+    assert "**NO (1/1)**" in (tmp_path / "cli.md").read_text()
+    assert main(_cli(tmp_path, "--allow-mismatch")) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--methods", "plain,eagle"], "Unknown method(s) eagle; allowed: plain, prompt_lookup, dlite"),
+        (["--workloads", "chat,swe"], "Unknown workload(s) swe; allowed: chat, code, math, tool, agentic, long"),
+        (["--methods", "history"], "method history needs --drafter-history PATH"),
+        (["--methods", "dlite_nohead,assisted"], "dlite_nohead needs --drafter-nohead PATH; method assisted needs"),
+        (["--methods", "plain", "--workloads", "long", "--long-lengths", "1024,20000"], "each length must be in"),
+    ],
+)
+def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):
+    def no_load(name):
+        raise AssertionError("flags must be checked before any model is loaded")
+
+    monkeypatch.setattr(bench_command, "_load_target", no_load)
+    with pytest.raises(SystemExit) as error:
+        main(["bench", *argv])
+    assert message in str(error.value)
+
+
+def test_wrong_checkpoint_for_a_method_is_refused(tiny):
+    _, drafters = tiny
+    with pytest.raises(ValueError, match="history-aware checkpoint"):
+        make_methods({"history": drafters["dlite"]})
+    with pytest.raises(ValueError, match="--drafter-nohead"):
+        make_methods({"dlite": drafters["dlite_nohead"]})
+    with pytest.raises(ValueError, match="--drafter-history"):
+        make_methods({"dlite": drafters["history"]})
+    assert [m.name for m in make_methods({"dlite": drafters["dlite"]})] == ["plain", "dlite"]
+
+
+# ------------------------------------------------------------------------------------------------ loaders
+def test_workload_loaders_on_the_real_files(tokenizer):
+    workloads = build_workloads(
+        ["chat", "code", "math", "tool", "agentic", "long"],
+        tokenizer,
+        num_prompts=P.EVAL_SIZE,
+        long_lengths=(1024, 4096),
+        coding_sessions=len(CODING_TASKS),
+    )
+    counts = {label: len(sessions) for label, sessions in workloads.items()}
+    assert counts == {"chat": 16, "code": 16, "math": 16, "tool": 16, "agentic": 16 + 3, "long-1024": 16,
+                      "long-4096": 16}  # fmt: skip
+    for label in ("chat", "code", "math", "tool"):
+        train = P.load_prompts(label, "train")
+        sessions = workloads[label]
+        assert all(len(s["turns"]) == 1 and s["workload"] == label for s in sessions)
+        assert not {s["id"] for s in sessions} & {p["id"] for p in train}
+        assert not {json.dumps(s["turns"][0]) for s in sessions} & {json.dumps(p["messages"]) for p in train}
+    train_conversations = {p["id"].rsplit("/", 1)[0] for p in P.load_prompts("agentic", "train")}
+    tooltalk = [s for s in workloads["agentic"] if s["id"].startswith("tooltalk/")]
+    assert len(tooltalk) == 16 and not {s["id"].rsplit("/", 1)[0] for s in tooltalk} & train_conversations
+    for session in workloads["agentic"]:
+        assert session["max_tokens"] == 8192 and session["max_turns"] == 8 and len(session["turns"]) >= 2
+        assert session["turns"][0][0]["role"] == "system"
+        assert all(m["role"] in ("user", "tool") for turn in session["turns"][1:] for m in turn)
+    for label, length in (("long-1024", 1024), ("long-4096", 4096)):
+        sizes = [len(chat_prompt_ids(tokenizer, s["turns"][0])) for s in workloads[label]]
+        assert all(length - 64 <= n <= length for n in sizes), sizes
+
+
+def test_sessions_replay_recorded_conversations_and_read_real_files(tokenizer):
+    prompt = {
+        "id": "x/1",
+        "source": "s",
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "call"},
+            {"role": "tool", "content": "r1"},
+            {"role": "assistant", "content": "call"},
+            {"role": "tool", "content": "r2"},
+            {"role": "user", "content": "u2"},
+        ],
+    }
+    session = session_from_messages(prompt, max_tokens=100)
+    assert [[m["content"] for m in t] for t in session["turns"]] == [["sys", "u1"], ["r1"], ["r2", "u2"]]
+    coding = coding_session(CODING_TASKS[0], tokenizer, max_tokens=None, file_tokens=200)
+    contents = [m["content"] for turn in coding["turns"] for m in turn]
+    decoder_head = inspect.getsource(json.decoder).splitlines()[0]
+    assert decoder_head in contents[2] and "showing lines 1-" in contents[2]
+    assert any("FAILURES" in c and "json/decoder.py" in c for c in contents)
+    assert all(len(tokenizer(c)["input_ids"]) <= 260 for c in contents if c.startswith("read_file"))

@@ -1,0 +1,75 @@
+"""The real SmolLM2-135M-Instruct target (fetched by `make assets`): lossless greedy with a random drafter,
+streaming and stop strings, and constant drafter memory."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from transformers import TextIteratorStreamer
+
+from dlite_hf import DLiteConfig, DLiteForSpeculation
+from dlite_hf.prompts import load_prompts
+from dlite_hf.training.regenerate import chat_prompt_ids
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module")
+def random_drafter(smollm2):
+    target, _ = smollm2
+    config = DLiteConfig.for_target(
+        target.config,
+        num_target_layers_tapped=6,
+        target_name_or_path="smollm2-135m",
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_rank=32,
+    )
+    torch.manual_seed(0)
+    return DLiteForSpeculation(config).eval()
+
+
+def _real_prompts(tokenizer):
+    prompts = load_prompts("chat", "eval", limit=2) + load_prompts("code", "eval", limit=2)
+    prompts += load_prompts("math", "eval", limit=1) + load_prompts("tool", "eval", limit=1)
+    return [torch.tensor([chat_prompt_ids(tokenizer, p["messages"])]) for p in prompts]
+
+
+def test_random_drafter_is_lossless_on_real_prompts(smollm2, random_drafter):
+    target, tokenizer = smollm2
+    checked = 0
+    for ids in _real_prompts(tokenizer):
+        plain = target.generate(ids, max_new_tokens=24, do_sample=False)
+        assisted = target.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=random_drafter)
+        assert torch.equal(plain, assisted), tokenizer.decode(plain[0, ids.shape[1] :])
+        assert random_drafter.last_generation_stats.rounds > 0
+        checked += 1
+    assert checked >= 5
+
+
+def test_text_iterator_streamer_and_stop_strings(smollm2, random_drafter):
+    target, tokenizer = smollm2
+    ids = _real_prompts(tokenizer)[2]
+    plain = target.generate(ids, max_new_tokens=40, do_sample=False)
+    text = tokenizer.decode(plain[0, ids.shape[1] :], skip_special_tokens=True)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    kwargs = dict(max_new_tokens=40, do_sample=False, assistant_model=random_drafter, streamer=streamer)
+    worker = threading.Thread(target=lambda: target.generate(ids, **kwargs))
+    worker.start()
+    streamed = "".join(streamer)
+    worker.join()
+    assert streamed == text
+
+    words = text.split()
+    stop = words[min(5, len(words) - 1)]
+    plain_stop = target.generate(ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+    fast_stop = target.generate(
+        ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer,
+        assistant_model=random_drafter,
+    )
+    assert torch.equal(plain_stop, fast_stop)
+    assert plain_stop.shape[1] < plain.shape[1]
