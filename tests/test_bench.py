@@ -37,6 +37,15 @@ META_KEYS = {"machine", "threads", "python", "torch", "transformers", "dlite_hf"
 ALL_METHODS = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine extra threads only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     """The real SmolLM2 tokenizer (ChatML template), so prompts are templated as for the real target."""

@@ -68,7 +68,11 @@ def test_text_iterator_streamer_and_stop_strings(smollm2, random_drafter):
     stop = words[min(5, len(words) - 1)]
     plain_stop = target.generate(ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
     fast_stop = target.generate(
-        ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer,
+        ids,
+        max_new_tokens=40,
+        do_sample=False,
+        stop_strings=[stop],
+        tokenizer=tokenizer,
         assistant_model=random_drafter,
     )
     assert torch.equal(plain_stop, fast_stop)

@@ -131,12 +131,13 @@ def write_plots(result: Mapping[str, Any], stem: Path) -> dict[str, Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = result["records"]
     methods = [m for m in result["methods"] if m != "plain"]
     colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(result["methods"])}
     written: dict[str, Path] = {}
-    title = f"{result['meta'].get('target', '')} ({result['meta'].get('threads')} threads)"
+    title = f"{result['meta'].get('target', '')} (threads={result['meta'].get('threads')})"
 
     # 1. speedup and tau per workload per method
     summary = [r for r in result["summary"] if r["method"] != "plain"]
@@ -221,6 +222,7 @@ def write_plots(result: Mapping[str, Any], stem: Path) -> dict[str, Path]:
         axes[1].set_ylabel("context tokens")
         for ax in axes:
             ax.set_xlabel("turn index")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[0].axhline(1.0, color="gray", lw=1, ls="--")
         if methods:
             axes[0].legend(fontsize=8)
