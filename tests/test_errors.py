@@ -8,13 +8,13 @@ import os
 import pytest
 import torch
 from conftest import make_drafter, make_tiny_target
-from dlite_hf.modeling import generation_dlite
-from dlite_hf.modeling.generation_dlite import _check_hooked_signature, install_generate_hook
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, Qwen3Config, Qwen3ForCausalLM
 from transformers.generation.utils import GenerationMixin
 
 from dlite_hf import DLiteForSpeculation
+from dlite_hf.modeling import generation_dlite
+from dlite_hf.modeling.generation_dlite import _check_hooked_signature, install_generate_hook
 
 FIX_HINT = "A drafter only works with the target it was trained on: load the matching drafter"
 

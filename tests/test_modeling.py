@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_drafter, make_tiny_target
-from dlite_hf.modeling.configuration_dlite import default_target_layer_ids
-from dlite_hf.modeling.modeling_dlite import gather_history
 from transformers import LlamaConfig, Qwen3Config
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
+from dlite_hf.modeling.configuration_dlite import default_target_layer_ids
+from dlite_hf.modeling.modeling_dlite import gather_history
 
 V, H_T = 128, 64  # make_tiny_target's vocabulary and hidden size
 

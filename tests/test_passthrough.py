@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_drafter, make_tiny_target
-from dlite_hf.modeling.generation_dlite import _HOOKED_METHOD
 from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 from transformers.generation.utils import GenerationMixin
 
 from dlite_hf import install_generate_hook
+from dlite_hf.modeling.generation_dlite import _HOOKED_METHOD
 
 HOOKED = GenerationMixin._get_candidate_generator
 ORIGINAL = HOOKED._dlite_original
