@@ -203,7 +203,11 @@ class DLiteCandidateGenerator(CandidateGenerator):
         drafter.bind_target(target)
         self.drafter = drafter
         self.device = drafter.device
-        self.num_tokens = min(int(config.num_draft_tokens), int(generation_config.num_assistant_tokens or 1))
+        requested = generation_config.num_assistant_tokens
+        if requested is not None and int(requested) < 1:
+            raise ValueError(f"num_assistant_tokens={requested} is invalid: expected >= 1 (it can only lower K).")
+        k = int(config.num_draft_tokens)
+        self.num_tokens = k if requested is None else min(k, int(requested))
         self.max_length = generation_config.max_length
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
