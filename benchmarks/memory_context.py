@@ -52,8 +52,12 @@ def child(method: str, length: int, drafter_dir: str, new_tokens: int) -> dict:
     with torch.no_grad():
         target.generate(ids, **kwargs)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result = {"method": method, "prompt_tokens": ids.shape[1], "peak_rss_mb": peak / 1024,
-              "rss_growth_in_generate_mb": (peak - before) / 1024}
+    result = {
+        "method": method,
+        "prompt_tokens": ids.shape[1],
+        "peak_rss_mb": peak / 1024,
+        "rss_growth_in_generate_mb": (peak - before) / 1024,
+    }
     if method == "dlite":
         config = drafter.config
         result["kept_state_bytes"] = kept["max_bytes"]
@@ -75,13 +79,26 @@ def main() -> int:
     rows = []
     for length in [int(x) for x in args.lengths.split(",")]:
         for method in ("plain", "dlite"):
-            command = [sys.executable, __file__, "--drafter", args.drafter, "--new-tokens", str(args.new_tokens),
-                       "--child", method, str(length)]
+            command = [
+                sys.executable,
+                __file__,
+                "--drafter",
+                args.drafter,
+                "--new-tokens",
+                str(args.new_tokens),
+                "--child",
+                method,
+                str(length),
+            ]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             rows.append(json.loads(output.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)
-    report = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
-              "threads": int(os.environ.get("THREADS", "2")), "rows": rows}
+    report = {
+        "command": " ".join(sys.argv),
+        "machine": platform.processor() or platform.machine(),
+        "threads": int(os.environ.get("THREADS", "2")),
+        "rows": rows,
+    }
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(report, handle, indent=2)

@@ -74,6 +74,12 @@ class DLiteConfig(PreTrainedConfig):
         use_sequential_head (`bool`, defaults to `True`):
             `False` drops the recurrent head: every position is predicted from the backbone alone (the paper's
             "pure parallel", DFlash-like ablation).
+        draft_vocab_size (`int`, *optional*):
+            Draft only among this many target tokens (the most frequent in the training responses, stored in the
+            checkpoint as `draft_vocab_ids`). At inference each draft position then reads that slice of the lm_head
+            instead of all of it: on a CPU the per-position projection is memory-bound and dominates a round.
+            Lossless either way: drafts are verified by the target, and the candidate logits are exactly the
+            (restricted) distribution the drafts were taken from. `None` drafts over the full vocabulary.
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).
@@ -107,6 +113,7 @@ class DLiteConfig(PreTrainedConfig):
         rope_theta: float = 10000.0,
         head_rank: int = 64,
         use_sequential_head: bool = True,
+        draft_vocab_size: int | None = None,
         history_window: int = 0,
         mask_token_id: int | None = None,
         backbone_type: str = "qwen3",
@@ -133,6 +140,7 @@ class DLiteConfig(PreTrainedConfig):
         self.rope_theta = rope_theta
         self.head_rank = head_rank
         self.use_sequential_head = use_sequential_head
+        self.draft_vocab_size = draft_vocab_size
         self.history_window = history_window
         self.mask_token_id = mask_token_id
         self.backbone_type = backbone_type
@@ -184,6 +192,10 @@ class DLiteConfig(PreTrainedConfig):
                 ids,
                 f"indices in [0, {self.num_target_layers - 1}] (the target has {self.num_target_layers} layers)",
             )
+        if self.draft_vocab_size is not None and (
+            not isinstance(self.draft_vocab_size, int) or not 1 <= self.draft_vocab_size <= self.vocab_size
+        ):
+            raise bad("draft_vocab_size", self.draft_vocab_size, f"None or an integer in [1, {self.vocab_size}]")
         if not isinstance(self.use_sequential_head, bool):
             raise bad("use_sequential_head", self.use_sequential_head, "True or False")
         if not isinstance(self.history_window, int) or self.history_window < -1:

@@ -195,7 +195,12 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         )
         self.norm = norm_cls(hidden, eps=eps)
         self.out_proj = nn.Linear(hidden, target_hidden, bias=False) if hidden != target_hidden else nn.Identity()
+        if config.draft_vocab_size is not None:
+            self.register_buffer("draft_vocab_ids", torch.arange(config.draft_vocab_size), persistent=True)
+        else:
+            self.draft_vocab_ids = None
         self._target_embeddings: tuple[nn.Module, nn.Module] | None = None
+        self._draft_head: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self.last_generation_stats = None
         self.post_init()
 
@@ -236,7 +241,22 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                 "(get_input_embeddings() / get_output_embeddings()); DLite needs both."
             )
         self._target_embeddings = (embeddings, lm_head)
+        self._draft_head = None  # the lm_head slice of the draft vocabulary, rebuilt on first use
         return self
+
+    @torch.no_grad()
+    def set_draft_vocab(self, token_counts: torch.Tensor) -> torch.Tensor:
+        """Choose the draft vocabulary: the `config.draft_vocab_size` most frequent tokens of `token_counts` `[V]`."""
+        if self.draft_vocab_ids is None:
+            raise ValueError("This drafter drafts over the full vocabulary (config.draft_vocab_size=None).")
+        if token_counts.shape != (self.config.vocab_size,):
+            raise ValueError(
+                f"token_counts has shape {tuple(token_counts.shape)}; expected ({self.config.vocab_size},)."
+            )
+        ids = torch.topk(token_counts.float(), self.config.draft_vocab_size).indices.sort().values
+        self.draft_vocab_ids.copy_(ids.to(self.draft_vocab_ids.device))
+        self._draft_head = None
+        return self.draft_vocab_ids
 
     def _embeddings(self) -> tuple[nn.Module, nn.Module]:
         if self._target_embeddings is None:
@@ -251,11 +271,24 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         """Target token embeddings `[..., H_t]` in the drafter's dtype."""
         return self._embeddings()[0](token_ids).to(self.dtype)
 
-    def project(self, outputs: torch.Tensor) -> torch.Tensor:
-        """Normed head outputs `[..., H]` -> logits `[..., V]` through the target's lm_head (float32)."""
+    def project(self, outputs: torch.Tensor, restrict: bool = False) -> torch.Tensor:
+        """Normed head outputs `[..., H]` -> logits `[..., V]` through the target's lm_head (float32).
+
+        With `restrict=True` and a draft vocabulary, only its rows of the lm_head are read; every other token
+        gets -inf (probability 0), so the result is still a distribution over the whole vocabulary.
+        """
         lm_head = self._embeddings()[1]
         projected = self.out_proj(outputs).to(lm_head.weight.dtype)
-        return lm_head(projected).float()
+        if not restrict or self.draft_vocab_ids is None:
+            return lm_head(projected).float()
+        if self._draft_head is None:
+            ids = self.draft_vocab_ids.to(lm_head.weight.device)
+            bias = lm_head.bias[ids].detach() if getattr(lm_head, "bias", None) is not None else None
+            self._draft_head = (lm_head.weight[ids].detach().contiguous(), bias)
+        weight, bias = self._draft_head
+        sub = nn.functional.linear(projected, weight, bias).float()
+        full = sub.new_full((*sub.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.draft_vocab_ids.to(sub.device), sub)
 
     # ----------------------------------------------------------------------------------------- backbone
     def encode_block(
@@ -335,14 +368,14 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         return hidden[:, -k:]
 
     def _head_step(
-        self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor
+        self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor, restrict: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.head is None:  # pure parallel ablation: the backbone alone predicts every position
             out = block
         else:
             out, state = self.head.step(block, self.embed_tokens(prev_ids), state)
         normed = self.norm(out)
-        return self.project(normed), normed, state
+        return self.project(normed, restrict), normed, state
 
     # ----------------------------------------------------------------------------------------- training forward
     def forward(
@@ -411,7 +444,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         prev = anchor_ids
         tokens, all_logits = [], []
         for i in range(k):
-            logits, _, state = self._head_step(block[:, i], prev, state)
+            logits, _, state = self._head_step(block[:, i], prev, state, restrict=True)
             if logits_processor is not None:
                 seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
                 logits = logits_processor(seen, logits)

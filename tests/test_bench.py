@@ -267,3 +267,17 @@ def test_sessions_replay_recorded_conversations_and_read_real_files(tokenizer):
     assert decoder_head in contents[2] and "showing lines 1-" in contents[2]
     assert any("FAILURES" in c and "json/decoder.py" in c for c in contents)
     assert all(len(tokenizer(c)["input_ids"]) <= 260 for c in contents if c.startswith("read_file"))
+
+
+def test_assisted_decoding_with_a_small_assistant(tiny, tokenizer):
+    target, _ = tiny
+    config = target.config.to_dict() | {"num_hidden_layers": 1}
+    torch.manual_seed(5)
+    assistant = LlamaForCausalLM(LlamaConfig(**config)).eval()
+    assistant.generation_config.eos_token_id = None
+    workloads = build_workloads(["math"], tokenizer, num_prompts=1)
+    result = run_bench(target, tokenizer, {"assisted": assistant}, workloads, max_new_tokens=8, progress=False)
+    _check_result(result, ("plain", "assisted"), ["math"])
+    record = result["records"][1]
+    assert record["rounds"] >= 1 and record["drafter_ms_per_round"] > 0  # the assistant's forwards, timed by hooks
+    assert result["methods"]["assisted"]["assistant"]["universal"] is False

@@ -126,3 +126,24 @@ def test_history_variants_are_lossless():
         ids = torch.randint(1, 128, (1, 9), generator=torch.Generator().manual_seed(window + 10))
         plain, assisted = _plain_and_dlite(target, drafter, ids, max_new_tokens=20)
         assert torch.equal(plain, assisted)
+
+
+def test_draft_vocabulary_is_lossless_and_restricts_candidates(fitted_pair):
+    target, _, prompts, sequences, _ = fitted_pair
+    drafter = make_drafter(target, seed=7, draft_vocab_size=40)
+    counts = torch.bincount(sequences[:, prompts.shape[1] :].flatten(), minlength=128).float()
+    ids = drafter.set_draft_vocab(counts)
+    assert ids.shape == (40,) and set(ids.tolist()) <= set(range(128))
+    drafter.bind_target(target)
+    context = torch.randn(2, drafter.config.num_tapped_layers, 64)
+    tokens, logits = drafter.draft(context, torch.tensor([3, 4]))
+    outside = torch.ones(128, dtype=torch.bool)
+    outside[ids] = False
+    assert torch.isinf(logits[..., outside]).all() and torch.isfinite(logits[..., ~outside]).all()
+    assert set(tokens.flatten().tolist()) <= set(ids.tolist())
+    for row in range(3):
+        plain, assisted = _plain_and_dlite(target, drafter, prompts[row : row + 1], max_new_tokens=20)
+        assert torch.equal(plain, assisted)
+    torch.manual_seed(0)
+    sampled = target.generate(prompts[:1], max_new_tokens=12, do_sample=True, assistant_model=drafter)
+    assert sampled.shape[1] == prompts.shape[1] + 12

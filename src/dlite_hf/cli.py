@@ -179,6 +179,10 @@ def build_train_parser():
         drafter_kv_heads: int = field(default=4, metadata={"help": "New drafters: key/value heads."})
         drafter_intermediate_size: int | None = field(default=None, metadata={"help": "New drafters: MLP width."})
         head_rank: int = field(default=64, metadata={"help": "New drafters: rank R of the sequential head."})
+        draft_vocab_size: int = field(
+            default=8192,
+            metadata={"help": "New drafters: draft among the N most frequent response tokens (0: full vocabulary)."},
+        )
         sequential_head: bool = field(
             default=True, metadata={"help": "New drafters: keep the recurrent head (--no_sequential_head: ablation)."}
         )
@@ -203,6 +207,7 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
         intermediate_size=script.drafter_intermediate_size,
         head_rank=script.head_rank,
         use_sequential_head=script.sequential_head,
+        draft_vocab_size=min(script.draft_vocab_size, target_config.vocab_size) or None,
         history_window=history_window,
     )
 
@@ -212,7 +217,7 @@ def run_train(argv: list[str]) -> Path:
     from transformers.trainer_utils import get_last_checkpoint
 
     from . import DLiteForSpeculation
-    from .training.data import RegeneratedDataset
+    from .training.data import RegeneratedDataset, response_token_counts
     from .training.trainer import DLiteTrainer
 
     parser, _ = build_train_parser()
@@ -259,6 +264,9 @@ def run_train(argv: list[str]) -> Path:
         targets = args.lora_target_modules or ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"]
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
     dataset = RegeneratedDataset(script.data, max_length=args.max_length)
+    drafter = model.get_base_model() if args.lora else model
+    if drafter.draft_vocab_ids is not None and not script.init and teacher is None:
+        drafter.set_draft_vocab(response_token_counts(dataset, drafter.config.vocab_size))
     eval_dataset = None
     if script.eval_fraction > 0:
         n_eval = max(1, int(len(dataset) * script.eval_fraction))

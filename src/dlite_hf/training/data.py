@@ -69,3 +69,14 @@ class DLiteCollator:
             "anchor_valid": anchor_valid,
             "labels": labels,
         }
+
+
+def response_token_counts(dataset: RegeneratedDataset, vocab_size: int) -> torch.Tensor:
+    """How often each token occurs in the responses (loss mask 1), plus a tie-breaker below one count that
+    prefers lower ids (BPE ids roughly follow merge order, i.e. corpus frequency) for unseen tokens."""
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for row in dataset.rows:
+        ids = torch.tensor([t for t, m in zip(row["input_ids"], row["loss_mask"]) if m], dtype=torch.long)
+        if ids.numel():
+            counts += torch.bincount(ids, minlength=vocab_size)[:vocab_size].double()
+    return counts + 0.5 * (1.0 - torch.arange(vocab_size, dtype=torch.float64) / vocab_size)

@@ -1,0 +1,218 @@
+"""Model cards: every card in hub_cards/ validates, the paper cards match their generator and the paper's figures,
+and `dlite-hf card` renders a valid, traceable card from a checkpoint and a bench result."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from dlite_hf import DLiteConfig, DLiteForSpeculation
+from dlite_hf.card_command import PAPER_LABEL, bench_rows, check_card, numbers_in
+from dlite_hf.cards import REQUIRED_SECTIONS
+from dlite_hf.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+HUB_CARDS = sorted((REPO / "hub_cards").glob("*.md"))
+
+
+def _method_notes() -> Path | None:
+    """The project's restatement of the paper (docs/method.md in the shared folder), if this checkout has it."""
+    candidates = [
+        os.environ.get("DLITE_METHOD_MD"),
+        REPO / "shared/docs/method.md",
+        REPO.parent / "shared/docs/method.md",
+    ]
+    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
+
+
+def _results_tables(text: str) -> list[tuple[str, list[str]]]:
+    """(label text above the table, the table's body lines) for each table of the Results section."""
+    section = text.split("## Results\n", 1)[1].split("\n## ", 1)[0]
+    tables, label, body = [], [], []
+    for line in section.splitlines():
+        if line.startswith("|"):
+            body.append(line)
+        elif body:
+            tables.append(("\n".join(label), body[2:]))
+            label, body = [line], []
+        else:
+            label.append(line)
+    if body:
+        tables.append(("\n".join(label), body[2:]))
+    return tables
+
+
+def _load_paper_card_generator():
+    spec = importlib.util.spec_from_file_location("render_paper_cards", REPO / "hub_cards" / "render_paper_cards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The cards in hub_cards/
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_hub_cards_exist():
+    names = {path.name for path in HUB_CARDS}
+    assert {"dlite-qwen3-4b.md", "dlite-qwen3-8b.md"} <= names
+
+
+@pytest.mark.parametrize("path", HUB_CARDS, ids=lambda p: p.name)
+def test_hub_card_is_valid(path):
+    text = path.read_text(encoding="utf-8")
+    data = ModelCard(text).data.to_dict()
+    assert data["library_name"] == "transformers"
+    assert data["pipeline_tag"] == "text-generation"
+    assert data["base_model"] and data["license"]
+    assert {"speculative-decoding", "dlite"} <= set(data["tags"])
+    for heading in REQUIRED_SECTIONS:
+        assert heading + "\n" in text, f"{path.name} lacks {heading}"
+    assert 'AutoModel.from_pretrained("' in text and "assistant_model=drafter" in text
+    tables = _results_tables(text)
+    assert tables, f"{path.name} has no results table"
+    for label, _ in tables:
+        assert PAPER_LABEL in label or "Source: `" in label, f"unlabelled results table in {path.name}"
+    # every number is labelled as the paper's or traceable to the bench file the card names
+    assert check_card(text) == []
+
+
+@pytest.mark.parametrize("size", ["4b", "8b"])
+def test_paper_cards_are_rendered_from_the_generator(size):
+    generator = _load_paper_card_generator()
+    path = REPO / "hub_cards" / f"dlite-qwen3-{size}.md"
+    assert path.read_text(encoding="utf-8") == generator.render(size), (
+        f"{path.name} is stale: run .venv/bin/python hub_cards/render_paper_cards.py"
+    )
+    config = generator.paper_config(size)
+    tapped, rank, hidden = {"4b": (12, 320, 2560), "8b": (14, 512, 4096)}[size]
+    assert len(config.target_layer_ids) == tapped and config.head_rank == rank
+    assert config.num_draft_tokens == 7 and config.num_hidden_layers == 5 and config.history_window == 0
+    assert (config.num_target_layers, config.target_hidden_size, config.vocab_size) == (36, hidden, 151936)
+    text = path.read_text(encoding="utf-8")
+    data = ModelCard(text).data.to_dict()
+    assert data["base_model"] == f"Qwen/Qwen3-{size.upper()}"
+    assert f"SJTU-DAI-Sys/dlite-qwen3-{size}" in text
+    assert f"rank R = {rank}" in text and f"hidden {hidden}, vocab 151936" in text
+    assert "5 bidirectional qwen3 layers" in text and "| draft tokens per round (K) | 7 |" in text
+    assert "learning rate 4e-4" in text and "0.1 x cross-entropy" in text and "8 epochs" in text
+    assert PAPER_LABEL in text and "dlite-hf has not reproduced them" in text
+
+
+def test_paper_figures_match_the_method_notes():
+    notes = _method_notes()
+    if notes is None:
+        pytest.skip("docs/method.md (the project's restatement of the paper) is not in this checkout")
+    allowed = set(numbers_in(notes.read_text(encoding="utf-8")))
+    for path in HUB_CARDS:
+        for label, body in _results_tables(path.read_text(encoding="utf-8")):
+            if PAPER_LABEL not in label:
+                continue
+            for line in body:
+                for number in numbers_in(line):
+                    assert number in allowed, f"{path.name}: {number} in {line!r} is not a figure of the paper"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# dlite-hf card
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from transformers import LlamaConfig
+
+    target_config = LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, architectures=["LlamaForCausalLM"],
+    )  # fmt: skip
+    config = DLiteConfig.for_target(
+        target_config,
+        num_target_layers_tapped=2,
+        target_name_or_path="smollm2-135m",
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_rank=8,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("ckpt") / "drafter"
+    DLiteForSpeculation(config).save_pretrained(folder)
+    (folder / "dlite_training.json").write_text(json.dumps({"stage": "stable", "epochs": 6, "learning_rate": 0.001}))
+    return folder
+
+
+BENCH_DOCUMENT = {
+    "schema_version": 1,
+    "meta": {"command": "dlite-hf bench --target smollm2-135m --max-new-tokens 128 --threads 1", "threads": 1},
+    "records": [{"workload": "code", "method": "dlite", "prompt_id": "humaneval/1", "tau": 2.5, "speedup": None}],
+    "summary": [
+        {"workload": "code", "method": "plain", "prompts": 4, "mean_tau": 1.0, "tok_s": 7.4183, "speedup": 1.0,
+         "lossless": True},
+        {"workload": "code", "method": "dlite", "prompts": 4, "mean_tau": 2.31894, "tok_s": 11.0571,
+         "speedup": 1.49052, "lossless": True},
+        {"workload": "long-1024", "method": "dlite", "prompts": 4, "mean_tau": 1.9012, "tok_s": 5.5021,
+         "speedup": 1.2249, "lossless": True},
+    ],
+}  # fmt: skip
+
+
+def test_card_command_renders_a_traceable_card(tiny_checkpoint, tmp_path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(BENCH_DOCUMENT, indent=1))
+    out = tmp_path / "README.md"
+    argv = ["card", "--checkpoint", str(tiny_checkpoint), "--bench-result", str(bench), "--repo-id", "org/dlite-x"]
+    assert cli_main([*argv, "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    data = ModelCard(text).data.to_dict()
+    assert data["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # registry name mapped to its Hub id
+    assert data["library_name"] == "transformers"
+    assert 'AutoModel.from_pretrained("org/dlite-x")' in text
+    assert f"Source: `{bench}`" in text and BENCH_DOCUMENT["meta"]["command"] in text
+    assert "| code | dlite | 4 | 2.32 | 11.06 | 1.49x | yes |" in text
+    assert "| long-1024 | dlite | 4 | 1.90 | 5.50 | 1.22x | yes |" in text
+    assert "| stage | stable |" in text  # from dlite_training.json
+    assert check_card(text) == []
+    # a number that is not in the bench file (here: edited by hand) is caught
+    edited = text.replace("| 2.32 |", "| 2.42 |")
+    assert any("2.42" in problem for problem in check_card(edited))
+    # ... and so is a number of another workload/method row, even though it appears elsewhere in the file
+    swapped = text.replace("| code | dlite | 4 | 2.32 |", "| code | dlite | 4 | 1.90 |")
+    assert any("1.90" in problem for problem in check_card(swapped))
+
+
+def test_card_command_accepts_a_simple_row_list(tiny_checkpoint, tmp_path, capsys):
+    rows = [{"workload": "chat", "method": "dlite", "tau": 1.8731, "speedup": 1.1302}]
+    bench = tmp_path / "rows.json"
+    bench.write_text(json.dumps(rows))
+    assert cli_main(["card", "--checkpoint", str(tiny_checkpoint), "--bench-result", str(bench), "--out", "-"]) == 0
+    text = capsys.readouterr().out
+    assert "| chat | dlite | 1.87 | 1.13x |" in text and check_card(text) == []
+    assert bench_rows({"rows": rows}) == bench_rows(rows)
+    with pytest.raises(ValueError, match="workload, method, tau"):
+        bench_rows([{"workload": "chat", "method": "dlite"}])
+    with pytest.raises(ValueError, match="summary"):
+        bench_rows({"unexpected": 1})
+
+
+def test_check_card_reports_problems():
+    text = (REPO / "hub_cards" / "dlite-qwen3-4b.md").read_text(encoding="utf-8")
+    unlabelled = text.replace("Figures reported in the DLite paper (not measured by dlite-hf).", "Some numbers.")
+    assert any("neither labelled" in p for p in check_card(unlabelled))
+    assert any("## Limits" in p for p in check_card(text.replace("## Limits", "## Caveats")))
+    assert any("library_name" in p for p in check_card(text.replace("library_name: transformers", "library_name: x")))
+    missing = text.replace("Figures reported in the DLite paper (not measured by dlite-hf).", "Source: `nope.json`.")
+    assert any("does not exist" in p for p in check_card(missing))
+
+
+def test_card_check_command(capsys):
+    assert cli_main(["card", "--check", *map(str, HUB_CARDS)]) == 0
+    assert capsys.readouterr().out.count(": ok") == len(HUB_CARDS)
