@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.dlite-installed
 
-.PHONY: setup assets run demo test lint clean
+.PHONY: setup assets demo run test lint clean
 
 setup: $(STAMP)
 
@@ -12,11 +12,14 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[dev,train,bench]"
+	$(PIP) install -q -c constraints.txt -e ".[dev,train,bench,demo]"
 	touch $(STAMP)
 
 assets: setup
 	$(VENV)/bin/dlite-hf assets fetch smollm2-135m
+
+demo: assets
+	$(PY) app.py
 
 run: assets
 	$(VENV)/bin/dlite-hf compare

@@ -215,6 +215,19 @@ def test_missing_target_and_drafter_give_clear_messages(tmp_path, monkeypatch):
     assert "drafters/dlite-smollm2-135m" in shipped and "python app.py --drafter PATH" in shipped
 
 
+def test_page_shows_the_missing_asset_messages(tmp_path, monkeypatch):
+    pytest.importorskip("gradio", reason="the demo extra is not installed: pip install -e '.[demo]'")
+    from dlite_hf.demo import build_demo
+
+    monkeypatch.setenv("DLITE_HF_CACHE", str(tmp_path / "empty-cache"))
+    demo = build_demo("smollm2-135m", tmp_path / "no-drafter")
+    texts = [c.get("props", {}).get("value") for c in demo.config["components"]]
+    page = "\n".join(t for t in texts if isinstance(t, str))
+    assert "Target model missing" in page and "`make assets`" in page
+    assert "dlite-hf assets fetch smollm2-135m" in page
+    assert "No DLite drafter" in page and "python app.py --drafter PATH" in page
+
+
 def test_drafter_for_another_target_is_refused(tmp_path, tokenizer):
     target = make_tiny_target()
     target.save_pretrained(tmp_path / "target")

@@ -724,8 +724,8 @@ def _training_record(drafter_path: str | None) -> str:
 
 INTRO = """\
 Speculative decoding with a **DLite** drafter: every round the drafter reads the target's latest hidden states,
-keeps **no KV cache and no history**, and drafts 7 tokens that the target checks in one forward. Under greedy
-decoding the output is **token-for-token the target's own**; only the speed changes.
+keeps **no KV cache and no history**, and drafts a block of {k} tokens that the target checks in one forward.
+Under greedy decoding the output is **token-for-token the target's own**; only the speed changes.
 
 The columns run **one after the other**, not at the same time: on a small CPU two concurrent generations share
 the cores, so both timings (and the speedup) would be meaningless. The queue serves one request at a time for the
@@ -752,10 +752,11 @@ def build_demo(
 
     if models is None:
         models = load_models(target, drafter)
-    if examples is None:
+    examples_note = None
+    if examples is None and models.target is None:
+        examples, examples_note = {}, "Example prompts appear once the target model is available."
+    elif examples is None:
         examples, examples_note = load_examples(models.tokenizer)
-    else:
-        examples_note = None
     runner = DemoRunner(models, examples)
     if warm_up:
         runner.warm_up()
@@ -794,7 +795,8 @@ def build_demo(
             gr.Markdown(f"### ⚠ Target model missing\n{models.target_error}", elem_id="target-error")
         if models.drafter_error:
             gr.Markdown(f"### ⚠ No DLite drafter\n{models.drafter_error}", elem_id="drafter-error")
-        gr.Markdown(INTRO)
+        k = models.drafter.config.num_draft_tokens if models.drafter is not None else 7
+        gr.Markdown(INTRO.format(k=k))
         context = gr.State(None)
         with gr.Row():
             with gr.Column(scale=3):
@@ -829,16 +831,16 @@ def build_demo(
         with gr.Row(equal_height=False):
             with gr.Column():
                 gr.Markdown("### Target alone")
-                plain_stats = gr.Markdown("", elem_id="plain-stats")
                 plain_html = gr.HTML("", elem_id="plain-output")
+                plain_stats = gr.Markdown("", elem_id="plain-stats")
             with gr.Column():
                 gr.Markdown("### Target + DLite")
-                dlite_stats = gr.Markdown("", elem_id="dlite-stats")
                 dlite_html = gr.HTML("", elem_id="dlite-output")
+                dlite_stats = gr.Markdown("", elem_id="dlite-stats")
             with gr.Column(visible=False) as lookup_column:
                 gr.Markdown("### Target + prompt lookup")
-                lookup_stats = gr.Markdown("", elem_id="lookup-stats")
                 lookup_html = gr.HTML("", elem_id="lookup-output")
+                lookup_stats = gr.Markdown("", elem_id="lookup-stats")
         with gr.Accordion("Raw numbers (JSON)", open=False):
             details = gr.JSON(label="Last run")
 
