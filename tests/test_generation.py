@@ -147,3 +147,26 @@ def test_draft_vocabulary_is_lossless_and_restricts_candidates(fitted_pair):
     torch.manual_seed(0)
     sampled = target.generate(prompts[:1], max_new_tokens=12, do_sample=True, assistant_model=drafter)
     assert sampled.shape[1] == prompts.shape[1] + 12
+
+
+def test_drafter_keeps_a_constant_amount_of_target_state(monkeypatch):
+    from dlite_hf.modeling import generation_dlite
+
+    target = make_tiny_target("llama", seed=8)
+    drafter = make_drafter(target, seed=9)
+    kept = []
+    original = generation_dlite.TappedStateRecorder._hook
+
+    def counting(self, position, module, args, output):
+        original(self, position, module, args, output)
+        kept.append(sum(t.numel() for t in self.states.values()))
+
+    monkeypatch.setattr(generation_dlite.TappedStateRecorder, "_hook", counting)
+    peaks = []
+    for length in (12, 600):
+        kept.clear()
+        ids = torch.randint(1, 128, (1, length), generator=torch.Generator().manual_seed(length))
+        target.generate(ids, max_new_tokens=10, do_sample=False, assistant_model=drafter)
+        peaks.append(max(kept))
+    k, layers, hidden = drafter.config.num_draft_tokens, drafter.config.num_tapped_layers, 64
+    assert peaks[0] == peaks[1] <= layers * (k + 1) * hidden  # at most K + 1 rows per tapped layer, any context
