@@ -11,7 +11,6 @@ reject when the candidate generator returns logits other than the ones the draft
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import torch
@@ -149,9 +148,7 @@ def test_sampled_tokens_follow_the_target_distribution(pair, setting):
     q = _process(draft_logits[0, 0].double(), **settings).softmax(-1)
     assert 0.5 * (q - marginals[0]).abs().sum() > 0.3  # total variation between drafter and target at token 1
 
-    started = time.perf_counter()
     counts, totals = draw(target, drafter, N_SAMPLES, seed_base=10_000, **settings)
-    elapsed = time.perf_counter() - started
     assert totals["calls_drafting_two"] == N_SAMPLES  # tokens 2 and 3 were drafted positions in every call
     acceptance = totals["accepted"] / totals["drafted"]
     assert 0.1 < acceptance < 0.9, acceptance  # both acceptances and residual resamples happened, often
@@ -161,7 +158,6 @@ def test_sampled_tokens_follow_the_target_distribution(pair, setting):
             f"{setting}: token {token} does not follow the target distribution: chi2={statistic:.1f}, df={df}, "
             f"p={p_value:.2e}; observed {row.tolist()}, expected {(probs * N_SAMPLES).tolist()}"
         )
-    assert elapsed < 60, elapsed
 
 
 def test_wrong_candidate_logits_are_detected(pair, monkeypatch):
