@@ -386,6 +386,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         history_states: torch.Tensor | None = None,
         history_valid: torch.Tensor | None = None,
         history_positions: torch.Tensor | None = None,
+        restrict_to_draft_vocab: bool = False,
         **kwargs: Any,
     ) -> DLiteOutput:
         """Teacher-forced forward over many blocks (training).
@@ -396,6 +397,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             draft_input_ids: `[N, K]` the true tokens x_{a+1..a+K}; position i's head step sees x_{a+i-1}
                 (the anchor for i = 1), so the last column is never read. Any id is fine where invalid.
             history_*: see `encode_block`.
+            restrict_to_draft_vocab: project onto the draft vocabulary only (what `draft()` does); every other
+                token gets logit -inf. Cheaper, and trains exactly the distribution used at inference.
 
         Returns:
             [`DLiteOutput`] with `logits` `[N, K, V]`.
@@ -405,7 +408,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
         logits, hiddens = [], []
         for i in range(self.config.num_draft_tokens):
-            step_logits, normed, state = self._head_step(block[:, i], prev_ids[:, i], state)
+            step_logits, normed, state = self._head_step(block[:, i], prev_ids[:, i], state, restrict_to_draft_vocab)
             logits.append(step_logits)
             hiddens.append(normed)
         return DLiteOutput(logits=torch.stack(logits, 1), hidden_states=torch.stack(hiddens, 1))

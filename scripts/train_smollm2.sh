@@ -9,7 +9,7 @@ THREADS=${THREADS:-2}
 DATA=${DATA:-$RUN/regen.jsonl}
 TEACHER_EPOCHS=${TEACHER_EPOCHS:-2}
 WARMUP_EPOCHS=${WARMUP_EPOCHS:-1}
-STABLE_EPOCHS=${STABLE_EPOCHS:-6}
+STABLE_EPOCHS=${STABLE_EPOCHS:-5}
 DLITE=${DLITE:-.venv/bin/dlite-hf}
 mkdir -p "$RUN"
 
@@ -32,5 +32,5 @@ stage teacher --stage teacher --history_window -1 --num_anchors 4 --num_train_ep
   --learning_rate 1e-3 "${COMMON[@]}" "${ARCH[@]}"
 stage warmup --stage warmup --teacher "$RUN/teacher" --num_anchors 8 \
   --num_train_epochs "$WARMUP_EPOCHS" --learning_rate 1e-3 "${COMMON[@]}"
-stage stable --stage stable --init "$RUN/warmup" --num_anchors 16 --num_train_epochs "$STABLE_EPOCHS" \
+stage stable --stage stable --init "$RUN/warmup" --num_anchors 32 --num_train_epochs "$STABLE_EPOCHS" \
   --learning_rate 1e-3 "${COMMON[@]}"

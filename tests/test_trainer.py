@@ -146,3 +146,28 @@ def test_stage_misconfigurations_raise(tiny_setup, tmp_path):
         DLiteTrainer(
             model=make_drafter(target), target=wrong_target, args=_args(tmp_path, "stable"), train_dataset=dataset
         )
+
+
+def test_stable_stage_on_the_draft_vocabulary(tiny_setup, tmp_path):
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=6, draft_vocab_size=40)
+    from dlite_hf.training.data import response_token_counts
+
+    model.set_draft_vocab(response_token_counts(dataset, 128))
+    context = torch.randn(3, model.config.num_tapped_layers, 64)
+    anchors, drafts = torch.tensor([1, 2, 3]), torch.randint(0, 128, (3, 7))
+    model.bind_target(target)
+    restricted = model(context, anchors, drafts, restrict_to_draft_vocab=True).logits
+    full = model(context, anchors, drafts).logits
+    ids = model.draft_vocab_ids
+    assert torch.allclose(restricted[..., ids], full[..., ids], atol=1e-5)
+    assert torch.isinf(restricted).sum() == 3 * 7 * (128 - 40)
+    tokens, logits = model.draft(context, anchors)  # inference drafts from exactly this distribution
+    teacher_forced = model(context, anchors, tokens, restrict_to_draft_vocab=True).logits
+    assert torch.allclose(teacher_forced[torch.isfinite(logits)], logits[torch.isfinite(logits)], atol=1e-5)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = DLiteTrainer(model=model, target=target, args=_args(tmp_path, "stable"), train_dataset=dataset)
+    trainer.train()
+    assert all(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert all(torch.isfinite(torch.tensor(losses)))

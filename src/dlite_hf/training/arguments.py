@@ -182,6 +182,13 @@ class DLiteTrainingArguments(TrainingArguments):
             "losses (>= 1). Memory only; the loss value does not change."
         },
     )
+    restrict_to_draft_vocab: bool = field(
+        default=True,
+        metadata={
+            "help": "Stage stable, drafters with a draft vocabulary: train q over the draft vocabulary only, as "
+            "draft() uses it (positions whose label is outside it are left out of the CE term; the L1 term is exact)."
+        },
+    )
     feature_cache_dir: str | None = field(
         default=None,
         metadata={"help": "Optional cache of the target's features at the sampled anchors; unset runs it online."},

@@ -183,7 +183,8 @@ class DLiteTrainer(Trainer):
         drafter = _unwrap(model)
         gathered = self._blocks(drafter, inputs)
         history = gathered["history"] if drafter.config.history_window != 0 else {}
-        q_logits = model(**gathered["blocks"], **history).logits
+        restrict = args.stage == "stable" and args.restrict_to_draft_vocab and drafter.draft_vocab_ids is not None
+        q_logits = model(**gathered["blocks"], **history, restrict_to_draft_vocab=restrict).logits
         labels, valid, p_target = gathered["labels"], gathered["valid"], gathered["target_logits"]
         weights = position_weights(
             drafter.config.num_draft_tokens, args.loss_decay_gamma, args.loss_decay_form, device=q_logits.device
@@ -198,8 +199,12 @@ class DLiteTrainer(Trainer):
         else:
             loss = q_logits.new_zeros(())
             if args.lambda_ce:
+                ce_valid = valid
+                if restrict:  # a label q cannot produce carries no CE signal (the L1 term still counts it)
+                    in_vocab = torch.isin(labels, drafter.draft_vocab_ids.to(labels.device))
+                    ce_valid = valid & in_vocab
                 loss = loss + args.lambda_ce * weighted_cross_entropy(
-                    q_logits, labels, valid, weights, num_items_in_batch, chunk
+                    q_logits, labels, ce_valid, weights, num_items_in_batch, chunk
                 )
             if args.lambda_tv:
                 loss = loss + args.lambda_tv * weighted_l1(
