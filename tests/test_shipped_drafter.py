@@ -1,0 +1,51 @@
+"""The drafter shipped in the repository: loads through AutoModel, is lossless on held-out real prompts, and
+accepts drafts (its tau on these prompts is the figure the README reports, measured by `dlite-hf bench`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModel
+
+from dlite_hf import DLiteForSpeculation
+from dlite_hf.cli import default_drafter_dir
+from dlite_hf.prompts import load_prompts
+from dlite_hf.training.regenerate import chat_prompt_ids
+
+pytestmark = pytest.mark.real
+SHIPPED = default_drafter_dir()
+MIN_MEAN_TAU = 2.0  # the issue's bar on a few held-out prompts; measured here: 2.85 on these three (48 tokens)
+
+
+def test_shipped_drafter_files_and_size():
+    names = {p.name for p in SHIPPED.iterdir()}
+    assert {
+        "model.safetensors",
+        "config.json",
+        "configuration_dlite.py",
+        "modeling_dlite.py",
+        "generation_dlite.py",
+        "README.md",
+        "dlite_training.json",
+    } <= names
+    assert (SHIPPED / "model.safetensors").stat().st_size < 40 * 1024 * 1024
+    config = json.loads((SHIPPED / "config.json").read_text())
+    assert config["model_type"] == "dlite" and config["history_window"] == 0
+    assert config["target_model"]["name_or_path"] == "smollm2-135m"
+
+
+def test_shipped_drafter_is_lossless_and_accepts_drafts(smollm2):
+    target, tokenizer = smollm2
+    drafter = AutoModel.from_pretrained(SHIPPED)
+    assert isinstance(drafter, DLiteForSpeculation)
+    taus = []
+    for prompt in load_prompts("math", "eval", limit=3):
+        ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])])
+        plain = target.generate(ids, max_new_tokens=48, do_sample=False)
+        fast = target.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=drafter)
+        assert torch.equal(plain, fast), prompt["id"]
+        taus.append(drafter.last_generation_stats.tau)
+    # an untrained drafter gives tau 1.0 on these prompts; the shipped one must accept drafts
+    assert sum(taus) / len(taus) > MIN_MEAN_TAU, taus
