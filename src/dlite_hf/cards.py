@@ -85,6 +85,11 @@ def render_model_card(
         "num_key_value_heads": config.num_key_value_heads,
         "head_rank": config.head_rank,
         "history_window_text": window_text,
+        "draft_vocab_text": (
+            "full vocabulary"
+            if getattr(config, "draft_vocab_size", None) is None
+            else f"the {config.draft_vocab_size:,} most frequent response tokens of the training data (lossless)"
+        ),
         "num_parameters": f"{num_parameters:,}" if num_parameters else "see model.safetensors",
         "training_text": training_text,
         "results_text": results_text,
