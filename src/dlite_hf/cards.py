@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import resources
 from pathlib import Path
@@ -12,7 +13,9 @@ from jinja2 import Environment, StrictUndefined
 REQUIRED_SECTIONS = ("## Usage", "## Architecture", "## Training", "## Results", "## Limits", "## Citation")
 
 
+@functools.lru_cache(maxsize=1)
 def _template() -> str:
+    """The card template, read once per process (a long training run keeps rendering the version it started with)."""
     return resources.files("dlite_hf").joinpath("templates/model_card.md").read_text(encoding="utf-8")
 
 
