@@ -256,6 +256,7 @@ class DLiteTrainer(Trainer):
             "lambda_ce": self.args.lambda_ce,
             "lambda_tv": self.args.lambda_tv,
             "train_samples": len(self.train_dataset) if self.train_dataset is not None else None,
+            "world_size": self.args.world_size,
         }
         logged = [entry for entry in self.state.log_history if "expected_tau_greedy" in entry]
         if logged:
