@@ -271,11 +271,13 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         """Target token embeddings `[..., H_t]` in the drafter's dtype."""
         return self._embeddings()[0](token_ids).to(self.dtype)
 
-    def project(self, outputs: torch.Tensor, restrict: bool = False) -> torch.Tensor:
+    def project(self, outputs: torch.Tensor, restrict: bool = False, compact: bool = False) -> torch.Tensor:
         """Normed head outputs `[..., H]` -> logits `[..., V]` through the target's lm_head (float32).
 
         With `restrict=True` and a draft vocabulary, only its rows of the lm_head are read; every other token
-        gets -inf (probability 0), so the result is still a distribution over the whole vocabulary.
+        gets -inf (probability 0), so the result is still a distribution over the whole vocabulary. With
+        `compact=True` as well, the logits are returned over the draft vocabulary only (`[..., V_draft]`, column
+        `j` is token `draft_vocab_ids[j]`), which is what training uses to keep its losses small.
         """
         lm_head = self._embeddings()[1]
         projected = self.out_proj(outputs).to(lm_head.weight.dtype)
@@ -287,6 +289,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             self._draft_head = (lm_head.weight[ids].detach().contiguous(), bias)
         weight, bias = self._draft_head
         sub = nn.functional.linear(projected, weight, bias).float()
+        if compact:
+            return sub
         full = sub.new_full((*sub.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.index_copy_(-1, self.draft_vocab_ids.to(sub.device), sub)
 
@@ -368,14 +372,19 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         return hidden[:, -k:]
 
     def _head_step(
-        self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor, restrict: bool = False
+        self,
+        block: torch.Tensor,
+        prev_ids: torch.Tensor,
+        state: torch.Tensor,
+        restrict: bool = False,
+        compact: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.head is None:  # pure parallel ablation: the backbone alone predicts every position
             out = block
         else:
             out, state = self.head.step(block, self.embed_tokens(prev_ids), state)
         normed = self.norm(out)
-        return self.project(normed, restrict), normed, state
+        return self.project(normed, restrict, compact), normed, state
 
     # ----------------------------------------------------------------------------------------- training forward
     def forward(
@@ -387,6 +396,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         history_valid: torch.Tensor | None = None,
         history_positions: torch.Tensor | None = None,
         restrict_to_draft_vocab: bool = False,
+        compact_draft_vocab: bool = False,
         **kwargs: Any,
     ) -> DLiteOutput:
         """Teacher-forced forward over many blocks (training).
@@ -399,16 +409,26 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             history_*: see `encode_block`.
             restrict_to_draft_vocab: project onto the draft vocabulary only (what `draft()` does); every other
                 token gets logit -inf. Cheaper, and trains exactly the distribution used at inference.
+            compact_draft_vocab: with `restrict_to_draft_vocab`, return logits `[N, K, V_draft]` over the draft
+                vocabulary only (column `j` is token `draft_vocab_ids[j]`) instead of scattering them into `V`.
 
         Returns:
             [`DLiteOutput`] with `logits` `[N, K, V]`.
         """
+        if compact_draft_vocab and not (restrict_to_draft_vocab and self.draft_vocab_ids is not None):
+            raise ValueError(
+                "compact_draft_vocab=True returns logits over the draft vocabulary, so it needs "
+                f"restrict_to_draft_vocab=True (got {restrict_to_draft_vocab}) and a drafter with a draft vocabulary "
+                f"(config.draft_vocab_size={self.config.draft_vocab_size})."
+            )
         block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
         prev_ids = torch.cat([anchor_ids[:, None], draft_input_ids[:, :-1]], dim=1)
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
         logits, hiddens = [], []
         for i in range(self.config.num_draft_tokens):
-            step_logits, normed, state = self._head_step(block[:, i], prev_ids[:, i], state, restrict_to_draft_vocab)
+            step_logits, normed, state = self._head_step(
+                block[:, i], prev_ids[:, i], state, restrict_to_draft_vocab, compact_draft_vocab
+            )
             logits.append(step_logits)
             hiddens.append(normed)
         return DLiteOutput(logits=torch.stack(logits, 1), hidden_states=torch.stack(hiddens, 1))

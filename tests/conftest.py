@@ -120,3 +120,35 @@ def smollm2(smollm2_dir):
 
 
 assert dlite_hf.DLiteForSpeculation is DLiteForSpeculation  # the package import registered the classes
+
+
+def write_tiny_training_run(folder, tokenizer_dir, rows: int = 8) -> list[str]:
+    """A tiny Llama target (with a real tokenizer, the CLI loads one) and regenerated rows on disk; returns the
+    `dlite-hf train` arguments of a small stable run on them (append `--output_dir` and any overrides)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    target = make_tiny_target("llama", seed=0)
+    target.save_pretrained(folder / "target")
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(folder / "target")
+    prompts = torch.randint(1, 128, (rows, 6), generator=torch.Generator().manual_seed(1))
+    sequences = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12, do_sample=False)
+    with open(folder / "data.jsonl", "w") as handle:
+        for i, row in enumerate(sequences.tolist()):
+            handle.write(json.dumps({"id": str(i), "input_ids": row, "loss_mask": [0] * 6 + [1] * 12}) + "\n")
+    small = {
+        "--target": folder / "target",
+        "--data": folder / "data.jsonl",
+        "--per_device_train_batch_size": 2,
+        "--num_anchors": 2,
+        "--num_tapped_layers": 2,
+        "--drafter_hidden_size": 32,
+        "--drafter_layers": 1,
+        "--drafter_heads": 2,
+        "--drafter_kv_heads": 1,
+        "--head_rank": 8,
+        "--save_strategy": "no",
+        "--report_to": "none",
+    }
+    return ["train", "--stage", "stable"] + [str(x) for pair in small.items() for x in pair]

@@ -7,54 +7,17 @@ import os
 import subprocess
 import sys
 
-import torch
-from conftest import make_tiny_target
-from transformers import AutoTokenizer
+from conftest import write_tiny_training_run
 
 
 def test_train_command_runs_on_two_processes(tmp_path, smollm2_dir):
-    target = make_tiny_target("llama", seed=0)
-    target.save_pretrained(tmp_path / "target")
-    AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(tmp_path / "target")  # the CLI loads one
-    prompts = torch.randint(1, 128, (8, 6), generator=torch.Generator().manual_seed(1))
-    sequences = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=12, do_sample=False)
-    with open(tmp_path / "data.jsonl", "w") as handle:
-        for i, row in enumerate(sequences.tolist()):
-            handle.write(json.dumps({"id": str(i), "input_ids": row, "loss_mask": [0] * 6 + [1] * 12}) + "\n")
-    train = [
-        "train",
-        "--stage",
-        "stable",
-        "--target",
-        str(tmp_path / "target"),
-        "--data",
-        str(tmp_path / "data.jsonl"),
+    train = write_tiny_training_run(tmp_path, smollm2_dir) + [
         "--output_dir",
         str(tmp_path / "run"),
         "--max_steps",
         "2",
-        "--per_device_train_batch_size",
-        "2",
-        "--num_anchors",
-        "2",
-        "--num_tapped_layers",
-        "2",
-        "--drafter_hidden_size",
-        "32",
-        "--drafter_layers",
-        "1",
-        "--drafter_heads",
-        "2",
-        "--drafter_kv_heads",
-        "1",
-        "--head_rank",
-        "8",
         "--draft_vocab_size",
         "0",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
         "--use_cpu",
         "--ddp_backend",
         "gloo",

@@ -10,11 +10,14 @@ import torch
 from dlite_hf.training.losses import (
     expected_acceptance_length,
     one_minus_tv,
+    one_minus_tv_on_support,
     position_weights,
     top1_agreement,
+    top1_agreement_from_ids,
     weighted_cross_entropy,
     weighted_forward_kl,
     weighted_l1,
+    weighted_l1_on_support,
 )
 
 N, K, V = 6, 4, 11
@@ -291,6 +294,64 @@ def test_shape_mismatch_raises():
         weighted_cross_entropy(q, labels, valid.long(), _weights())
     with pytest.raises(ValueError, match="chunk_size"):
         weighted_cross_entropy(q, labels, valid, _weights(), chunk_size=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The draft-vocabulary (support) forms: same values, computed on the support only
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _on_support(p: torch.Tensor, q: torch.Tensor, support: torch.Tensor):
+    """Full-vocabulary pair (q is -inf off the support) and its compact form (p's full log-probs on the support)."""
+    q_full = torch.full_like(q, float("-inf"))
+    q_full[..., support] = q[..., support]
+    p_log_probs = p.log_softmax(dim=-1)[..., support]
+    return q_full, p_log_probs, q[..., support]
+
+
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_l1_on_support_equals_full_vocabulary_l1(chunk_size):
+    p, q, _, valid = _random_inputs(seed=3)
+    support = torch.tensor([0, 2, 3, 7, 10])
+    q_full, p_log_probs, q_sub = _on_support(p, q, support)
+    expected = weighted_l1(p, q_full, valid, _weights())
+    got = weighted_l1_on_support(p_log_probs, q_sub, valid, _weights(), chunk_size=chunk_size)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(
+        one_minus_tv_on_support(p_log_probs, q_sub, valid, chunk_size), one_minus_tv(p, q_full, valid)
+    )
+
+
+def test_l1_on_support_hand_example_and_bounds():
+    # p = (0.5, 0.25, 0.25) over V=3, support {0, 1}, q = (0.5, 0.5) on it: |0| + |0.25| + 0.25 outside = 0.5
+    p_log_probs = torch.log(torch.tensor([0.5, 0.25])).view(1, 1, 2)
+    q = torch.zeros(1, 1, 2)
+    valid = torch.ones(1, 1, dtype=torch.bool)
+    torch.testing.assert_close(weighted_l1_on_support(p_log_probs, q, valid, torch.ones(1)), torch.tensor(0.5))
+    # p entirely on the support and q = p: zero; p entirely off the support: the maximum, 2
+    p_on = torch.log(torch.tensor([0.25, 0.75])).view(1, 1, 2)
+    torch.testing.assert_close(weighted_l1_on_support(p_on, p_on.clone(), valid, torch.ones(1)), torch.tensor(0.0))
+    p_off = torch.full((1, 1, 2), -30.0)
+    torch.testing.assert_close(weighted_l1_on_support(p_off, q, valid, torch.ones(1)), torch.tensor(2.0))
+
+
+def test_l1_on_support_gradient_matches_full_vocabulary():
+    p, q, _, valid = _random_inputs(seed=4)
+    support = torch.tensor([1, 4, 5, 6])
+    q_sub = q[..., support].clone().requires_grad_(True)
+    q_full = torch.full_like(q, -1e9).index_copy(-1, support, q_sub)
+    weighted_l1(p, q_full, valid, _weights()).backward()
+    expected = q_sub.grad.clone()
+    q_sub.grad = None
+    weighted_l1_on_support(p.log_softmax(-1)[..., support], q_sub, valid, _weights()).backward()
+    torch.testing.assert_close(q_sub.grad, expected)
+
+
+def test_top1_agreement_from_ids_matches_logits_form():
+    p, q, _, valid = _random_inputs(seed=5)
+    torch.testing.assert_close(top1_agreement_from_ids(p.argmax(-1), q.argmax(-1), valid), top1_agreement(p, q, valid))
+    with pytest.raises(ValueError, match="must all be"):
+        top1_agreement_from_ids(p.argmax(-1)[:, :1], q.argmax(-1), valid)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

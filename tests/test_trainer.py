@@ -171,3 +171,71 @@ def test_stable_stage_on_the_draft_vocabulary(tiny_setup, tmp_path):
     assert all(not torch.equal(p, before[n]) for n, p in model.named_parameters())
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert all(torch.isfinite(torch.tensor(losses)))
+
+
+def _reference_stable_loss(trainer, model, batch):
+    """The stable loss built the long way: full-vocabulary target logits and a -inf-scattered drafter."""
+    from dlite_hf.training.features import target_features
+    from dlite_hf.training.losses import position_weights, weighted_cross_entropy, weighted_l1
+
+    ids, anchors, labels = batch["input_ids"], batch["anchors"], batch["labels"]
+    k = model.config.num_draft_tokens
+    states, final = target_features(trainer.target, ids, model.config.target_layer_ids, batch["attention_mask"])
+    rows = torch.arange(ids.shape[0])[:, None]
+    positions = (anchors[..., None] + torch.arange(1, k + 1)).clamp(max=ids.shape[1] - 1)
+    p_logits = trainer.target.get_output_embeddings()(final[rows[..., None], positions - 1].flatten(0, 1))
+    q_logits = model(
+        states[rows, anchors - 1].flatten(0, 1),
+        ids[rows, anchors].flatten(),
+        ids[rows[..., None], positions].flatten(0, 1),
+        restrict_to_draft_vocab=True,
+    ).logits
+    labels, valid = labels.flatten(0, 1), labels.ne(-100).flatten(0, 1)
+    weights = position_weights(k, trainer.args.loss_decay_gamma, trainer.args.loss_decay_form)
+    in_vocab = valid & torch.isin(labels, model.draft_vocab_ids)
+    ce = weighted_cross_entropy(q_logits, labels, in_vocab, weights)
+    return trainer.args.lambda_ce * ce + trainer.args.lambda_tv * weighted_l1(p_logits, q_logits, valid, weights)
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["online", "feature-cache"])
+def test_compact_stable_loss_equals_full_vocabulary_loss(tiny_setup, tmp_path, cached):
+    """The stable stage computes on the draft vocabulary only (cached logsumexp/argmax); the value is the same."""
+    from dlite_hf.training.data import response_token_counts
+
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=7, draft_vocab_size=40)
+    model.set_draft_vocab(response_token_counts(dataset, 128))
+    overrides = {"feature_cache_dir": str(tmp_path / "cache")} if cached else {}
+    trainer = DLiteTrainer(
+        model=model, target=target, args=_args(tmp_path, "stable", **overrides), train_dataset=dataset
+    )
+    batch = trainer.data_collator([dataset[i] for i in range(4)])
+    model.eval()
+    with torch.no_grad():
+        for _ in range(2 if cached else 1):  # with a cache: the first call writes it, the second reads it
+            loss = trainer.compute_loss(model, batch)
+        expected = _reference_stable_loss(trainer, model, batch)
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-4)
+    logged = trainer._metrics["eval"]
+    assert len(logged["top1_pos1"]) == (2 if cached else 1)
+
+
+def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from dlite_hf.training.features import FeatureCache
+
+    target, dataset = tiny_setup
+    cache = FeatureCache(str(tmp_path / "cache"), "tiny", [0, 1])
+    ids = torch.tensor([dataset[0]["input_ids"]])
+    mask = torch.ones_like(ids)
+    states, final, stats = cache.features(target, ids, mask)
+    path = cache._path(cache.key(ids[0]))
+    entry = load_file(str(path))
+    logits = target.get_output_embeddings()(entry["final"].float())
+    torch.testing.assert_close(entry["lse"], logits.logsumexp(-1))
+    assert torch.equal(entry["top1"], logits.argmax(-1)) and torch.equal(stats["top1"][0], entry["top1"])
+    save_file({"states": entry["states"], "final": entry["final"]}, str(path))  # an entry from before the stats
+    _, _, again = cache.features(target, ids, mask)
+    torch.testing.assert_close(again["lse"], stats["lse"])
+    assert "lse" in load_file(str(path))

@@ -212,6 +212,19 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
     )
 
 
+def _derive_drafter(source, drop_prefix: str, **changes):
+    """A drafter with `source`'s config updated by `changes` and its weights minus those under `drop_prefix`."""
+    from . import DLiteConfig, DLiteForSpeculation
+
+    config = source.config.to_dict()
+    config.update(changes)
+    for key in ("model_type", "transformers_version", "auto_map", "architectures"):
+        config.pop(key, None)
+    model = DLiteForSpeculation(DLiteConfig(**config))
+    model.load_state_dict({k: v for k, v in source.state_dict().items() if not k.startswith(drop_prefix)}, strict=True)
+    return model
+
+
 def run_train(argv: list[str]) -> Path:
     import torch
     from transformers.trainer_utils import get_last_checkpoint
@@ -234,6 +247,8 @@ def run_train(argv: list[str]) -> Path:
         teacher = DLiteForSpeculation.from_pretrained(args.teacher_path)
     if script.init:
         model = DLiteForSpeculation.from_pretrained(script.init)
+        if not script.sequential_head and model.head is not None:  # the pure-parallel ablation, same start
+            model = _derive_drafter(model, "head.", use_sequential_head=False)
         if args.stage == "teacher" and model.config.history_window == 0:
             raise SystemExit("--init for stage teacher must be a history-aware checkpoint (history_window != 0).")
         if args.stage != "teacher" and model.config.history_window != 0 and not args.lora:
@@ -245,15 +260,9 @@ def run_train(argv: list[str]) -> Path:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, args.history_window, target_name))
     elif teacher is not None:
         # warm start: the teacher's architecture and weights, minus its history projection
-        config = teacher.config.to_dict()
-        config.update(history_window=0)
-        for key in ("model_type", "transformers_version", "auto_map", "architectures"):
-            config.pop(key, None)
-        from . import DLiteConfig
-
-        model = DLiteForSpeculation(DLiteConfig(**config))
-        state = {k: v for k, v in teacher.state_dict().items() if not k.startswith("history_proj")}
-        model.load_state_dict(state, strict=True)
+        model = _derive_drafter(teacher, "history_proj", history_window=0)
+        if not script.sequential_head and model.head is not None:
+            model = _derive_drafter(model, "head.", use_sequential_head=False)
     else:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
     if args.lora:

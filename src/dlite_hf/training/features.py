@@ -50,13 +50,41 @@ def target_features(
     return states, captured[-1]
 
 
+@torch.no_grad()
+def vocab_stats(
+    lm_head: nn.Module, hidden: torch.Tensor, rows_per_chunk: int = 512
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's full-vocabulary logsumexp and argmax at every row of `hidden` `[..., H_t]`.
+
+    With these two numbers per position, the target's log-probabilities of any token subset (the draft
+    vocabulary) need only that subset's rows of the lm_head: `log p(v) = logit(v) - logsumexp`. Rows are
+    projected `rows_per_chunk` at a time, so memory stays bounded for long sequences.
+
+    Returns:
+        `lse` `[...]` float32 and `top1` `[...]` long.
+    """
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    lse, top1 = [], []
+    for chunk in torch.split(flat, rows_per_chunk):
+        logits = lm_head(chunk.to(lm_head.weight.dtype)).float()
+        lse.append(logits.logsumexp(dim=-1))
+        top1.append(logits.argmax(dim=-1))
+    shape = hidden.shape[:-1]
+    if not lse:
+        return hidden.new_zeros(shape, dtype=torch.float32), torch.zeros(shape, dtype=torch.long, device=hidden.device)
+    return torch.cat(lse).view(shape), torch.cat(top1).view(shape)
+
+
 class FeatureCache:
     """On-disk cache of one target forward per training sequence, reused across epochs and stages.
 
     Each sequence (keyed by the sha1 of its token ids) stores its tapped states `[T, L, H_t]` and final hidden
-    states `[T, H_t]` in float16 safetensors. The target's forward dominates a CPU training step, so a run of E
-    epochs over several stages pays for it once. A manifest pins the target and the tapped layers: a cache built
-    for another target or other layers raises instead of feeding wrong features.
+    states `[T, H_t]` in float16 safetensors, plus the target's full-vocabulary logsumexp and argmax per position
+    (`vocab_stats` of the stored, float16-rounded final states), so a draft-vocabulary training step reads only
+    the draft vocabulary's rows of the lm_head. Entries written before the stats existed get them on first read.
+    The target's forward dominates a CPU training step, so a run of E epochs over several stages pays for it once.
+    A manifest pins the target and the tapped layers: a cache built for another target or other layers raises
+    instead of feeding wrong features.
     """
 
     def __init__(self, directory: str, target_name: str, layer_ids: list[int], dtype: torch.dtype = torch.float16):
@@ -88,37 +116,58 @@ class FeatureCache:
     def _path(self, key: str):
         return self.directory / key[:2] / f"{key}.safetensors"
 
+    def _write(self, key: str, entry: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        save_file(entry, str(tmp))
+        tmp.replace(path)  # atomic: a killed run leaves either the old entry or the new one
+
     def features(
         self, target: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Like `target_features` on a right-padded batch, served from the cache where possible."""
-        from safetensors.torch import load_file, save_file
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Like `target_features` on a right-padded batch, served from the cache where possible.
 
+        Returns:
+            `states` `[B, T, L, H_t]`, `final_hidden` `[B, T, H_t]` (float32) and `{"lse", "top1"}` `[B, T]`
+            (see `vocab_stats`; zeros on padding).
+        """
+        from safetensors.torch import load_file
+
+        lm_head = target.get_output_embeddings()
         lengths = attention_mask.sum(1).tolist()
         keys = [self.key(input_ids[b, : lengths[b]]) for b in range(input_ids.shape[0])]
         cached = [load_file(self._path(k)) if self._path(k).exists() else None for k in keys]
+        fresh = None
         if any(entry is None for entry in cached):
-            states, final = target_features(target, input_ids, self.layer_ids, attention_mask)
-            for b, entry in enumerate(cached):
-                if entry is None:
-                    n = lengths[b]
-                    entry = {
-                        "states": states[b, :n].to(self.dtype).contiguous(),
-                        "final": final[b, :n].to(self.dtype).contiguous(),
-                    }
-                    path = self._path(keys[b])
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_suffix(".tmp")
-                    save_file(entry, str(tmp))
-                    tmp.replace(path)
-                    cached[b] = entry
+            fresh = target_features(target, input_ids, self.layer_ids, attention_mask)
+        for b, entry in enumerate(cached):
+            if entry is None:
+                n = lengths[b]
+                entry = {
+                    "states": fresh[0][b, :n].to(self.dtype).contiguous(),
+                    "final": fresh[1][b, :n].to(self.dtype).contiguous(),
+                }
+            if "lse" not in entry:  # new entry, or one written before the stats existed
+                device = lm_head.weight.device
+                lse, top1 = vocab_stats(lm_head, entry["final"].to(device=device, dtype=torch.float32))
+                entry = {**entry, "lse": lse.cpu().contiguous(), "top1": top1.cpu().contiguous()}
+                self._write(keys[b], entry)
+            cached[b] = entry
         batch, width = input_ids.shape
         first = cached[0]
         states = first["states"].new_zeros(batch, width, *first["states"].shape[1:])
         final = first["final"].new_zeros(batch, width, first["final"].shape[-1])
+        lse = torch.zeros(batch, width, dtype=torch.float32)
+        top1 = torch.zeros(batch, width, dtype=torch.long)
         for b, entry in enumerate(cached):
             n = entry["states"].shape[0]
             states[b, :n] = entry["states"]
             final[b, :n] = entry["final"]
+            lse[b, :n] = entry["lse"]
+            top1[b, :n] = entry["top1"]
         device = input_ids.device
-        return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32)
+        stats = {"lse": lse.to(device), "top1": top1.to(device)}
+        return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32), stats

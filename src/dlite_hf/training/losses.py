@@ -48,11 +48,14 @@ __all__ = [
     "POSITION_WEIGHT_FORMS",
     "expected_acceptance_length",
     "one_minus_tv",
+    "one_minus_tv_on_support",
     "position_weights",
     "top1_agreement",
+    "top1_agreement_from_ids",
     "weighted_cross_entropy",
     "weighted_forward_kl",
     "weighted_l1",
+    "weighted_l1_on_support",
 ]
 
 POSITION_WEIGHT_FORMS = ("divide", "multiply")
@@ -193,6 +196,18 @@ def _l1_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
     return (p - q).abs().sum(dim=-1)
 
 
+def _l1_support_rows(p_log_probs: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """``[n, K, S] x2 -> [n, K]``: ``sum_v |p - q|`` over the whole vocabulary when ``q`` lives on a support S.
+
+    ``p_log_probs`` are the full-vocabulary log-probabilities of the support's tokens. Outside S, ``q = 0``, so
+    the rest of the sum is ``sum_{v not in S} p(v) = 1 - sum_S p`` (clamped at 0 against rounding).
+    """
+    p = p_log_probs.float().exp()
+    q = q_logits.float().softmax(dim=-1)
+    outside = (1.0 - p.sum(dim=-1)).clamp(min=0.0)
+    return (p - q).abs().sum(dim=-1) + outside
+
+
 def _normalizer(valid: torch.Tensor, num_items_in_batch: int | torch.Tensor | None) -> torch.Tensor:
     """0-dim float32 tensor: ``max(1, num_items_in_batch)`` if given, else ``max(1, valid.sum())``."""
     if num_items_in_batch is None:
@@ -319,6 +334,35 @@ def weighted_l1(
     return _reduce(per_position, valid, weights, num_items_in_batch)
 
 
+def weighted_l1_on_support(
+    p_log_probs: torch.Tensor,
+    q_logits: torch.Tensor,
+    valid: torch.Tensor,
+    weights: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+) -> torch.Tensor:
+    r""":func:`weighted_l1` for a student that lives on a token subset S (the draft vocabulary), computed on S only.
+
+    With :math:`q(v) = 0` outside S, :math:`\|p - q\|_1 = \sum_{v \in S} |p(v) - q(v)| + (1 - \sum_{v \in S} p(v))`,
+    so the value equals :func:`weighted_l1` over the whole vocabulary (with ``q``'s logits ``-inf`` off S), while
+    every tensor is ``[N, K, |S|]`` instead of ``[N, K, V]``: ~6x less work for SmolLM2 with an 8,192-token S.
+
+    Args:
+        p_log_probs: ``[N, K, S]`` the target's *full-vocabulary* log-probabilities of the tokens of S (the
+            target's logits on S minus its logsumexp over the whole vocabulary).
+        q_logits: ``[N, K, S]`` student logits over S, same token order.
+        valid, weights, num_items_in_batch, chunk_size: see :func:`weighted_l1`.
+
+    Returns:
+        0-dim float32 loss.
+    """
+    _check_inputs(q_logits, valid, weights=weights, p_logits=p_log_probs)
+    _check_chunk_size(chunk_size)
+    per_position = _chunked(_l1_support_rows, (p_log_probs.detach(), q_logits), chunk_size)
+    return _reduce(per_position, valid, weights, num_items_in_batch)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Acceptance proxies (logging only)
 # --------------------------------------------------------------------------------------------------------------------
@@ -347,6 +391,32 @@ def top1_agreement(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.
     _check_inputs(q_logits, valid, p_logits=p_logits)
     agree = p_logits.argmax(dim=-1) == q_logits.argmax(dim=-1)
     return _masked_mean_over_blocks(agree, valid)
+
+
+@torch.no_grad()
+def top1_agreement_from_ids(p_top1: torch.Tensor, q_top1: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """:func:`top1_agreement` from the argmax token ids ``[N, K]`` (when the full logits were never built)."""
+    _check_block_tensor("valid", valid, 2)
+    if p_top1.shape != valid.shape or q_top1.shape != valid.shape:
+        raise ValueError(
+            f"p_top1 {tuple(p_top1.shape)}, q_top1 {tuple(q_top1.shape)} and valid {tuple(valid.shape)} must all "
+            "be [N, K]."
+        )
+    return _masked_mean_over_blocks(p_top1 == q_top1, valid)
+
+
+@torch.no_grad()
+def one_minus_tv_on_support(
+    p_log_probs: torch.Tensor,
+    q_logits: torch.Tensor,
+    valid: torch.Tensor,
+    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+) -> torch.Tensor:
+    """:func:`one_minus_tv` for a student on a token subset S; arguments as :func:`weighted_l1_on_support`."""
+    _check_inputs(q_logits, valid, p_logits=p_log_probs)
+    _check_chunk_size(chunk_size)
+    accept = 1.0 - 0.5 * _chunked(_l1_support_rows, (p_log_probs, q_logits), chunk_size)
+    return _masked_mean_over_blocks(accept, valid)
 
 
 @torch.no_grad()

@@ -28,11 +28,14 @@ from .features import FeatureCache, target_features
 from .losses import (
     expected_acceptance_length,
     one_minus_tv,
+    one_minus_tv_on_support,
     position_weights,
     top1_agreement,
+    top1_agreement_from_ids,
     weighted_cross_entropy,
     weighted_forward_kl,
     weighted_l1,
+    weighted_l1_on_support,
 )
 
 
@@ -135,14 +138,20 @@ class DLiteTrainer(Trainer):
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
 
     # ------------------------------------------------------------------------------------------------ loss
-    def _blocks(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
-        """Gather one target forward into per-block drafter inputs and the target's block distributions."""
+    def _blocks(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor], compact: bool) -> dict[str, Any]:
+        """Gather one target forward into per-block drafter inputs and the target's block distributions.
+
+        With `compact`, the target's distribution is returned as full-vocabulary log-probabilities of the draft
+        vocabulary's tokens (`target_log_probs` `[N, K, S]`) plus its argmax (`target_top1`); otherwise as
+        full logits (`target_logits` `[N, K, V]`).
+        """
         input_ids, attention = inputs["input_ids"], inputs["attention_mask"]
         anchors, labels = inputs["anchors"], inputs["labels"]
         config = drafter.config
         k = config.num_draft_tokens
+        stats = None
         if self.feature_cache is not None:
-            states, final_hidden = self.feature_cache.features(self.target, input_ids, attention)
+            states, final_hidden, stats = self.feature_cache.features(self.target, input_ids, attention)
         else:
             states, final_hidden = target_features(self.target, input_ids, config.target_layer_ids, attention)
         batch, seq_len = input_ids.shape
@@ -156,21 +165,45 @@ class DLiteTrainer(Trainer):
         }
         # p^T at draft position i is the target's prediction at position anchor + i - 1
         lm_head = self.target.get_output_embeddings()
-        target_rows = final_hidden[rows[..., None], block_positions - 1].flatten(0, 1)
+        target_positions = (rows[..., None], block_positions - 1)
+        target_rows = final_hidden[target_positions].flatten(0, 1)
+        gathered: dict[str, Any] = {
+            "blocks": blocks,
+            "labels": labels.flatten(0, 1),
+            "valid": labels.ne(-100).flatten(0, 1),
+        }
         with torch.no_grad():
-            target_logits = lm_head(target_rows).float()
-        history = {}
+            if not compact:
+                gathered["target_logits"] = lm_head(target_rows).float()
+            else:
+                ids = drafter.draft_vocab_ids.to(lm_head.weight.device)
+                if stats is None:  # no cache: one full projection gives the logsumexp, the argmax and the slice
+                    full = lm_head(target_rows).float()
+                    lse, top1, sub = full.logsumexp(-1), full.argmax(-1), full.index_select(-1, ids)
+                else:  # cached logsumexp and argmax: only the draft vocabulary's rows of the lm_head are read
+                    lse = stats["lse"][target_positions].flatten(0, 1)
+                    top1 = stats["top1"][target_positions].flatten(0, 1)
+                    bias = lm_head.bias[ids] if getattr(lm_head, "bias", None) is not None else None
+                    sub = nn.functional.linear(target_rows.to(lm_head.weight.dtype), lm_head.weight[ids], bias).float()
+                gathered["target_log_probs"] = sub - lse[..., None]
+                gathered["target_top1"] = top1
+        gathered["history"] = {}
         if config.history_window != 0 or (self.teacher is not None):
             window = config.history_window if config.history_window != 0 else self.teacher.config.history_window
             states_h, valid_h, positions_h = gather_history(states, anchors - 1, window)
-            history = {"history_states": states_h, "history_valid": valid_h, "history_positions": positions_h}
-        return {
-            "blocks": blocks,
-            "history": history,
-            "labels": labels.flatten(0, 1),
-            "valid": labels.ne(-100).flatten(0, 1),
-            "target_logits": target_logits,
-        }
+            gathered["history"] = {
+                "history_states": states_h,
+                "history_valid": valid_h,
+                "history_positions": positions_h,
+            }
+        return gathered
+
+    def _draft_vocab_index(self, drafter: DLiteForSpeculation) -> torch.Tensor:
+        """`[V]` long: the column of each token in the draft vocabulary, -1 for tokens outside it."""
+        ids = drafter.draft_vocab_ids
+        index = torch.full((drafter.config.vocab_size,), -1, dtype=torch.long, device=ids.device)
+        index[ids] = torch.arange(ids.numel(), device=ids.device)
+        return index
 
     def compute_loss(
         self,
@@ -181,15 +214,19 @@ class DLiteTrainer(Trainer):
     ):
         args: DLiteTrainingArguments = self.args
         drafter = _unwrap(model)
-        gathered = self._blocks(drafter, inputs)
+        # stable stage over a draft vocabulary: every tensor lives on the draft vocabulary (exact, ~6x cheaper)
+        compact = args.stage == "stable" and args.restrict_to_draft_vocab and drafter.draft_vocab_ids is not None
+        gathered = self._blocks(drafter, inputs, compact)
         history = gathered["history"] if drafter.config.history_window != 0 else {}
-        restrict = args.stage == "stable" and args.restrict_to_draft_vocab and drafter.draft_vocab_ids is not None
-        q_logits = model(**gathered["blocks"], **history, restrict_to_draft_vocab=restrict).logits
-        labels, valid, p_target = gathered["labels"], gathered["valid"], gathered["target_logits"]
+        q_logits = model(
+            **gathered["blocks"], **history, restrict_to_draft_vocab=compact, compact_draft_vocab=compact
+        ).logits
+        labels, valid = gathered["labels"], gathered["valid"]
         weights = position_weights(
             drafter.config.num_draft_tokens, args.loss_decay_gamma, args.loss_decay_form, device=q_logits.device
         )
         chunk = args.vocab_chunk_size
+        mode = "train" if model.training else "eval"
         if args.stage == "teacher":
             loss = weighted_cross_entropy(q_logits, labels, valid, weights, num_items_in_batch, chunk)
         elif args.stage == "warmup":
@@ -199,24 +236,34 @@ class DLiteTrainer(Trainer):
         else:
             loss = q_logits.new_zeros(())
             if args.lambda_ce:
-                ce_valid = valid
-                if restrict:  # a label q cannot produce carries no CE signal (the L1 term still counts it)
-                    in_vocab = torch.isin(labels, drafter.draft_vocab_ids.to(labels.device))
-                    ce_valid = valid & in_vocab
+                ce_labels, ce_valid = labels, valid
+                if compact:  # a label q cannot produce carries no CE signal (the L1 term still counts it)
+                    ce_labels = self._draft_vocab_index(drafter)[labels.clamp(min=0)]
+                    ce_valid = valid & ce_labels.ge(0)
                 loss = loss + args.lambda_ce * weighted_cross_entropy(
-                    q_logits, labels, ce_valid, weights, num_items_in_batch, chunk
+                    q_logits, ce_labels, ce_valid, weights, num_items_in_batch, chunk
                 )
             if args.lambda_tv:
-                loss = loss + args.lambda_tv * weighted_l1(
-                    p_target, q_logits, valid, weights, num_items_in_batch, chunk
-                )
-        self._record_metrics(p_target, q_logits.detach(), valid, "train" if model.training else "eval")
+                if compact:
+                    l1 = weighted_l1_on_support(
+                        gathered["target_log_probs"], q_logits, valid, weights, num_items_in_batch, chunk
+                    )
+                else:
+                    l1 = weighted_l1(gathered["target_logits"], q_logits, valid, weights, num_items_in_batch, chunk)
+                loss = loss + args.lambda_tv * l1
+        if compact:
+            q_top1 = drafter.draft_vocab_ids[q_logits.detach().argmax(dim=-1)]
+            top1 = top1_agreement_from_ids(gathered["target_top1"], q_top1, valid)
+            accept = one_minus_tv_on_support(gathered["target_log_probs"], q_logits.detach(), valid, chunk)
+        else:
+            p_logits = gathered["target_logits"]
+            top1 = top1_agreement(p_logits, q_logits.detach(), valid)
+            accept = one_minus_tv(p_logits, q_logits.detach(), valid, chunk)
+        self._record_metrics(top1, accept, mode)
         return (loss, {"logits": q_logits}) if return_outputs else loss
 
     # ------------------------------------------------------------------------------------------------ metrics
-    def _record_metrics(self, p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, mode: str) -> None:
-        top1 = top1_agreement(p_logits, q_logits, valid)
-        accept = one_minus_tv(p_logits, q_logits, valid, self.args.vocab_chunk_size)
+    def _record_metrics(self, top1: torch.Tensor, accept: torch.Tensor, mode: str) -> None:
         metrics = self._metrics[mode]
         for i in range(top1.shape[0]):
             if not math.isnan(float(top1[i])):
