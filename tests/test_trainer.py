@@ -239,3 +239,19 @@ def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
     _, _, again = cache.features(target, ids, mask)
     torch.testing.assert_close(again["lse"], stats["lse"])
     assert "lse" in load_file(str(path))
+
+
+def test_target_distribution_stays_float32_under_bf16_autocast(tiny_setup, tmp_path):
+    """--bf16 autocasts the drafter; p^T (the loss's reference) must not be rounded to bfloat16."""
+    from dlite_hf.training.data import response_token_counts
+
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=8, draft_vocab_size=40)
+    model.set_draft_vocab(response_token_counts(dataset, 128))
+    trainer = DLiteTrainer(model=model, target=target, args=_args(tmp_path, "stable"), train_dataset=dataset)
+    batch = trainer.data_collator([dataset[i] for i in range(4)])
+    reference = trainer._blocks(model, batch, compact=True)["target_log_probs"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = trainer._blocks(model, batch, compact=True)["target_log_probs"]
+    assert mixed.dtype == torch.float32
+    torch.testing.assert_close(mixed, reference)

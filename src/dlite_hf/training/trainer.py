@@ -150,10 +150,14 @@ class DLiteTrainer(Trainer):
         config = drafter.config
         k = config.num_draft_tokens
         stats = None
-        if self.feature_cache is not None:
-            states, final_hidden, stats = self.feature_cache.features(self.target, input_ids, attention)
-        else:
-            states, final_hidden = target_features(self.target, input_ids, config.target_layer_ids, attention)
+        # the frozen target runs in float32 under mixed precision (--bf16 autocasts the drafter only), so its
+        # features and p^T are the ones inference sees
+        no_autocast = torch.autocast(device_type=input_ids.device.type, enabled=False)
+        with no_autocast:
+            if self.feature_cache is not None:
+                states, final_hidden, stats = self.feature_cache.features(self.target, input_ids, attention)
+            else:
+                states, final_hidden = target_features(self.target, input_ids, config.target_layer_ids, attention)
         batch, seq_len = input_ids.shape
         rows = torch.arange(batch, device=input_ids.device)[:, None]
         offsets = torch.arange(1, k + 1, device=input_ids.device)
@@ -172,7 +176,7 @@ class DLiteTrainer(Trainer):
             "labels": labels.flatten(0, 1),
             "valid": labels.ne(-100).flatten(0, 1),
         }
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device_type=input_ids.device.type, enabled=False):
             if not compact:
                 gathered["target_logits"] = lm_head(target_rows).float()
             else:
@@ -230,7 +234,7 @@ class DLiteTrainer(Trainer):
         if args.stage == "teacher":
             loss = weighted_cross_entropy(q_logits, labels, valid, weights, num_items_in_batch, chunk)
         elif args.stage == "warmup":
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(device_type=q_logits.device.type, enabled=False):  # reference: fp32
                 p_teacher = self.teacher(**gathered["blocks"], **gathered["history"]).logits
             loss = weighted_forward_kl(p_teacher, q_logits, valid, weights, num_items_in_batch, chunk)
         else:
