@@ -134,7 +134,9 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
         tmp_path / "tiny.json"
     )
     table = (tmp_path / "tiny.md").read_text()
-    assert table.count("\n| ") == len(result["summary"]) + 1 + 3  # rows + header; sessions: header + 2 rows
+    # rows + header; goals: header + one per goal; sessions: header + 2 rows
+    assert table.count("\n| ") == len(result["summary"]) + 1 + 1 + len(result["goals"]) + 3
+    assert {g["goal"].split(":")[0] for g in result["goals"]} >= {"chat", "agentic", "long context"}
     for plot in PLOT_NAMES:
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

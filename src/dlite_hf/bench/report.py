@@ -113,6 +113,11 @@ def markdown_table(result: Mapping[str, Any]) -> str:
             f"- {m['method']} on {m['workload']} {m['prompt_id']}: first difference at new token {m['first_mismatch']}"
             for m in result["mismatches"]
         ]
+    if result.get("goals"):
+        from .goals import goals_markdown
+
+        lines += ["", "Performance goals (from this run's rows; `dlite_hf/bench/goals.py`):", ""]
+        lines += goals_markdown(result["goals"])
     agentic = [s for s in result.get("sessions", []) if s["turns_measured"] > 1]
     if agentic:
         lines += ["", "Multi-turn sessions:", "", "| session | turns measured | last context tokens | stopped by |"]

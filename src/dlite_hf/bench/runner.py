@@ -314,8 +314,10 @@ def run_bench(
         duration_s=finished - started,
         load_average_at_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     )
+    from .goals import evaluate_goals
     from .report import summarize, write_outputs
 
+    summary = summarize(records, [m.name for m in bench_methods], list(sessions))
     result: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "meta": info,
@@ -323,7 +325,8 @@ def run_bench(
         "workloads": list(sessions),
         "sessions": session_log,
         "records": records,
-        "summary": summarize(records, [m.name for m in bench_methods], list(sessions)),
+        "summary": summary,
+        "goals": evaluate_goals(summary),
         "mismatches": mismatches,
         "ok": not mismatches,
     }

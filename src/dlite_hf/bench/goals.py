@@ -1,0 +1,116 @@
+"""The benchmark issue's performance goals, checked against a run's summary (met, not met, or not measured).
+
+Every goal reads only the summary rows of one run (:func:`dlite_hf.bench.report.summarize`), so it compares
+methods measured side by side, on the same prompts and threads. A goal whose rows are missing from the run (a
+workload or a method that was not run) is reported with ``met = None`` and says what it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["GENERAL_WORKLOADS", "evaluate_goals", "goals_markdown"]
+
+GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
+SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt lookup's on these
+MAX_AGENTIC_TAU_DROP = 0.25  # agentic tau within 25% of general tau
+MAX_DRAFTER_MS_SPREAD = 0.15  # drafter ms per round varies by less than 15% across context lengths
+
+
+def _rows(summary: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {(r["workload"], r["method"]): r for r in summary}
+
+
+def _goal(name: str, met: bool | None, measured: str) -> dict[str, Any]:
+    return {"goal": name, "met": met, "measured": measured}
+
+
+def _speedup_goal(rows, workload: str, strict: bool, method: str, peer: str) -> dict[str, Any]:
+    relation = ">" if strict else ">="
+    name = f"{workload}: {method} speedup {relation} {peer} speedup"
+    mine, theirs = rows.get((workload, method)), rows.get((workload, peer))
+    if mine is None or theirs is None:
+        return _goal(name, None, f"not measured (run workload {workload} with methods {method},{peer})")
+    a, b = mine["speedup"], theirs["speedup"]
+    met = a > b if strict else a >= b
+    return _goal(name, met, f"{a:.2f}x vs {b:.2f}x (tau {mine['mean_tau']:.2f} vs {theirs['mean_tau']:.2f})")
+
+
+def _general_tau(rows, method: str) -> float | None:
+    taus = [rows[(w, method)]["mean_tau"] for w in GENERAL_WORKLOADS if (w, method) in rows]
+    return sum(taus) / len(taus) if taus else None
+
+
+def _tau_drop(rows, method: str) -> tuple[float, float, float] | None:
+    general, agentic = _general_tau(rows, method), rows.get(("agentic", method))
+    if general is None or agentic is None:
+        return None
+    return general, agentic["mean_tau"], 1.0 - agentic["mean_tau"] / general
+
+
+def _agentic_tau_goal(rows, method: str, history: str) -> dict[str, Any]:
+    name = (
+        f"agentic: {method} tau within {MAX_AGENTIC_TAU_DROP:.0%} of its general tau, "
+        f"and {history}'s tau falls further"
+    )
+    mine = _tau_drop(rows, method)
+    if mine is None:
+        return _goal(name, None, f"not measured (run agentic and a general workload with {method})")
+    general, agentic, drop = mine
+    text = f"{method}: general {general:.2f} -> agentic {agentic:.2f} ({-drop:+.0%})"
+    met = drop <= MAX_AGENTIC_TAU_DROP
+    theirs = _tau_drop(rows, history)
+    if theirs is None:
+        return _goal(name, None if met else False, text + f"; {history} not measured")
+    text += f"; {history}: general {theirs[0]:.2f} -> agentic {theirs[1]:.2f} ({-theirs[2]:+.0%})"
+    return _goal(name, met and theirs[2] > drop, text)
+
+
+def _long_rows(rows, method: str) -> list[tuple[int, Mapping[str, Any]]]:
+    found = []
+    for (workload, name), row in rows.items():
+        if name == method and workload.startswith("long-") and workload[5:].isdigit():
+            found.append((int(workload[5:]), row))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _drafter_ms_goal(rows, method: str, history: str) -> dict[str, Any]:
+    name = f"long context: {method} drafter ms per round varies < {MAX_DRAFTER_MS_SPREAD:.0%} across lengths"
+    points = [(n, r["drafter_ms_per_round"]) for n, r in _long_rows(rows, method) if r["drafter_ms_per_round"]]
+    if len(points) < 2:
+        return _goal(name, None, f"not measured (run the long workload at two or more lengths with {method})")
+    values = [v for _, v in points]
+    spread = (max(values) - min(values)) / min(values)
+    text = ", ".join(f"{n}: {v:.1f} ms" for n, v in points) + f" (spread {spread:.0%})"
+    others = [(n, r["drafter_ms_per_round"]) for n, r in _long_rows(rows, history) if r["drafter_ms_per_round"]]
+    if others:
+        text += f"; {history}: " + ", ".join(f"{n}: {v:.1f} ms" for n, v in others)
+    return _goal(name, spread < MAX_DRAFTER_MS_SPREAD, text)
+
+
+def evaluate_goals(
+    summary: Sequence[Mapping[str, Any]],
+    method: str = "dlite",
+    peer: str = "prompt_lookup",
+    history: str = "history",
+) -> list[dict[str, Any]]:
+    """The performance goals of the benchmark issue, checked on one run's summary rows.
+
+    Returns:
+        One ``{"goal", "met", "measured"}`` dict per goal; ``met`` is True, False, or None (not measured here).
+    """
+    rows = _rows(summary)
+    goals = [_speedup_goal(rows, w, True, method, peer) for w in SPEEDUP_WORKLOADS]
+    goals.append(_speedup_goal(rows, "agentic", False, method, peer))
+    goals.append(_agentic_tau_goal(rows, method, history))
+    goals.append(_drafter_ms_goal(rows, method, history))
+    return goals
+
+
+def goals_markdown(goals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown lines: one table row per goal."""
+    verdict = {True: "met", False: "**not met**", None: "not measured"}
+    lines = ["| goal | result | measured |", "|---|---|---|"]
+    lines += [f"| {g['goal']} | {verdict[g['met']]} | {g['measured']} |" for g in goals]
+    return lines

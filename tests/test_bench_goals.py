@@ -1,0 +1,70 @@
+"""The benchmark's performance goals, checked on hand-made summary rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlite_hf.bench.goals import evaluate_goals, goals_markdown
+
+
+def _row(workload, method, speedup=1.0, tau=1.0, drafter_ms=None):
+    return {
+        "workload": workload,
+        "method": method,
+        "speedup": speedup,
+        "mean_tau": tau,
+        "drafter_ms_per_round": drafter_ms,
+    }
+
+
+def _by_prefix(goals, prefix):
+    (goal,) = [g for g in goals if g["goal"].startswith(prefix)]
+    return goal
+
+
+def test_speedup_goals_compare_against_prompt_lookup():
+    summary = [
+        _row("chat", "dlite", 1.2, 2.0),
+        _row("chat", "prompt_lookup", 1.1, 1.5),
+        _row("code", "dlite", 0.9, 1.6),
+        _row("code", "prompt_lookup", 1.0, 1.3),
+        _row("agentic", "dlite", 1.0, 1.9),
+        _row("agentic", "prompt_lookup", 1.0, 2.5),
+    ]
+    goals = evaluate_goals(summary)
+    assert _by_prefix(goals, "chat")["met"] is True
+    assert _by_prefix(goals, "code")["met"] is False and "0.90x vs 1.00x" in _by_prefix(goals, "code")["measured"]
+    assert _by_prefix(goals, "math")["met"] is None  # not run
+    assert _by_prefix(goals, "agentic: dlite speedup")["met"] is True  # ">=": a tie meets it
+
+
+@pytest.mark.parametrize(
+    ("dlite_agentic", "history_agentic", "met"),
+    [(1.6, 1.0, True), (1.4, 1.0, False), (1.6, 1.8, False)],
+)
+def test_agentic_tau_goal(dlite_agentic, history_agentic, met):
+    # general tau: dlite mean(2.0, 2.0) = 2.0, history 2.0; allowed drop 25% -> agentic >= 1.5
+    summary = [
+        _row("chat", "dlite", tau=2.0),
+        _row("math", "dlite", tau=2.0),
+        _row("chat", "history", tau=2.0),
+        _row("math", "history", tau=2.0),
+        _row("agentic", "dlite", tau=dlite_agentic),
+        _row("agentic", "history", tau=history_agentic),
+    ]
+    assert _by_prefix(evaluate_goals(summary), "agentic: dlite tau")["met"] is met
+
+
+def test_drafter_ms_spread_over_long_lengths():
+    flat = [_row("long-1024", "dlite", drafter_ms=20.0), _row("long-4096", "dlite", drafter_ms=22.0)]
+    goal = _by_prefix(evaluate_goals(flat), "long context")
+    assert goal["met"] is True and "spread 10%" in goal["measured"]
+    steep = flat + [_row("long-7680", "dlite", drafter_ms=30.0)]
+    assert _by_prefix(evaluate_goals(steep), "long context")["met"] is False
+    assert _by_prefix(evaluate_goals(flat[:1]), "long context")["met"] is None
+
+
+def test_markdown_lists_every_goal():
+    goals = evaluate_goals([])
+    lines = goals_markdown(goals)
+    assert len(lines) == 2 + len(goals) and all("not measured" in line for line in lines[2:])
