@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
-# Reproduce benchmarks/results/ for SmolLM2-135M on one thread.
+# Reproduce benchmarks/results/ for SmolLM2-135M-Instruct on one thread.
 #
-#   benchmarks/run_smollm2.sh DRAFTER [NOHEAD_DRAFTER] [HISTORY_CHECKPOINT]
+#   benchmarks/run_smollm2.sh [DRAFTER] [HISTORY_CHECKPOINT]
+#   ABLATION="WITH_HEAD NO_HEAD" benchmarks/run_smollm2.sh     # also the matched no-head ablation
 #
-# 1. main table: every workload, plain / prompt lookup / DLite (+ the ablations whose checkpoints are given);
-# 2. scaling: drafter ms per round and tau against context length (long prompts of 1k..7.5k tokens, inside
-#    SmolLM2's 8k window; 32 new tokens).
+# 1. main: every workload (general, agentic multi-turn, long 1k/4k), plain / prompt lookup / DLite / the
+#    history-based drafter (the stage-0 teacher run with its growing history);
+# 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
+#    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
+# 3. ablation (if ABLATION is set): two drafters from the same init, data, steps and seed, with and without the
+#    sequential head, on the general workloads.
 # Exits non-zero if any greedy output differs from plain greedy.
 set -euo pipefail
 
-DRAFTER=${1:?usage: $0 DRAFTER [NOHEAD_DRAFTER] [HISTORY_CHECKPOINT]}
-NOHEAD=${2:-}
-HISTORY=${3:-}
+DRAFTER=${1:-drafters/dlite-smollm2-135m}
+HISTORY=${2:-drafters/dlite-smollm2-135m-teacher}
 BENCH=${DLITE_HF:-dlite-hf}
 OUT=${OUT:-benchmarks/results}
+COMMON=(--target smollm2-135m --threads 1 --out "$OUT" --no-progress)
 
-methods=plain,prompt_lookup,dlite
-extra=(--drafter "$DRAFTER")
-if [[ -n $NOHEAD ]]; then methods+=,dlite_nohead; extra+=(--drafter-nohead "$NOHEAD"); fi
-if [[ -n $HISTORY ]]; then methods+=,history; extra+=(--drafter-history "$HISTORY"); fi
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
+    --methods plain,prompt_lookup,dlite,history --workloads chat,code,math,tool,agentic,long \
+    --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096 \
+    --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --name smollm2-135m-main
 
-"$BENCH" bench --target smollm2-135m "${extra[@]}" --methods "$methods" \
-    --workloads chat,code,math,tool,agentic,long --num-prompts 4 --max-new-tokens 128 \
-    --long-lengths 1024,4096 --agentic-max-tokens 8192 --agentic-max-turns 8 --coding-sessions 1 \
-    --threads 1 --out "$OUT" --name smollm2-135m-main
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
+    --methods plain,dlite,history --workloads long --num-prompts 1 --max-new-tokens 32 \
+    --long-lengths 1024,2048,4096,8192,16384 --name smollm2-135m-scaling
 
-scaling=plain,dlite
-[[ -n $HISTORY ]] && scaling+=,history
-"$BENCH" bench --target smollm2-135m "${extra[@]}" --methods "$scaling" \
-    --workloads long --num-prompts 2 --max-new-tokens 32 --long-lengths 1024,2048,4096,7680 \
-    --threads 1 --out "$OUT" --name smollm2-135m-scaling
+if [[ -n ${ABLATION:-} ]]; then
+    read -r WITH_HEAD NO_HEAD <<< "$ABLATION"
+    "$BENCH" bench "${COMMON[@]}" --drafter "$WITH_HEAD" --drafter-nohead "$NO_HEAD" \
+        --methods plain,dlite,dlite_nohead --workloads chat,code,math,tool --num-prompts 3 --max-new-tokens 96 \
+        --name smollm2-135m-ablation-head
+fi

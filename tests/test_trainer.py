@@ -255,3 +255,23 @@ def test_target_distribution_stays_float32_under_bf16_autocast(tiny_setup, tmp_p
         mixed = trainer._blocks(model, batch, compact=True)["target_log_probs"]
     assert mixed.dtype == torch.float32
     torch.testing.assert_close(mixed, reference)
+
+
+@pytest.mark.parametrize("stage", ["teacher", "stable"])
+def test_evaluation_runs_the_stage_loss_and_logs_eval_proxies(tiny_setup, tmp_path, stage):
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=9, history_window=-1 if stage == "teacher" else 0)
+    args = _args(tmp_path, stage, eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4)
+    trainer = DLiteTrainer(
+        model=model,
+        target=target,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=torch.utils.data.Subset(dataset, [0, 1, 2]),
+    )
+    trainer.train()
+    evaluated = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    assert evaluated and torch.isfinite(torch.tensor(evaluated[-1]["eval_loss"]))
+    assert 0.0 <= evaluated[-1]["eval_top1_pos1"] <= 1.0 and evaluated[-1]["eval_expected_tau_greedy"] >= 1.0
+    metrics = trainer.evaluate()
+    assert metrics["eval_loss"] == pytest.approx(evaluated[-1]["eval_loss"], rel=1e-5)  # same weights, same loss

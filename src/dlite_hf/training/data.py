@@ -48,7 +48,12 @@ class DLiteCollator:
         self.pad_token_id = pad_token_id
         self.num_anchors = num_anchors
         self.num_draft_tokens = num_draft_tokens
+        self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
+
+    def fresh(self) -> DLiteCollator:
+        """The same collator with its anchor sampler reseeded (evaluation: the same anchors every time)."""
+        return DLiteCollator(self.pad_token_id, self.num_anchors, self.num_draft_tokens, seed=self.seed)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         width = max(len(f["input_ids"]) for f in features)

@@ -266,6 +266,29 @@ class DLiteTrainer(Trainer):
         self._record_metrics(top1, accept, mode)
         return (loss, {"logits": q_logits}) if return_outputs else loss
 
+    def get_eval_dataloader(self, eval_dataset: Any = None):
+        """Every evaluation samples the same anchor blocks (a reseeded collator), so eval losses are comparable."""
+        collator = self.data_collator
+        if isinstance(collator, DLiteCollator):
+            self.data_collator = collator.fresh()
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.data_collator = collator
+
+    def prediction_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, torch.Tensor],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[torch.Tensor, None, None]:
+        """Evaluation runs the stage's loss (and records the eval_ acceptance proxies); no logits are gathered."""
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.autocast_smart_context_manager():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
     # ------------------------------------------------------------------------------------------------ metrics
     def _record_metrics(self, top1: torch.Tensor, accept: torch.Tensor, mode: str) -> None:
         metrics = self._metrics[mode]
