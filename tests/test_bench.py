@@ -162,6 +162,15 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
     _check_result(result, ("plain", "prompt_lookup", "dlite", "history"), ["code"])
     assert result["meta"]["command"].startswith("dlite-hf bench --target tiny --drafter dlite")
     assert "| code | dlite |" in (tmp_path / "cli.md").read_text()
+    assert result["meta"]["sdpa_force_gqa"] is False
+
+    # --sdpa-gqa: transformers' GQA switch for every method; recorded, in the command, outputs still identical
+    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
+    assert main(_cli(tmp_path, "--sdpa-gqa")) == 0
+    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA")  # set by the command; removed for the tests after this one
+    result = json.loads((tmp_path / "cli.json").read_text())
+    assert result["meta"]["sdpa_force_gqa"] is True and " --sdpa-gqa" in result["meta"]["command"]
+    assert result["ok"] is True
 
     original = bench_runner._Runner.generate
 

@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -65,6 +66,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
     parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
+    parser.add_argument(
+        "--sdpa-gqa",
+        action="store_true",
+        help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
+        "to repeat grouped-query heads in every multi-token (verification) forward, a cost that grows with context",
+    )
     parser.add_argument("--out", default="benchmarks/results/", help="output folder")
     parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")
     parser.add_argument(
@@ -128,6 +135,8 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         parts += ["--agentic-max-tokens", str(args.agentic_max_tokens)]
         parts += ["--agentic-max-turns", str(args.agentic_max_turns), "--coding-sessions", str(args.coding_sessions)]
     parts += ["--threads", str(args.threads), "--out", args.out]
+    if args.sdpa_gqa:
+        parts.append("--sdpa-gqa")
     if args.name:
         parts += ["--name", args.name]
     switches = ("allow-mismatch", "no-plots", "no-warmup")
@@ -165,6 +174,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .workloads import build_workloads
 
     torch.set_num_threads(args.threads)
+    if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
+        os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
     target, tokenizer, folder = _load_target(args.target)
     specs: list[BenchMethod] = []
     for name in methods:

@@ -88,7 +88,9 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         f"- command: `{meta.get('command', '(Python API)')}`",
         f"- machine: {machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} CPUs, "
         f"{machine.get('memory_gb', '?')} GB; load average at start {machine.get('load_average_at_start')}",
-        f"- threads {meta.get('threads')}, torch {meta.get('torch')}, transformers {meta.get('transformers')}, "
+        f"- threads {meta.get('threads')}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) "
+        f"{'yes' if meta.get('sdpa_force_gqa') else 'no'}, torch {meta.get('torch')}, "
+        f"transformers {meta.get('transformers')}, "
         f"dlite-hf {meta.get('dlite_hf')}, python {meta.get('python')}",
         f"- greedy, max_new_tokens {meta.get('max_new_tokens')}; started {meta.get('started_utc')}, "
         f"took {_fmt(meta.get('duration_s'), '.0f')} s",

@@ -119,6 +119,7 @@ def environment_info() -> dict[str, Any]:
             "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
         "threads": torch.get_num_threads(),
+        "sdpa_force_gqa": os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA", "0") == "1",
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
