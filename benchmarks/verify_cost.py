@@ -51,7 +51,8 @@ def main() -> None:
                         target(new, past_key_values=cache, use_cache=True)
                         times[mode].append(1000 * (time.perf_counter() - start))
                         cache.crop(-n)
-                rows.append({"context": context, "new_tokens": n, **{k: statistics.median(v) for k, v in times.items()}})
+                medians = {mode: statistics.median(values) for mode, values in times.items()}
+                rows.append({"context": context, "new_tokens": n, **medians})
     os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
     print(f"target {args.target}, {args.threads} thread(s), median of {args.repeats}\n")
     print("| cache tokens | new tokens | default ms | TRANSFORMERS_SDPA_FORCE_GQA=1 ms |")
