@@ -275,3 +275,10 @@ def test_evaluation_runs_the_stage_loss_and_logs_eval_proxies(tiny_setup, tmp_pa
     assert 0.0 <= evaluated[-1]["eval_top1_pos1"] <= 1.0 and evaluated[-1]["eval_expected_tau_greedy"] >= 1.0
     metrics = trainer.evaluate()
     assert metrics["eval_loss"] == pytest.approx(evaluated[-1]["eval_loss"], rel=1e-5)  # same weights, same loss
+    trainer.save_model(str(tmp_path / "saved"))
+    record = json.loads((tmp_path / "saved" / "dlite_training.json").read_text())
+    assert record["epochs"] == pytest.approx(2 * 4 / len(dataset), abs=0.01)  # completed epochs, not the default 3
+    assert record["eval_expected_tau_greedy_last_logged"] == pytest.approx(
+        metrics["eval_expected_tau_greedy"], abs=1e-3
+    )
+    assert record["train_expected_tau_greedy_last_logged"] >= 1.0

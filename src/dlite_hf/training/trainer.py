@@ -323,7 +323,7 @@ class DLiteTrainer(Trainer):
         training = {
             "stage": self.args.stage,
             "global_step": self.state.global_step,
-            "epochs": self.args.num_train_epochs,
+            "epochs": round(float(self.state.epoch or 0.0), 2),  # completed, also when max_steps set the length
             "learning_rate": self.args.learning_rate,
             "num_anchors": self.args.num_anchors,
             "loss_decay": f"{self.args.loss_decay_form}, gamma={self.args.loss_decay_gamma}",
@@ -332,9 +332,11 @@ class DLiteTrainer(Trainer):
             "train_samples": len(self.train_dataset) if self.train_dataset is not None else None,
             "world_size": self.args.world_size,
         }
-        logged = [entry for entry in self.state.log_history if "expected_tau_greedy" in entry]
-        if logged:
-            training["last_logged_expected_tau_greedy"] = round(logged[-1]["expected_tau_greedy"], 3)
+        # the acceptance proxy on the last logged training batches, and on the held-out rows if there are any
+        for key, name in (("expected_tau_greedy", "train"), ("eval_expected_tau_greedy", "eval")):
+            logged = [entry for entry in self.state.log_history if key in entry]
+            if logged:
+                training[f"{name}_expected_tau_greedy_last_logged"] = round(logged[-1][key], 3)
         info = {**self.card_info, "training": {**training, **self.card_info.get("training", {})}}
         card = render_model_card(drafter.config, **info)
         path = Path(output_dir) / "README.md"
