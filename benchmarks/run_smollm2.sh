@@ -17,10 +17,10 @@ DRAFTER=${1:-drafters/dlite-smollm2-135m}
 HISTORY=${2:-drafters/dlite-smollm2-135m-teacher}
 BENCH=${DLITE_HF:-dlite-hf}
 OUT=${OUT:-benchmarks/results}
-COMMON=(--target smollm2-135m --threads 1 --out "$OUT" --no-progress)
+COMMON=(--target smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" --no-progress)
 
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
-    --methods plain,prompt_lookup,dlite,history --workloads chat,code,math,tool,agentic,long \
+    --methods plain,prompt_lookup,dlite,history --workloads agentic,long,chat,code,math,tool \
     --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096 \
     --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --name smollm2-135m-main
 

@@ -41,3 +41,18 @@ stage stable3 --stage stable --init "$RUN/stable" --num_anchors 32 --max_steps "
   --learning_rate 1e-3 "${COMMON[@]}" --save_steps 200 --save_total_limit 12 --logging_steps 20 \
   --eval_fraction 0.05 --eval_strategy steps --eval_steps 200 --per_device_eval_batch_size 8 \
   --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50
+
+# optional: the matched no-head ablation (benchmarks/run_smollm2.sh ABLATION=...): the first stable run minus its
+# head, trained with stable3's exact schedule, data order and seed, stopped after checkpoint-400; compare it with
+# stable3/checkpoint-400
+if [ -n "${ABLATION:-}" ] && [ ! -f "$RUN/nohead3/checkpoint-400/model.safetensors" ]; then
+  "$DLITE" train --stage stable --init "$RUN/stable" --no_sequential_head --num_anchors 32 \
+    --max_steps "$STABLE3_STEPS" --learning_rate 1e-3 "${COMMON[@]}" --save_steps 200 --save_total_limit 12 \
+    --logging_steps 20 --eval_fraction 0.05 --eval_strategy steps --eval_steps 200 --per_device_eval_batch_size 8 \
+    --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50 --output_dir "$RUN/nohead3" \
+    >> "$RUN/nohead3.log" 2>&1 &
+  pid=$!
+  until [ -f "$RUN/nohead3/checkpoint-400/model.safetensors" ] || ! kill -0 $pid 2>/dev/null; do sleep 10; done
+  sleep 20
+  kill $pid 2>/dev/null || true
+fi

@@ -152,8 +152,7 @@ class DLiteTrainer(Trainer):
         stats = None
         # the frozen target runs in float32 under mixed precision (--bf16 autocasts the drafter only), so its
         # features and p^T are the ones inference sees
-        no_autocast = torch.autocast(device_type=input_ids.device.type, enabled=False)
-        with no_autocast:
+        with torch.autocast(device_type=input_ids.device.type, enabled=False):
             if self.feature_cache is not None:
                 states, final_hidden, stats = self.feature_cache.features(self.target, input_ids, attention)
             else:
