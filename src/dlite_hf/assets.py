@@ -41,6 +41,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 try:  # POSIX only; elsewhere concurrent fetches of the same asset are simply not serialized.
     import fcntl
@@ -59,6 +60,7 @@ __all__ = [
     "fetch_model",
     "fetch_prompt_file",
     "list_prompt_files",
+    "load_target",
     "resolve_model",
 ]
 
@@ -453,6 +455,21 @@ def resolve_model(name_or_path: str, progress: bool = True) -> Path:
         f"that AutoModelForCausalLM.from_pretrained can load, or one of: {', '.join(sorted(MODELS))} "
         f"(fetched and converted into {cache_dir() / 'models'})."
     )
+
+
+def load_target(folder: str | Path, adapter: str | None = None) -> tuple[Any, Any]:
+    """The target LM of a local folder in float32 eval mode, and its tokenizer; `adapter`: a PEFT adapter folder
+    applied on top (a LoRA-fine-tuned target). The one loader of the CLI, the benchmark and the demo."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).eval()
+    return model, tokenizer
 
 
 # --------------------------------------------------------------------------------------------------------------

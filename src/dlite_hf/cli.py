@@ -31,18 +31,10 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _load_target(name_or_path: str, adapter: str | None = None):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .assets import resolve_model
+    from .assets import load_target, resolve_model
 
     folder = resolve_model(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if adapter:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, adapter).eval()
+    model, tokenizer = load_target(folder, adapter)
     return model, tokenizer, folder
 
 

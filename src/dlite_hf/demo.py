@@ -131,9 +131,7 @@ def load_models(target: str = DEFAULT_TARGET, drafter: str | Path | None = None,
     A registry target that is not in the cache is downloaded only with ``fetch=True`` (the page must not stall
     for minutes on first load; ``make assets`` does it up front).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .assets import MODELS, AssetError, fetch_model
+    from .assets import MODELS, AssetError, fetch_model, load_target
     from .cli import default_drafter_dir
 
     models = DemoModels(target_name=str(target))
@@ -157,8 +155,7 @@ def load_models(target: str = DEFAULT_TARGET, drafter: str | Path | None = None,
         )
     if folder is not None:
         try:
-            models.target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-            models.tokenizer = AutoTokenizer.from_pretrained(folder)
+            models.target, models.tokenizer = load_target(folder)
         except (OSError, ValueError) as error:
             models.target = models.tokenizer = None
             models.target_error = f"Could not load the target from `{folder}`: {error}"
