@@ -2,7 +2,8 @@
 # Reproduce benchmarks/results/ for SmolLM2-135M-Instruct on one thread.
 #
 #   benchmarks/run_smollm2.sh [DRAFTER] [HISTORY_CHECKPOINT]
-#   ABLATION="WITH_HEAD NO_HEAD" benchmarks/run_smollm2.sh     # also the matched no-head ablation
+#   ABLATION="WITH_HEAD NO_HEAD" benchmarks/run_smollm2.sh     # also the matched no-head ablation, e.g.
+#   ABLATION="runs/smollm2/stable3/checkpoint-400 runs/smollm2/nohead3/checkpoint-400" (scripts/train_smollm2.sh)
 #
 # 1. main: every workload (general, agentic multi-turn, long 1k/4k), plain / prompt lookup / DLite / the
 #    history-based drafter (the stage-0 teacher run with its growing history);
@@ -34,3 +35,8 @@ if [[ -n ${ABLATION:-} ]]; then
         --methods plain,dlite,dlite_nohead --workloads chat,code,math,tool --num-prompts 3 --max-new-tokens 96 \
         --name smollm2-135m-ablation-head
 fi
+
+# 4. classic assisted decoding across vocabularies: SmolLM2-135M assisting Qwen2.5-Coder-0.5B-Instruct
+"$BENCH" bench --target qwen2.5-coder-0.5b --assistant smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" \
+    --no-progress --methods plain,prompt_lookup,assisted --workloads code,math --num-prompts 2 --max-new-tokens 64 \
+    --name qwen2.5-coder-0.5b-assisted
