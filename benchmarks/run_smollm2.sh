@@ -40,3 +40,8 @@ fi
 "$BENCH" bench --target qwen2.5-coder-0.5b --assistant smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" \
     --no-progress --methods plain,prompt_lookup,assisted --workloads code,math --num-prompts 2 --max-new-tokens 64 \
     --name qwen2.5-coder-0.5b-assisted
+
+# 5. agentic sessions past 8k tokens (plain / prompt lookup / DLite; the history drafter would take minutes a round)
+"$BENCH" bench --target smollm2-135m --threads 2 --sdpa-gqa --out "$OUT" --no-progress --drafter "$DRAFTER" \
+    --methods plain,prompt_lookup,dlite --workloads agentic --num-prompts 1 --max-new-tokens 64 \
+    --agentic-max-tokens 12288 --agentic-max-turns 7 --coding-sessions 1 --name smollm2-135m-agentic-long
