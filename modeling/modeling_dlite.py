@@ -271,6 +271,18 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         """Target token embeddings `[..., H_t]` in the drafter's dtype."""
         return self._embeddings()[0](token_ids).to(self.dtype)
 
+    def draft_vocab_head(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The draft vocabulary's rows of the target's lm_head (weight `[V_draft, H_t]`, bias or None), detached
+        and built once per binding: what the drafter projects onto, and what training projects the target onto."""
+        if self.draft_vocab_ids is None:
+            raise ValueError("This drafter drafts over the full vocabulary (config.draft_vocab_size=None).")
+        if self._draft_head is None:
+            lm_head = self._embeddings()[1]
+            ids = self.draft_vocab_ids.to(lm_head.weight.device)
+            bias = lm_head.bias[ids].detach() if getattr(lm_head, "bias", None) is not None else None
+            self._draft_head = (lm_head.weight[ids].detach().contiguous(), bias)
+        return self._draft_head
+
     def project(self, outputs: torch.Tensor, restrict: bool = False, compact: bool = False) -> torch.Tensor:
         """Normed head outputs `[..., H]` -> logits `[..., V]` through the target's lm_head (float32).
 
@@ -283,11 +295,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         projected = self.out_proj(outputs).to(lm_head.weight.dtype)
         if not restrict or self.draft_vocab_ids is None:
             return lm_head(projected).float()
-        if self._draft_head is None:
-            ids = self.draft_vocab_ids.to(lm_head.weight.device)
-            bias = lm_head.bias[ids].detach() if getattr(lm_head, "bias", None) is not None else None
-            self._draft_head = (lm_head.weight[ids].detach().contiguous(), bias)
-        weight, bias = self._draft_head
+        weight, bias = self.draft_vocab_head()
         sub = nn.functional.linear(projected, weight, bias).float()
         if compact:
             return sub

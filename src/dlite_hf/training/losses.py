@@ -208,6 +208,35 @@ def _l1_support_rows(p_log_probs: torch.Tensor, q_logits: torch.Tensor) -> torch
     return (p - q).abs().sum(dim=-1) + outside
 
 
+def _weighted_divergence(
+    rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    p: torch.Tensor,
+    q_logits: torch.Tensor,
+    valid: torch.Tensor,
+    weights: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None,
+    chunk_size: int | None,
+) -> torch.Tensor:
+    """Checks, then ``rows(p, q)`` per position (``p`` detached), chunked and reduced as the module describes."""
+    _check_inputs(q_logits, valid, weights=weights, p_logits=p)
+    _check_chunk_size(chunk_size)
+    per_position = _chunked(rows, (p.detach(), q_logits), chunk_size)
+    return _reduce(per_position, valid, weights, num_items_in_batch)
+
+
+def _acceptance(
+    rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    p: torch.Tensor,
+    q_logits: torch.Tensor,
+    valid: torch.Tensor,
+    chunk_size: int | None,
+) -> torch.Tensor:
+    """Per-position mean of ``1 - rows(p, q) / 2`` (``rows`` an L1 distance) over the valid blocks."""
+    _check_inputs(q_logits, valid, p_logits=p)
+    _check_chunk_size(chunk_size)
+    return _masked_mean_over_blocks(1.0 - 0.5 * _chunked(rows, (p, q_logits), chunk_size), valid)
+
+
 def _normalizer(valid: torch.Tensor, num_items_in_batch: int | torch.Tensor | None) -> torch.Tensor:
     """0-dim float32 tensor: ``max(1, num_items_in_batch)`` if given, else ``max(1, valid.sum())``."""
     if num_items_in_batch is None:
@@ -298,10 +327,7 @@ def weighted_forward_kl(
     Returns:
         0-dim float32 loss, >= 0.
     """
-    _check_inputs(q_logits, valid, weights=weights, p_logits=p_logits)
-    _check_chunk_size(chunk_size)
-    per_position = _chunked(_forward_kl_rows, (p_logits.detach(), q_logits), chunk_size)
-    return _reduce(per_position, valid, weights, num_items_in_batch)
+    return _weighted_divergence(_forward_kl_rows, p_logits, q_logits, valid, weights, num_items_in_batch, chunk_size)
 
 
 def weighted_l1(
@@ -328,10 +354,7 @@ def weighted_l1(
     Returns:
         0-dim float32 loss.
     """
-    _check_inputs(q_logits, valid, weights=weights, p_logits=p_logits)
-    _check_chunk_size(chunk_size)
-    per_position = _chunked(_l1_rows, (p_logits.detach(), q_logits), chunk_size)
-    return _reduce(per_position, valid, weights, num_items_in_batch)
+    return _weighted_divergence(_l1_rows, p_logits, q_logits, valid, weights, num_items_in_batch, chunk_size)
 
 
 def weighted_l1_on_support(
@@ -357,10 +380,9 @@ def weighted_l1_on_support(
     Returns:
         0-dim float32 loss.
     """
-    _check_inputs(q_logits, valid, weights=weights, p_logits=p_log_probs)
-    _check_chunk_size(chunk_size)
-    per_position = _chunked(_l1_support_rows, (p_log_probs.detach(), q_logits), chunk_size)
-    return _reduce(per_position, valid, weights, num_items_in_batch)
+    return _weighted_divergence(
+        _l1_support_rows, p_log_probs, q_logits, valid, weights, num_items_in_batch, chunk_size
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -413,10 +435,7 @@ def one_minus_tv_on_support(
     chunk_size: int | None = DEFAULT_CHUNK_SIZE,
 ) -> torch.Tensor:
     """:func:`one_minus_tv` for a student on a token subset S; arguments as :func:`weighted_l1_on_support`."""
-    _check_inputs(q_logits, valid, p_logits=p_log_probs)
-    _check_chunk_size(chunk_size)
-    accept = 1.0 - 0.5 * _chunked(_l1_support_rows, (p_log_probs, q_logits), chunk_size)
-    return _masked_mean_over_blocks(accept, valid)
+    return _acceptance(_l1_support_rows, p_log_probs, q_logits, valid, chunk_size)
 
 
 @torch.no_grad()
@@ -440,10 +459,7 @@ def one_minus_tv(
     Returns:
         ``[K]`` float32 in [0, 1]; NaN for a position with no valid block.
     """
-    _check_inputs(q_logits, valid, p_logits=p_logits)
-    _check_chunk_size(chunk_size)
-    accept = 1.0 - 0.5 * _chunked(_l1_rows, (p_logits, q_logits), chunk_size)
-    return _masked_mean_over_blocks(accept, valid)
+    return _acceptance(_l1_rows, p_logits, q_logits, valid, chunk_size)
 
 
 def expected_acceptance_length(per_position_accept: torch.Tensor | Sequence[float]) -> float:

@@ -186,8 +186,8 @@ class DLiteTrainer(Trainer):
                 else:  # cached logsumexp and argmax: only the draft vocabulary's rows of the lm_head are read
                     lse = stats["lse"][target_positions].flatten(0, 1)
                     top1 = stats["top1"][target_positions].flatten(0, 1)
-                    bias = lm_head.bias[ids] if getattr(lm_head, "bias", None) is not None else None
-                    sub = nn.functional.linear(target_rows.to(lm_head.weight.dtype), lm_head.weight[ids], bias).float()
+                    weight, bias = drafter.draft_vocab_head()  # the same lm_head rows the drafter projects onto
+                    sub = nn.functional.linear(target_rows.to(weight.dtype), weight, bias).float()
                 gathered["target_log_probs"] = sub - lse[..., None]
                 gathered["target_top1"] = top1
         gathered["history"] = {}
