@@ -113,7 +113,9 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
     target, drafters = tiny
     workloads = {
         **build_workloads(["chat"], tokenizer, num_prompts=2),
-        **build_workloads(["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=1600, agentic_max_turns=3),
+        **build_workloads(
+            ["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=4000, agentic_max_turns=3, file_tokens=300
+        ),
     }
     methods = {"plain": None, "prompt_lookup": None, **drafters}
     result = run_bench(
@@ -121,12 +123,14 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
     )
     _check_result(result, ALL_METHODS, ["chat", "agentic"])
     agentic = [s for s in result["sessions"] if s["workload"] == "agentic"]
-    assert [s["id"].split("/")[0] for s in agentic] == ["tooltalk", "coding"]
+    assert [s["id"].split("/")[0] for s in agentic] == ["tooltalk", "bfcl", "coding"]
     assert all(s["turns_measured"] >= 2 for s in agentic)
     coding = [r for r in result["records"] if r["session_id"] == "coding/json" and r["method"] == "plain"]
     assert [r["turn"] for r in coding] == list(range(len(coding)))
     assert all(a["prompt_tokens"] < b["prompt_tokens"] for a, b in zip(coding, coding[1:])), "context must grow"
-    assert max(r["prompt_tokens"] for r in coding) <= 1600
+    assert max(r["prompt_tokens"] for r in coding) <= 4000
+    bfcl = [r for r in result["records"] if r["session_id"].startswith("bfcl/") and r["method"] == "plain"]
+    assert len(bfcl) == 3 and all(a["prompt_tokens"] < b["prompt_tokens"] for a, b in zip(bfcl, bfcl[1:]))
     # files: JSON round-trips, the table has one line per summary row, every plot is a PNG
     files = result["files"]
     saved = json.loads((tmp_path / "tiny.json").read_text())
@@ -134,8 +138,8 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
         tmp_path / "tiny.json"
     )
     table = (tmp_path / "tiny.md").read_text()
-    # rows + header; goals: header + one per goal; sessions: header + 2 rows
-    assert table.count("\n| ") == len(result["summary"]) + 1 + 1 + len(result["goals"]) + 3
+    # rows + header; goals: header + one per goal; sessions: header + 3 rows
+    assert table.count("\n| ") == len(result["summary"]) + 1 + 1 + len(result["goals"]) + 4
     assert {g["goal"].split(":")[0] for g in result["goals"]} >= {"chat", "agentic", "long context"}
     for plot in PLOT_NAMES:
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -162,7 +166,7 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
     _check_result(result, ("plain", "prompt_lookup", "dlite", "history"), ["code"])
     assert result["meta"]["command"].startswith("dlite-hf bench --target tiny --drafter dlite")
     assert "| code | dlite |" in (tmp_path / "cli.md").read_text()
-    assert result["meta"]["sdpa_force_gqa"] is False
+    assert result["meta"]["sdpa_force_gqa"] is False and "--bfcl-sessions" not in result["meta"]["command"]
 
     # --sdpa-gqa: transformers' GQA switch for every method; recorded, in the command, outputs still identical
     monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
@@ -203,6 +207,7 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
         (["--methods", "history"], "method history needs --drafter-history PATH"),
         (["--methods", "dlite_nohead,assisted"], "dlite_nohead needs --drafter-nohead PATH; method assisted needs"),
         (["--methods", "plain", "--workloads", "long", "--long-lengths", "1024,20000"], "each length must be in"),
+        (["--methods", "plain", "--bfcl-sessions", "-1"], "--bfcl-sessions and --coding-sessions must be >= 0"),
     ],
 )
 def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):
@@ -236,7 +241,7 @@ def test_workload_loaders_on_the_real_files(tokenizer):
         coding_sessions=len(CODING_TASKS),
     )
     counts = {label: len(sessions) for label, sessions in workloads.items()}
-    assert counts == {"chat": 16, "code": 16, "math": 16, "tool": 16, "agentic": 16 + 3, "long-1024": 16,
+    assert counts == {"chat": 16, "code": 16, "math": 16, "tool": 16, "agentic": 16 + 1 + 3, "long-1024": 16,
                       "long-4096": 16}  # fmt: skip
     for label in ("chat", "code", "math", "tool"):
         train = P.load_prompts(label, "train")

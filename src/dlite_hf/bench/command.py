@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .bfcl import BFCL_CATEGORIES
 from .methods import METHOD_CHOICES, parse_methods
 from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
 
@@ -65,6 +66,15 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
     parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
+    parser.add_argument(
+        "--bfcl-sessions", type=int, default=1, help="BFCL multi-turn sessions (executable tool backends) in agentic"
+    )
+    parser.add_argument(
+        "--bfcl-category",
+        default="multi_turn_base",
+        choices=BFCL_CATEGORIES,
+        help="BFCL multi-turn category (long_context: large scenarios, long tool results)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
     parser.add_argument(
         "--sdpa-gqa",
@@ -134,6 +144,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
     if "agentic" in workloads:
         parts += ["--agentic-max-tokens", str(args.agentic_max_tokens)]
         parts += ["--agentic-max-turns", str(args.agentic_max_turns), "--coding-sessions", str(args.coding_sessions)]
+        parts += ["--bfcl-sessions", str(args.bfcl_sessions), "--bfcl-category", args.bfcl_category]
     parts += ["--threads", str(args.threads), "--out", args.out]
     if args.sdpa_gqa:
         parts.append("--sdpa-gqa")
@@ -165,6 +176,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SystemExit("--num-prompts, --max-new-tokens and --threads must be positive.")
     if args.agentic_max_turns < 1 or args.agentic_max_tokens < 256:
         raise SystemExit("--agentic-max-turns must be >= 1 and --agentic-max-tokens >= 256.")
+    if args.bfcl_sessions < 0 or args.coding_sessions < 0:
+        raise SystemExit(
+            f"--bfcl-sessions and --coding-sessions must be >= 0 (0 leaves them out of agentic); got "
+            f"{args.bfcl_sessions} and {args.coding_sessions}."
+        )
     lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
 
     import torch
@@ -207,6 +223,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             agentic_max_tokens=args.agentic_max_tokens,
             agentic_max_turns=args.agentic_max_turns,
             coding_sessions=args.coding_sessions,
+            bfcl_sessions=args.bfcl_sessions,
+            bfcl_category=args.bfcl_category,
         )
     except ValueError as error:
         raise SystemExit(str(error)) from error

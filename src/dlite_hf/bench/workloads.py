@@ -18,8 +18,9 @@ Workloads (all from the eval split of :mod:`dlite_hf.prompts`, never the trainin
 ``chat``        MT-bench turn 1; ``code``: HumanEval; ``math``: ASDiv; ``tool``: BFCL single-turn function calling
 ``long-N``      ``load_long(N)``: Paul Graham essays cut to N tokens (chat template included), then a question
 ``agentic``     ToolTalk eval conversations replayed turn by turn (every user / tool message the environment sent,
-                the assistant turns replaced by the target's own replies), and coding sessions whose tool results
-                are real Python standard-library source files read from disk and test-runner output
+                the assistant turns replaced by the target's own replies); BFCL v4 multi-turn sessions whose tool
+                results come from BFCL's executable backends (:mod:`dlite_hf.bench.bfcl`); and coding sessions
+                whose tool results are real Python standard-library source files read from disk and test output
 ==============  =================================================================================================
 """
 
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..prompts import EVAL_SIZE, load_long, load_prompts
+from .bfcl import bfcl_sessions as load_bfcl_sessions
 
 __all__ = [
     "AGENTIC_WORKLOAD",
@@ -323,6 +325,8 @@ def build_workloads(
     agentic_max_turns: int | None = 8,
     coding_sessions: int = 1,
     file_tokens: int | None = None,
+    bfcl_sessions: int = 1,
+    bfcl_category: str = "multi_turn_base",
 ) -> dict[str, list[Session]]:
     """Build the sessions of every requested workload, keyed by label (``long`` becomes ``long-1024``, ...).
 
@@ -335,6 +339,8 @@ def build_workloads(
         agentic_max_turns: measure at most this many turns per agentic session (None: all).
         coding_sessions: coding sessions added to ``agentic`` (at most ``len(CODING_TASKS)``).
         file_tokens: longest ``read_file`` excerpt (default ``agentic_max_tokens // 4``).
+        bfcl_sessions: BFCL multi-turn sessions added to ``agentic``.
+        bfcl_category: their category, one of :data:`dlite_hf.bench.bfcl.BFCL_CATEGORIES`.
     """
     if not 1 <= num_prompts <= EVAL_SIZE:
         raise ValueError(f"num_prompts must be in 1..{EVAL_SIZE} (the eval split's size), got {num_prompts}.")
@@ -353,6 +359,7 @@ def build_workloads(
                 workloads[label] = [as_session(p, label) for p in load_long(length, tokenizer, "eval", num_prompts)]
         else:
             sessions = tooltalk_sessions(num_prompts, agentic_max_tokens)
+            sessions += load_bfcl_sessions(bfcl_sessions, agentic_max_tokens, bfcl_category)
             budget = file_tokens or max(128, agentic_max_tokens // 4)
             tasks = CODING_TASKS[:coding_sessions]
             sessions += [coding_session(t, tokenizer, agentic_max_tokens, budget) for t in tasks]

@@ -1,0 +1,218 @@
+"""BFCL v4 multi-turn sessions for the ``agentic`` workload, with tool results from BFCL's own executable backends.
+
+A BFCL multi-turn entry is a list of user turns over a stateful environment (a file system, a trading bot, a
+travel agency, ...) given by ``initial_config``; its possible answer lists the ground-truth calls of every turn.
+A session replays it: the first turn is the system prompt (the schemas of the involved classes) and the first
+user message; after the target's reply, the environment executes the ground-truth calls of that turn and returns
+their results as ``tool`` messages; then the next user message; and so on. Every method sees the same, growing
+context (see :mod:`dlite_hf.bench.workloads`). The ``multi_turn_long_context`` category loads large scenarios
+(long files, long lists), so tool results push the context towards 8k-16k tokens.
+
+The backends are the Python files under ``bfcl_eval/eval_checker/multi_turn_eval/func_source_code/`` of the
+pinned, sha256-checked bfcl-eval wheel. They are executed as standalone modules (only their import of each other
+is redirected); the ``bfcl_eval`` package itself is never installed or imported. Ground-truth calls are parsed
+with :mod:`ast` and run with literal arguments only (no ``eval``).
+
+BFCL multi-turn entries are evaluation-only: no training prompt comes from these files.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import functools
+import hashlib
+import inspect
+import json
+import random
+import re
+import sys
+import types
+from typing import Any
+
+from ..assets import PROMPT_PACKAGES, fetch_prompt_file
+from ..prompts import tool_system_prompt
+
+__all__ = ["BFCL_CATEGORIES", "BFCLEnvironment", "bfcl_sessions"]
+
+BFCL_CATEGORIES: tuple[str, ...] = ("multi_turn_base", "multi_turn_long_context")
+
+_DATA_DIR = "bfcl_eval/data"
+_SOURCE_DIR = "bfcl_eval/eval_checker/multi_turn_eval/func_source_code"
+_UPSTREAM_MODULE_PREFIX = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code."
+_LOCAL_MODULE_PREFIX = "_dlite_hf_bfcl_backend_"
+# class name -> file stem of its backend (func_source_code/<stem>.py) and of its schemas (multi_turn_func_doc/)
+_BACKENDS: dict[str, str] = {
+    "GorillaFileSystem": "gorilla_file_system",
+    "MathAPI": "math_api",
+    "MessageAPI": "message_api",
+    "TwitterAPI": "posting_api",
+    "TicketAPI": "ticket_api",
+    "TradingBot": "trading_bot",
+    "TravelAPI": "travel_booking",
+    "VehicleControlAPI": "vehicle_control",
+}
+_AGENT_PREAMBLE = (
+    "You are an agent that completes the user's requests by calling functions. The environment runs each call and "
+    "returns its result in a tool message."
+)
+
+Session = dict[str, Any]
+
+
+def _source(inner: str) -> str:
+    return f"{PROMPT_PACKAGES['bfcl'].package}:{inner}"
+
+
+def _read_jsonl(inner: str) -> list[dict[str, Any]]:
+    text = fetch_prompt_file("bfcl", inner).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@functools.cache
+def _backend_module(stem: str) -> types.ModuleType:
+    """Execute one backend file as a standalone module (its imports of sibling backends redirected)."""
+    path = fetch_prompt_file("bfcl", f"{_SOURCE_DIR}/{stem}.py")
+    source = path.read_text(encoding="utf-8")
+    for dependency in sorted(set(re.findall(rf"{re.escape(_UPSTREAM_MODULE_PREFIX)}(\w+)", source))):
+        _backend_module(dependency)
+    source = source.replace(_UPSTREAM_MODULE_PREFIX, _LOCAL_MODULE_PREFIX)
+    name = _LOCAL_MODULE_PREFIX + stem
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    sys.modules[name] = module
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - pinned, sha256-checked backend code
+    return module
+
+
+def _literal(node: ast.expr, call: str) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError as error:
+        raise ValueError(f"BFCL call {call!r} has a non-literal argument ({ast.unparse(node)}).") from error
+
+
+def _parse_call(call: str) -> tuple[str, list[Any], dict[str, Any]]:
+    """``"mv(source='a', destination='b')"`` -> ``("mv", [], {"source": "a", "destination": "b"})``."""
+    try:
+        node = ast.parse(call.strip(), mode="eval").body
+    except SyntaxError as error:
+        raise ValueError(f"BFCL call {call!r} is not a Python call expression.") from error
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise ValueError(f"BFCL call {call!r} must be `function(args)` with a plain function name.")
+    if any(k.arg is None for k in node.keywords):
+        raise ValueError(f"BFCL call {call!r} uses **kwargs; only literal positional and keyword arguments work.")
+    args = [_literal(a, call) for a in node.args]
+    kwargs = {k.arg: _literal(k.value, call) for k in node.keywords}
+    return node.func.id, args, kwargs
+
+
+class BFCLEnvironment:
+    """The instances of one BFCL entry's involved classes, loaded with its ``initial_config``.
+
+    Args:
+        entry: a BFCL multi-turn entry (``involved_classes``, ``initial_config``).
+        long_context: load the scenario's long variant (the ``multi_turn_long_context`` category).
+    """
+
+    def __init__(self, entry: dict[str, Any], long_context: bool = False) -> None:
+        unknown = [c for c in entry["involved_classes"] if c not in _BACKENDS]
+        if unknown:
+            raise ValueError(
+                f"BFCL entry {entry.get('id')!r} uses unknown classes {unknown}; known: {sorted(_BACKENDS)}."
+            )
+        self.methods: dict[str, Any] = {}
+        for class_name in entry["involved_classes"]:
+            instance = getattr(_backend_module(_BACKENDS[class_name]), class_name)()
+            if hasattr(instance, "_load_scenario"):
+                config = copy.deepcopy(entry["initial_config"].get(class_name, {}))
+                instance._load_scenario(config, long_context=long_context)
+            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not name.startswith("_"):
+                    self.methods[name] = method
+
+    def execute(self, call: str) -> Any:
+        """Run one call string and return the backend's result (an error comes back as text, as in BFCL)."""
+        name, args, kwargs = _parse_call(call)
+        if name not in self.methods:
+            return f"Error during execution: no function named {name!r} in this environment."
+        try:
+            return self.methods[name](*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the backend's own failure is the tool result, as in BFCL
+            return f"Error during execution: {error}"
+
+
+@functools.cache
+def _schemas(class_name: str) -> tuple[dict[str, Any], ...]:
+    return tuple(_read_jsonl(f"{_DATA_DIR}/multi_turn_func_doc/{_BACKENDS[class_name]}.json"))
+
+
+def _system_prompt(entry: dict[str, Any]) -> str:
+    excluded = set(entry.get("excluded_function") or ())
+    functions = [
+        {k: v for k, v in schema.items() if k != "response"}
+        for class_name in entry["involved_classes"]
+        for schema in _schemas(class_name)
+        if schema["name"] not in excluded
+    ]
+    return tool_system_prompt(functions, preamble=[_AGENT_PREAMBLE])
+
+
+def _turns(environment: BFCLEnvironment, entry: dict[str, Any], index: int, messages: list, calls: list[str]):
+    """One BFCL turn as session turns: the user's message(s), then the results of the turn's ground-truth calls."""
+    users = [{"role": m["role"], "content": m["content"]} for m in messages]
+    if index == 0:
+        users.insert(0, {"role": "system", "content": _system_prompt(entry)})
+    results = [
+        {
+            "role": "tool",
+            "content": json.dumps({"call": c, "result": environment.execute(c)}, ensure_ascii=False, default=str),
+        }
+        for c in calls
+    ]
+    return [turn for turn in (users, results) if turn]
+
+
+def _session(entry: dict[str, Any], calls: list[list[str]], category: str, inner: str, max_tokens: int | None):
+    if len(calls) != len(entry["question"]):
+        raise ValueError(
+            f"BFCL entry {entry['id']!r}: {len(entry['question'])} user turns but {len(calls)} ground-truth turns."
+        )
+    turns: list[list[dict[str, str]]] = []
+    state = random.getstate()  # some backends draw random values (a temperature, an id): seed them per entry
+    random.seed(int(hashlib.sha1(entry["id"].encode("utf-8")).hexdigest()[:16], 16))
+    try:
+        environment = BFCLEnvironment(entry, long_context=category.endswith("long_context"))
+        for index, (messages, turn_calls) in enumerate(zip(entry["question"], calls, strict=True)):
+            turns += _turns(environment, entry, index, messages, turn_calls)
+    finally:
+        random.setstate(state)
+    return {
+        "id": f"bfcl/{entry['id']}",
+        "workload": "agentic",
+        "source": _source(inner),
+        "turns": turns,
+        "max_tokens": max_tokens,
+        "max_turns": None,
+    }
+
+
+def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "multi_turn_base") -> list[Session]:
+    """The first ``limit`` entries of a BFCL multi-turn category (by sha1 of their id) as agentic sessions.
+
+    Args:
+        limit: number of sessions (at most the category's size, 200).
+        max_tokens: stop each session at the first turn whose context is longer than this.
+        category: one of :data:`BFCL_CATEGORIES`.
+    """
+    if category not in BFCL_CATEGORIES:
+        raise ValueError(f"Unknown BFCL category {category!r}; allowed: {', '.join(BFCL_CATEGORIES)}.")
+    inner = f"{_DATA_DIR}/BFCL_v4_{category}.json"
+    entries = _read_jsonl(inner)
+    if not 0 <= limit <= len(entries):
+        raise ValueError(f"limit must be in 0..{len(entries)} for {category}, got {limit}.")
+    answers = {
+        row["id"]: row["ground_truth"] for row in _read_jsonl(f"{_DATA_DIR}/possible_answer/BFCL_v4_{category}.json")
+    }
+    ranked = sorted(entries, key=lambda e: (hashlib.sha1(e["id"].encode("utf-8")).hexdigest(), e["id"]))
+    return [_session(e, answers[e["id"]], category, inner, max_tokens) for e in ranked[:limit]]
