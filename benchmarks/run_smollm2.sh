@@ -5,7 +5,7 @@
 #   ABLATION="WITH_HEAD NO_HEAD" benchmarks/run_smollm2.sh     # also the matched no-head ablation, e.g.
 #   ABLATION="runs/smollm2/stable3/checkpoint-400 runs/smollm2/nohead3/checkpoint-400" (scripts/train_smollm2.sh)
 #
-# 1. main: every workload (general, agentic multi-turn, long 1k/4k), plain / prompt lookup / DLite / the
+# 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k), plain / prompt lookup / DLite / the
 #    history-based drafter (the stage-0 teacher run with its growing history);
 # 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
 #    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
@@ -23,7 +23,7 @@ COMMON=(--target smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" --no-progress)
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
     --methods plain,prompt_lookup,dlite,history --workloads agentic,long,chat,code,math,tool \
     --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096 \
-    --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --name smollm2-135m-main
+    --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0 --name smollm2-135m-main
 
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
     --methods plain,dlite,history --workloads long --num-prompts 1 --max-new-tokens 32 \
@@ -44,4 +44,10 @@ fi
 # 5. agentic sessions past 8k tokens (plain / prompt lookup / DLite; the history drafter would take minutes a round)
 "$BENCH" bench --target smollm2-135m --threads 2 --sdpa-gqa --out "$OUT" --no-progress --drafter "$DRAFTER" \
     --methods plain,prompt_lookup,dlite --workloads agentic --num-prompts 1 --max-new-tokens 64 \
-    --agentic-max-tokens 12288 --agentic-max-turns 7 --coding-sessions 1 --name smollm2-135m-agentic-long
+    --agentic-max-tokens 12288 --agentic-max-turns 7 --coding-sessions 1 --bfcl-sessions 0 --name smollm2-135m-agentic-long
+
+# 6. BFCL v4 multi-turn sessions (tool results from BFCL's executable backends), contexts 3k-6k tokens, plus one
+#    ToolTalk conversation (the history drafter is left out: seconds per round at these lengths, see scaling)
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite --workloads agentic \
+    --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 --agentic-max-tokens 8192 \
+    --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl

@@ -1,0 +1,50 @@
+"""Write the two training prompt files of the shipped SmolLM2 drafter (deterministic; train split only).
+
+Round 1 (``prompts.jsonl``, 692 prompts): ``training_mix(160, seed=0)`` over the sources that existed then (MT-bench,
+HumanEval, ASDiv, BFCL, ToolTalk). Round 2 (``prompts2.jsonl``, 450 prompts): prompts not in round 1, drawn with
+seed 11: 200 chat (most from the train-only FiQA / TruthfulQA / LiveQA questions), 150 code (most from standard-
+library function stubs), 100 math (ASDiv).
+
+Usage: python scripts/smollm2_prompts.py RUN_DIR
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+from dlite_hf import prompts as P
+
+ROUND2_SOURCES = ("fiqa/", "truthfulqa/", "liveqa/", "stdlib/")  # added after round 1
+ROUND2 = (("chat", 200), ("code", 150), ("math", 100))
+
+
+def round1() -> list[dict]:
+    rng = random.Random(0)
+    mix: list[dict] = []
+    for workload in P.TRAINING_WORKLOADS:
+        prompts = [p for p in P.load_prompts(workload, "train") if not p["id"].startswith(ROUND2_SOURCES)]
+        mix += rng.sample(prompts, min(160, len(prompts)))
+    rng.shuffle(mix)
+    return mix
+
+
+def round2(taken: set[str]) -> list[dict]:
+    rng = random.Random(11)
+    mix: list[dict] = []
+    for workload, count in ROUND2:
+        candidates = [p for p in P.load_prompts(workload, "train") if p["id"] not in taken]
+        mix += rng.sample(candidates, min(count, len(candidates)))
+    rng.shuffle(mix)
+    return mix
+
+
+def main(run_dir: str) -> None:
+    first = round1()
+    P.write_jsonl(first, Path(run_dir) / "prompts.jsonl")
+    P.write_jsonl(round2({p["id"] for p in first}), Path(run_dir) / "prompts2.jsonl")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
