@@ -5,7 +5,8 @@
 #   ABLATION="WITH_HEAD NO_HEAD" benchmarks/run_smollm2.sh     # also the matched no-head ablation, e.g.
 #   ABLATION="runs/smollm2/stable3/checkpoint-400 runs/smollm2/nohead3/checkpoint-400" (scripts/train_smollm2.sh)
 #
-# 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k), plain / prompt lookup / DLite / the
+# 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k): plain / prompt
+#    lookup / DLite, then plain / the
 #    history-based drafter (the stage-0 teacher run with its growing history);
 # 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
 #    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
@@ -20,10 +21,13 @@ BENCH=${DLITE_HF:-dlite-hf}
 OUT=${OUT:-benchmarks/results}
 COMMON=(--target smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" --no-progress)
 
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
-    --methods plain,prompt_lookup,dlite,history --workloads agentic,long,chat,code,math,tool \
-    --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096 \
-    --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0 --name smollm2-135m-main
+MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096
+      --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0)
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite "${MAIN[@]}" \
+    --name smollm2-135m-main
+# the history-based drafter on the same sessions (its rounds take seconds at 4k: about 3/4 of the old joint run)
+"$BENCH" bench "${COMMON[@]}" --drafter-history "$HISTORY" --methods plain,history "${MAIN[@]}" \
+    --name smollm2-135m-main-history
 
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
     --methods plain,dlite,history --workloads long --num-prompts 1 --max-new-tokens 32 \
@@ -51,3 +55,7 @@ fi
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite --workloads agentic \
     --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 --agentic-max-tokens 8192 \
     --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl
+# 7. the same on BFCL's long-context scenarios (large files and lists in the tool results), to 12k tokens
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite --workloads agentic \
+    --num-prompts 1 --bfcl-sessions 4 --bfcl-category multi_turn_long_context --coding-sessions 0 \
+    --max-new-tokens 64 --agentic-max-tokens 12288 --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl-long

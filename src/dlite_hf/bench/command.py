@@ -144,7 +144,9 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
     if "agentic" in workloads:
         parts += ["--agentic-max-tokens", str(args.agentic_max_tokens)]
         parts += ["--agentic-max-turns", str(args.agentic_max_turns), "--coding-sessions", str(args.coding_sessions)]
-        parts += ["--bfcl-sessions", str(args.bfcl_sessions), "--bfcl-category", args.bfcl_category]
+        parts += ["--bfcl-sessions", str(args.bfcl_sessions)]
+        if args.bfcl_sessions:
+            parts += ["--bfcl-category", args.bfcl_category]
     parts += ["--threads", str(args.threads), "--out", args.out]
     if args.sdpa_gqa:
         parts.append("--sdpa-gqa")
