@@ -20,16 +20,6 @@ ROUND2_SOURCES = ("fiqa/", "truthfulqa/", "liveqa/", "stdlib/")  # added after r
 ROUND2 = (("chat", 200), ("code", 150), ("math", 100))
 
 
-def round1() -> list[dict]:
-    rng = random.Random(0)
-    mix: list[dict] = []
-    for workload in P.TRAINING_WORKLOADS:
-        prompts = [p for p in P.load_prompts(workload, "train") if not p["id"].startswith(ROUND2_SOURCES)]
-        mix += rng.sample(prompts, min(160, len(prompts)))
-    rng.shuffle(mix)
-    return mix
-
-
 def round2(taken: set[str]) -> list[dict]:
     rng = random.Random(11)
     mix: list[dict] = []
@@ -41,7 +31,7 @@ def round2(taken: set[str]) -> list[dict]:
 
 
 def main(run_dir: str) -> None:
-    first = round1()
+    first = P.training_mix(160, seed=0, exclude_id_prefixes=ROUND2_SOURCES)
     P.write_jsonl(first, Path(run_dir) / "prompts.jsonl")
     P.write_jsonl(round2({p["id"] for p in first}), Path(run_dir) / "prompts2.jsonl")
 

@@ -61,6 +61,8 @@ __all__ = [
     "WORKLOADS",
     "load_long",
     "load_prompts",
+    "prompt_file_source",
+    "read_prompt_jsonl",
     "tool_system_prompt",
     "training_mix",
     "write_jsonl",
@@ -126,8 +128,8 @@ _LONG_QUESTIONS = (
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _source(key_and_path: tuple[str, str]) -> str:
-    """Provenance string ``"pkg==ver:inner/path"``."""
+def prompt_file_source(key_and_path: tuple[str, str]) -> str:
+    """Provenance string ``"pkg==ver:inner/path"`` of a ``(package key, path in the wheel)`` pair."""
     key, inner = key_and_path
     return f"{PROMPT_PACKAGES[key].package}:{inner}"
 
@@ -141,7 +143,8 @@ def _read_text(key_and_path: tuple[str, str]) -> str:
     return data.decode("utf-8")
 
 
-def _read_jsonl(key_and_path: tuple[str, str]) -> list[dict]:
+def read_prompt_jsonl(key_and_path: tuple[str, str]) -> list[dict]:
+    """The rows of a JSON-lines data file (``.gz`` too) inside a prompt wheel, fetched on first use."""
     return [json.loads(line) for line in _read_text(key_and_path).splitlines() if line.strip()]
 
 
@@ -204,26 +207,26 @@ def _dedupe(prompts: Iterable[Prompt], seen: set[str]) -> list[Prompt]:
 
 @functools.cache
 def _chat_pool() -> tuple[list[_Group], list[Prompt]]:
-    source = _source(_MTBENCH)
+    source = prompt_file_source(_MTBENCH)
     prompts = [
         _prompt(f"mtbench/{row['question_id']}", "chat", source, [_user(row["turns"][0])])
-        for row in _read_jsonl(_MTBENCH)
+        for row in read_prompt_jsonl(_MTBENCH)
     ]
     seen: set[str] = set()
     pool = _dedupe(prompts, seen)
     extra = []
     for where in _CHAT_TRAIN_FILES:
-        source, name = _source(where), Path(where[1]).parent.name.lower()
-        for index, row in enumerate(_read_jsonl(where)):
+        source, name = prompt_file_source(where), Path(where[1]).parent.name.lower()
+        for index, row in enumerate(read_prompt_jsonl(where)):
             extra.append(_prompt(f"{name}/{index}", "chat", source, [_user(row["question"].strip())]))
     return _single(pool), _dedupe(extra, seen)
 
 
 @functools.cache
 def _code_pool() -> tuple[list[_Group], list[Prompt]]:
-    source = _source(_HUMANEVAL)
+    source = prompt_file_source(_HUMANEVAL)
     prompts = []
-    for row in _read_jsonl(_HUMANEVAL):
+    for row in read_prompt_jsonl(_HUMANEVAL):
         content = f"{_CODE_INSTRUCTION}\n\n```python\n{row['prompt'].strip()}\n```"
         prompts.append(_prompt(f"humaneval/{row['task_id'].split('/')[-1]}", "code", source, [_user(content)]))
     seen: set[str] = set()
@@ -264,9 +267,9 @@ def _stdlib_code_prompts() -> list[Prompt]:
 
 @functools.cache
 def _math_pool() -> tuple[list[_Group], list[Prompt]]:
-    source = _source(_ASDIV)
+    source = prompt_file_source(_ASDIV)
     prompts = []
-    for index, row in enumerate(_read_jsonl(_ASDIV)):
+    for index, row in enumerate(read_prompt_jsonl(_ASDIV)):
         problem = " ".join(part.strip() for part in (row.get("passage", ""), row["question"]) if part.strip())
         content = f"{problem}\nSolve the problem step by step, then state the final answer."
         prompts.append(_prompt(f"asdiv/{index}", "math", source, [_user(content)]))
@@ -276,9 +279,9 @@ def _math_pool() -> tuple[list[_Group], list[Prompt]]:
 def _bfcl_prompts(category: str) -> list[Prompt]:
     """BFCL v4 single-turn questions of one category, with its function docs in a system message."""
     where = ("bfcl", f"{_BFCL_DIR}/BFCL_v4_{category}.json")
-    source = _source(where)
+    source = prompt_file_source(where)
     prompts = []
-    for row in _read_jsonl(where):
+    for row in read_prompt_jsonl(where):
         if len(row["question"]) != 1:  # single-turn workload only
             continue
         turn = row["question"][0]
@@ -368,7 +371,7 @@ def _tooltalk_prefixes(directory: str, prefix_id: str) -> list[tuple[str, list[P
             continue
         conv = json.loads(fetch_prompt_file("tooltalk", inner).read_text(encoding="utf-8"))
         messages = _tooltalk_messages(conv)
-        source = _source(("tooltalk", inner))
+        source = prompt_file_source(("tooltalk", inner))
         group = f"{prefix_id}/{conv['name']}"
         cuts = [i for i in range(2, len(messages) + 1) if messages[i - 1]["role"] in ("user", "tool")]
         prompts = [_prompt(f"{group}/{i - 1}", "agentic", source, messages[:i]) for i in cuts]
@@ -476,7 +479,7 @@ def load_long(
     chosen = ranked[:n_eval] if split == "eval" else sorted(ranked[n_eval:])
     if limit is not None:
         chosen = chosen[:limit]
-    source = _source(_ESSAYS)
+    source = prompt_file_source(_ESSAYS)
     prompts = []
     for i in chosen:
         window = text[i * width : (i + 1) * width]
@@ -534,18 +537,19 @@ def load_prompts(
     return copy.deepcopy(prompts)
 
 
-def training_mix(limit_per_workload: int, seed: int = 0) -> list[Prompt]:
+def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tuple[str, ...] = ()) -> list[Prompt]:
     """A shuffled training set: up to ``limit_per_workload`` random train prompts of each training workload.
 
     Only ``split="train"`` prompts of :data:`TRAINING_WORKLOADS` (chat, code, math, tool, agentic) are used, so
-    the result never overlaps the eval prompts. The same ``seed`` gives the same list.
+    the result never overlaps the eval prompts; ids starting with one of ``exclude_id_prefixes`` (e.g.
+    ``"stdlib/"``) are left out before sampling. The same arguments give the same list.
     """
     if limit_per_workload <= 0:
         raise ValueError(f"limit_per_workload must be positive, got {limit_per_workload}.")
     rng = random.Random(seed)
     mix: list[Prompt] = []
     for workload in TRAINING_WORKLOADS:
-        prompts = load_prompts(workload, "train")
+        prompts = [p for p in load_prompts(workload, "train") if not p["id"].startswith(exclude_id_prefixes)]
         mix += rng.sample(prompts, min(limit_per_workload, len(prompts)))
     rng.shuffle(mix)
     return mix

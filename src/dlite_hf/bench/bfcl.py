@@ -30,8 +30,8 @@ import sys
 import types
 from typing import Any
 
-from ..assets import PROMPT_PACKAGES, fetch_prompt_file
-from ..prompts import tool_system_prompt
+from ..assets import fetch_prompt_file
+from ..prompts import prompt_file_source, read_prompt_jsonl, tool_system_prompt
 
 __all__ = ["BFCL_CATEGORIES", "BFCLEnvironment", "bfcl_sessions"]
 
@@ -58,15 +58,6 @@ _AGENT_PREAMBLE = (
 )
 
 Session = dict[str, Any]
-
-
-def _source(inner: str) -> str:
-    return f"{PROMPT_PACKAGES['bfcl'].package}:{inner}"
-
-
-def _read_jsonl(inner: str) -> list[dict[str, Any]]:
-    text = fetch_prompt_file("bfcl", inner).read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @functools.cache
@@ -144,7 +135,7 @@ class BFCLEnvironment:
 
 @functools.cache
 def _schemas(class_name: str) -> tuple[dict[str, Any], ...]:
-    return tuple(_read_jsonl(f"{_DATA_DIR}/multi_turn_func_doc/{_BACKENDS[class_name]}.json"))
+    return tuple(read_prompt_jsonl(("bfcl", f"{_DATA_DIR}/multi_turn_func_doc/{_BACKENDS[class_name]}.json")))
 
 
 def _system_prompt(entry: dict[str, Any]) -> str:
@@ -190,7 +181,7 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, inner
     return {
         "id": f"bfcl/{entry['id']}",
         "workload": "agentic",
-        "source": _source(inner),
+        "source": prompt_file_source(("bfcl", inner)),
         "turns": turns,
         "max_tokens": max_tokens,
         "max_turns": None,
@@ -208,11 +199,12 @@ def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "mu
     if category not in BFCL_CATEGORIES:
         raise ValueError(f"Unknown BFCL category {category!r}; allowed: {', '.join(BFCL_CATEGORIES)}.")
     inner = f"{_DATA_DIR}/BFCL_v4_{category}.json"
-    entries = _read_jsonl(inner)
+    entries = read_prompt_jsonl(("bfcl", inner))
     if not 0 <= limit <= len(entries):
         raise ValueError(f"limit must be in 0..{len(entries)} for {category}, got {limit}.")
     answers = {
-        row["id"]: row["ground_truth"] for row in _read_jsonl(f"{_DATA_DIR}/possible_answer/BFCL_v4_{category}.json")
+        row["id"]: row["ground_truth"]
+        for row in read_prompt_jsonl(("bfcl", f"{_DATA_DIR}/possible_answer/BFCL_v4_{category}.json"))
     }
     ranked = sorted(entries, key=lambda e: (hashlib.sha1(e["id"].encode("utf-8")).hexdigest(), e["id"]))
     return [_session(e, answers[e["id"]], category, inner, max_tokens) for e in ranked[:limit]]
