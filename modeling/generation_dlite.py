@@ -123,6 +123,8 @@ class DLiteGenerationStats:
         drafted / accepted: draft tokens proposed / accepted by the target over all rounds.
         tokens_per_forward: tokens committed by each target forward, in order (the demo highlights these).
         drafter_time_s / target_time_s: wall time spent drafting / in the target's forwards and acceptance.
+        skipped: forwards after a drafting attempt that proposed nothing (`draft_skip_threshold`, or a stop string
+            completed by the first draft): plain one-token steps.
     """
 
     new_tokens: int = 0
@@ -133,6 +135,7 @@ class DLiteGenerationStats:
     tokens_per_forward: list[int] = field(default_factory=list)
     drafter_time_s: float = 0.0
     target_time_s: float = 0.0
+    skipped: int = 0
 
     @property
     def tau(self) -> float:
@@ -288,13 +291,14 @@ class DLiteCandidateGenerator(CandidateGenerator):
             prefix_ids=input_ids.to(self.device),
             **history_kwargs,
         )
-        if self.stop_strings:
+        if self.stop_strings and tokens.shape[1]:
             tokens, logits = self._cut_at_stop_string(input_ids, tokens, logits)
-            if tokens.shape[1] == 0:
-                self._drafted_now = 0
-                self._forward_started = time.perf_counter()
-                self.stats.drafter_time_s += self._forward_started - started
-                return input_ids, None
+        if tokens.shape[1] == 0:  # skipped (draft_skip_threshold) or cut before the first draft: a plain step
+            self._drafted_now = 0
+            self._forward_started = time.perf_counter()
+            self.stats.drafter_time_s += self._forward_started - started
+            self.stats.skipped += 1
+            return input_ids, None
         self._drafted_now = tokens.shape[1]
         candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
         self._forward_started = time.perf_counter()

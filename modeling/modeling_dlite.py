@@ -455,37 +455,59 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         history_states: torch.Tensor | None = None,
         history_valid: torch.Tensor | None = None,
         history_positions: torch.Tensor | None = None,
+        confidence_threshold: float | None = None,
+        skip_threshold: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draft `num_tokens` (<= K) tokens after each anchor.
+        """Draft up to `num_tokens` (<= K) tokens after each anchor.
 
         Each position is chosen from the *processed* logits (the target's logits processors, given the committed
         prefix plus the tokens drafted so far): argmax when greedy, a sample otherwise. Those processed logits are
         returned, so speculative sampling compares the target against exactly the distribution drafted from.
+        Drafting stops early once every row's joint probability of its drafts (under those processed logits)
+        is below `confidence_threshold` (default `config.draft_confidence_threshold`; 0 never stops early), and
+        nothing is returned when every row's first draft has a probability below `skip_threshold` (default
+        `config.draft_skip_threshold`; 0 never skips).
 
         Returns:
-            `tokens` `[N, num_tokens]` and `logits` `[N, num_tokens, V]` (float32, processed).
+            `tokens` `[N, n]` and `logits` `[N, n, V]` (float32, processed), `0 <= n <= num_tokens`; `n = 0` only
+            through `skip_threshold`.
         """
         k = self.config.num_draft_tokens if num_tokens is None else int(num_tokens)
         if not 1 <= k <= self.config.num_draft_tokens:
             raise ValueError(f"num_tokens={k} is invalid: expected 1..{self.config.num_draft_tokens} (config K).")
         if logits_processor is not None and prefix_ids is None:
             raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
+        threshold = self.config.draft_confidence_threshold if confidence_threshold is None else confidence_threshold
+        skip = self.config.draft_skip_threshold if skip_threshold is None else skip_threshold
+        for name, value in (("confidence_threshold", threshold), ("skip_threshold", skip)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name}={value} is invalid: expected a number in [0, 1).")
         block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
         prev = anchor_ids
         tokens, all_logits = [], []
+        confidence = None  # [N] joint probability of the drafts so far
         for i in range(k):
             logits, _, state = self._head_step(block[:, i], prev, state, restrict=True)
             if logits_processor is not None:
                 seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
                 logits = logits_processor(seen, logits)
+            probs = torch.softmax(logits, dim=-1) if do_sample or threshold > 0 or skip > 0 else None
             if do_sample:
-                probs = torch.softmax(logits, dim=-1)
                 prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             else:
                 prev = logits.argmax(dim=-1)
+            if threshold > 0 or skip > 0:
+                chosen = probs.gather(-1, prev[:, None])[:, 0]
+                confidence = chosen if confidence is None else confidence * chosen
+                if i == 0 and bool((confidence < skip).all()):
+                    return anchor_ids.new_empty(anchor_ids.shape[0], 0), logits.new_empty(
+                        logits.shape[0], 0, logits.shape[-1]
+                    )
             tokens.append(prev)
             all_logits.append(logits)
+            if threshold > 0 and bool((confidence < threshold).all()):
+                break
         return torch.stack(tokens, 1), torch.stack(all_logits, 1)
 
     def get_candidate_generator(self, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:

@@ -199,6 +199,37 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
     assert main(_cli(tmp_path, "--allow-mismatch")) == 0
 
 
+def test_confidence_threshold_and_fixed_k_methods(tiny, tokenizer, tmp_path, monkeypatch):
+    _patch_cli(monkeypatch, tiny, tokenizer)
+    drafter = tiny[1]["dlite"]
+    assert drafter.config.draft_confidence_threshold == 0.0
+    argv = _cli(tmp_path, "--confidence-threshold", "0.5")
+    argv[argv.index("prompt_lookup,dlite,history")] = "dlite,dlite_fixed"
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "cli.json").read_text())
+    _check_result(result, ("plain", "dlite", "dlite_fixed"), ["code"])
+    assert " --methods plain,dlite,dlite_fixed --confidence-threshold 0.5 " in result["meta"]["command"]
+    assert result["methods"]["dlite"]["drafter"]["draft_confidence_threshold"] == 0.5
+    assert result["methods"]["dlite_fixed"]["drafter"]["draft_confidence_threshold"] == 0.0
+    records = {r["method"]: r for r in result["records"]}
+    # a random drafter over 49k tokens is never 50% sure of its first draft: one draft per round; fixed K drafts more
+    assert records["dlite"]["drafted"] == records["dlite"]["rounds"] >= 1
+    assert records["dlite_fixed"]["drafted"] > records["dlite_fixed"]["rounds"]
+    assert drafter.config.draft_confidence_threshold == 0.0  # the override lasted only for the method's calls
+
+    method = BenchMethod("bad", "dlite", drafter, drafter_overrides={"draft_confidence_threshold": 2.0})
+    with pytest.raises(ValueError, match="draft_confidence_threshold=2.0 is invalid"), method.applied():
+        pass
+    assert drafter.config.draft_confidence_threshold == 0.0
+    with (
+        pytest.raises(ValueError, match="unknown config fields"),
+        BenchMethod("bad", "dlite", drafter, drafter_overrides={"draft_threshold": 0.1}).applied(),
+    ):
+        pass
+    fixed = make_methods({"dlite_fixed": drafter})[1]
+    assert fixed.drafter_overrides == {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -208,6 +239,7 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
         (["--methods", "dlite_nohead,assisted"], "dlite_nohead needs --drafter-nohead PATH; method assisted needs"),
         (["--methods", "plain", "--workloads", "long", "--long-lengths", "1024,20000"], "each length must be in"),
         (["--methods", "plain", "--bfcl-sessions", "-1"], "--bfcl-sessions and --coding-sessions must be >= 0"),
+        (["--methods", "dlite", "--confidence-threshold", "1.5"], "--confidence-threshold must be in [0, 1)"),
     ],
 )
 def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):

@@ -99,6 +99,45 @@ def test_num_assistant_tokens_can_only_lower_k(fitted_pair):
     )
 
 
+def test_confidence_threshold_shortens_rounds_and_stays_lossless(fitted_pair, monkeypatch):
+    target, drafter, prompts, _, _ = fitted_pair
+    k = drafter.config.num_draft_tokens
+    mean_drafts = {}
+    for threshold in (0.0, 0.5, 0.99):
+        monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
+        drafted = rounds = 0
+        for row in range(4):
+            plain, assisted = _plain_and_dlite(target, drafter, prompts[row : row + 1], max_new_tokens=40)
+            assert torch.equal(plain, assisted), (threshold, row)
+            stats = drafter.last_generation_stats
+            drafted, rounds = drafted + stats.drafted, rounds + stats.rounds
+        mean_drafts[threshold] = drafted / rounds
+    assert mean_drafts[0.0] > k - 1  # K per round (a last round near max_new_tokens may draft fewer)
+    assert mean_drafts[0.99] < mean_drafts[0.5] < mean_drafts[0.0], mean_drafts
+
+
+def test_skip_threshold_turns_unsure_rounds_into_plain_steps(fitted_pair, monkeypatch):
+    target, drafter, prompts, _, _ = fitted_pair
+    skipped = {}
+    for skip in (0.0, 0.9, 0.999999):
+        monkeypatch.setattr(drafter.config, "draft_skip_threshold", skip)
+        calls = []
+        handle = target.register_forward_pre_hook(lambda module, args, kwargs: calls.append(1), with_kwargs=True)
+        try:
+            plain, assisted = _plain_and_dlite(target, drafter, prompts[4:5], max_new_tokens=30)
+        finally:
+            handle.remove()
+        assert torch.equal(plain, assisted), skip
+        stats = drafter.last_generation_stats
+        assert stats.target_forwards == len(calls) - 30  # the plain run's 30 forwards, then the assisted run's
+        # every forward is the prefill, a verified round, a skipped round (one token), or a last step with no budget
+        assert 1 + stats.rounds + stats.skipped <= stats.target_forwards <= 2 + stats.rounds + stats.skipped
+        skipped[skip] = (stats.skipped, stats.rounds)
+    assert skipped[0.0][0] == 0
+    assert skipped[0.999999][0] > 0  # the fitted drafter is rarely that sure: mostly plain steps
+    assert skipped[0.999999][0] >= skipped[0.9][0]
+
+
 class _Collect(BaseStreamer):
     def __init__(self):
         self.chunks = []

@@ -56,6 +56,12 @@ BAD_VALUES = [
     ("mask_token_id", 16, {"vocab_size": 16}),  # one past the vocabulary
     ("rms_norm_eps", 0.0, {}),
     ("rope_theta", -1.0, {}),
+    ("draft_confidence_threshold", -0.1, {}),
+    ("draft_confidence_threshold", 1.0, {}),  # would stop every round after one draft: say 0 <= t < 1
+    ("draft_confidence_threshold", True, {}),
+    ("draft_confidence_threshold", "0.1", {}),
+    ("draft_skip_threshold", -0.5, {}),
+    ("draft_skip_threshold", 1.5, {}),
 ]
 
 
@@ -89,6 +95,8 @@ def test_config_accepts_boundary_values():
     assert DLiteConfig(vocab_size=16, mask_token_id=0).mask_token_id == 0
     assert DLiteConfig(num_target_layers=4, target_layer_ids=[0, 3]).target_layer_ids == [0, 3]
     assert DLiteConfig(backbone_type="llama").backbone_type == "llama"
+    assert DLiteConfig(draft_confidence_threshold=0).draft_confidence_threshold == 0
+    assert DLiteConfig(draft_confidence_threshold=0.999).draft_confidence_threshold == 0.999
     config = DLiteConfig(target_hidden_size=64)
     assert config.hidden_size == 64 and config.intermediate_size == 3 * 64 and config.head_dim == 64 // 8
 
@@ -242,6 +250,55 @@ def test_forward_and_draft_shapes(target, backbone, width):
             drafter.draft(context, anchors, num_tokens=bad)
     with pytest.raises(ValueError, match=r"context_states has shape \(6, 9, 64\)"):
         drafter(torch.zeros(n, 9, H_T), anchors, drafts)
+
+
+def _joint_confidence(tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """`[N, n]` running product of the probabilities the (processed) draft logits gave the drafted tokens."""
+    return logits.softmax(-1).gather(-1, tokens[..., None])[..., 0].double().cumprod(-1)
+
+
+def test_confidence_and_skip_thresholds_stop_where_the_drafter_is_unsure(target):
+    drafter = make_drafter(target, seed=3, num_draft_tokens=7).bind_target(target)
+    with torch.no_grad():
+        drafter.norm.weight.mul_(8.0)  # spread the probabilities of a random drafter over a wide range
+    context = torch.randn(2, drafter.config.num_tapped_layers, H_T, generator=torch.Generator().manual_seed(5))
+    anchors = torch.tensor([3, 17])
+    with torch.no_grad():
+        full_tokens, full_logits = drafter.draft(context, anchors)  # config threshold 0: K tokens
+        assert full_tokens.shape == (2, 7)
+        joint = _joint_confidence(full_tokens, full_logits)
+        assert (joint[:, 1:] < joint[:, :-1]).all()  # strictly falling: every threshold below picks one stop
+        for row in range(2):
+            for stop in range(1, 7):  # a threshold between the joint probabilities after `stop` and `stop + 1` drafts
+                threshold = float(joint[row, stop - 1] + joint[row, stop]) / 2
+                tokens, logits = drafter.draft(
+                    context[row : row + 1], anchors[row : row + 1], confidence_threshold=threshold
+                )
+                assert tokens.shape == (1, stop + 1), (row, stop, threshold)  # the draft that fell below is kept
+                assert torch.equal(tokens, full_tokens[row : row + 1, : stop + 1])  # a prefix of the K-token draft
+                torch.testing.assert_close(logits, full_logits[row : row + 1, : stop + 1])  # batch of 1 vs 2
+        # a batch stops only when every row has fallen below: at the longer of the two rows' stops
+        threshold = float(joint[:, 2].max() + joint[:, 2].min()) / 2
+        lengths = [int((joint[row] >= threshold).sum()) + 1 for row in range(2)]
+        tokens, _ = drafter.draft(context, anchors, confidence_threshold=threshold)
+        assert tokens.shape == (2, min(7, max(lengths))) and min(lengths) < max(lengths)
+        assert torch.equal(tokens, full_tokens[:, : tokens.shape[1]])
+        # the config field is the default; a threshold above every first probability still drafts one token
+        drafter.config.draft_confidence_threshold = 0.999
+        assert drafter.draft(context, anchors)[0].shape == (2, 1)
+        drafter.config.draft_confidence_threshold = 0.0
+        # skip: nothing is proposed only when every row's first draft is below the skip threshold
+        first = joint[:, 0]
+        for skip, expected in ((float(first.max()) * 1.01, 0), (float(first.min() + first.max()) / 2, 7)):
+            tokens, logits = drafter.draft(context, anchors, skip_threshold=skip)
+            assert tokens.shape == (2, expected) and logits.shape == (2, expected, V), skip
+        tokens, _ = drafter.draft(context[:1], anchors[:1], skip_threshold=float(first[0]) * 0.99)
+        assert torch.equal(tokens, full_tokens[:1])
+    for bad in (-0.5, 1.0):
+        with pytest.raises(ValueError, match=f"confidence_threshold={bad} is invalid"):
+            drafter.draft(context, anchors, confidence_threshold=bad)
+        with pytest.raises(ValueError, match=f"skip_threshold={bad} is invalid"):
+            drafter.draft(context, anchors, skip_threshold=bad)
 
 
 @pytest.mark.parametrize("window", [0, -1, 3])

@@ -30,6 +30,11 @@ SETTINGS = {
     "t1": {"temperature": 1.0, "top_k": 0},  # no logits processor at all
     "t0.7_top6": {"temperature": 0.7, "top_k": 6},  # drafts are sampled from processed logits
 }
+# the same with adaptive drafting: a round stops early when the drafter's joint confidence falls below 0.98 and
+# proposes nothing when its first draft's probability is below 0.5 (this peaked drafter: about half the calls draft
+# two tokens in their first round, a quarter skip a round); both decisions depend on the sampled drafts, and the
+# tokens must still follow the target
+ADAPTIVE_SETTINGS = {"t1_adaptive": ("t1", 0.98, 0.5)}
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +125,7 @@ def test_chi2_survival_function_matches_the_table():
 def draw(target, drafter, n: int, seed_base: int, **settings) -> tuple[torch.Tensor, dict[str, int]]:
     """`n` DLite-assisted samples; returns counts `[3, V]` of tokens 1..3 and summed statistics."""
     counts = torch.zeros(3, VOCAB)
-    totals = {"drafted": 0, "accepted": 0, "calls_drafting_two": 0}
+    totals = {"drafted": 0, "accepted": 0, "calls_drafting_two": 0, "calls_skipping": 0}
     for i in range(n):
         torch.manual_seed(seed_base + i)
         out = target.generate(PROMPT, max_new_tokens=MAX_NEW, do_sample=True, assistant_model=drafter, **settings)
@@ -131,13 +136,17 @@ def draw(target, drafter, n: int, seed_base: int, **settings) -> tuple[torch.Ten
         totals["drafted"] += stats.drafted
         totals["accepted"] += stats.accepted
         totals["calls_drafting_two"] += int(stats.drafted >= 2)
+        totals["calls_skipping"] += int(stats.skipped > 0)
     return counts, totals
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
-def test_sampled_tokens_follow_the_target_distribution(pair, setting):
+@pytest.mark.parametrize("setting", [*SETTINGS, *ADAPTIVE_SETTINGS])
+def test_sampled_tokens_follow_the_target_distribution(pair, setting, monkeypatch):
     target, drafter = pair
-    settings = SETTINGS[setting]
+    base, threshold, skip = ADAPTIVE_SETTINGS.get(setting, (setting, 0.0, 0.0))
+    settings = SETTINGS[base]
+    monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
+    monkeypatch.setattr(drafter.config, "draft_skip_threshold", skip)
     marginals = exact_marginals(target, **settings)
 
     # the drafter disagrees with the target enough for acceptance/rejection to matter
@@ -149,7 +158,11 @@ def test_sampled_tokens_follow_the_target_distribution(pair, setting):
     assert 0.5 * (q - marginals[0]).abs().sum() > 0.3  # total variation between drafter and target at token 1
 
     counts, totals = draw(target, drafter, N_SAMPLES, seed_base=10_000, **settings)
-    assert totals["calls_drafting_two"] == N_SAMPLES  # tokens 2 and 3 were drafted positions in every call
+    if threshold == 0:
+        assert totals["calls_drafting_two"] == N_SAMPLES  # tokens 2 and 3 were drafted positions in every call
+    else:  # the first round often drafted two, often stopped after one, and was sometimes skipped
+        assert 0.2 * N_SAMPLES < totals["calls_drafting_two"] < 0.8 * N_SAMPLES, totals
+        assert totals["calls_skipping"] > 0.05 * N_SAMPLES, totals
     acceptance = totals["accepted"] / totals["drafted"]
     assert 0.1 < acceptance < 0.9, acceptance  # both acceptances and residual resamples happened, often
     for token, (row, probs) in enumerate(zip(counts, marginals), start=1):

@@ -27,6 +27,7 @@ DEFAULT_METHODS = "plain,prompt_lookup,dlite"
 # method -> the flag that gives its checkpoint
 CHECKPOINT_FLAGS = {
     "dlite": "--drafter",
+    "dlite_fixed": "--drafter",
     "dlite_nohead": "--drafter-nohead",
     "history": "--drafter-history",
     "assisted": "--assistant",
@@ -42,11 +43,27 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--target", default="smollm2-135m", help="target: a registry name or a local folder")
-    parser.add_argument("--drafter", default=None, help="method dlite: drafter folder (default: the shipped one)")
+    parser.add_argument(
+        "--drafter", default=None, help="methods dlite, dlite_fixed: drafter folder (default: the shipped one)"
+    )
     parser.add_argument("--drafter-nohead", default=None, help="method dlite_nohead: a no-sequential-head drafter")
     parser.add_argument("--drafter-history", default=None, help="method history: a history-aware checkpoint")
     parser.add_argument(
         "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
+    )
+    parser.add_argument(
+        "--confidence-threshold",
+        type=float,
+        default=None,
+        help="draft_confidence_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's "
+        "config; dlite_fixed always uses 0, K drafts per round)",
+    )
+    parser.add_argument(
+        "--skip-threshold",
+        type=float,
+        default=None,
+        help="draft_skip_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's config; "
+        "dlite_fixed always uses 0, never skips)",
     )
     parser.add_argument(
         "--workloads", default=DEFAULT_WORKLOADS, help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)}"
@@ -109,6 +126,12 @@ def _load_drafter(path: str) -> Any:
     return DLiteForSpeculation.from_pretrained(path).eval()
 
 
+def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:
+    """The drafter config fields --confidence-threshold / --skip-threshold set (unset flags: the checkpoint's)."""
+    fields = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
+    return {field: getattr(args, flag) for flag, field in fields.items() if getattr(args, flag) is not None}
+
+
 def _default_drafter() -> str | None:
     from ..cli import default_drafter_dir
 
@@ -138,6 +161,9 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         if getattr(args, flag):
             parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
     parts += ["--workloads", ",".join(workloads), "--methods", ",".join(methods)]
+    for flag in ("confidence_threshold", "skip_threshold"):
+        if getattr(args, flag) is not None:
+            parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
     if "long" in workloads:
         parts += ["--long-lengths", args.long_lengths]
@@ -165,7 +191,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workloads = parse_workloads(args.workloads)
     except ValueError as error:
         raise SystemExit(str(error)) from error
-    if "dlite" in methods and not args.drafter:
+    for flag in ("confidence_threshold", "skip_threshold"):
+        value = getattr(args, flag)
+        if value is not None and not 0.0 <= value < 1.0:
+            raise SystemExit(f"--{flag.replace('_', '-')} must be in [0, 1) (0 turns it off); got {value}.")
+    if ("dlite" in methods or "dlite_fixed" in methods) and not args.drafter:
         args.drafter = _default_drafter()
     missing = [f"method {m} needs {CHECKPOINT_FLAGS[m]} PATH" for m in methods if m in CHECKPOINT_FLAGS
                and not getattr(args, CHECKPOINT_FLAGS[m][2:].replace("-", "_"))]  # fmt: skip
@@ -187,7 +217,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .methods import BenchMethod, check_drafter_kind
+    from .methods import FIXED_K_OVERRIDES, BenchMethod, check_drafter_kind
     from .runner import run_bench
     from .workloads import build_workloads
 
@@ -215,7 +245,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 drafter.check_target(target)
             except ValueError as error:
                 raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
-            specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path))
+            overrides = dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else _threshold_overrides(args)
+            specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides))
     try:
         sessions = build_workloads(
             workloads,

@@ -3,7 +3,10 @@
 ==================  ==============================================================================================
 ``plain``           greedy decoding, one target forward per token: the reference for speed and for losslessness
 ``prompt_lookup``   transformers' prompt lookup decoding (``prompt_lookup_num_tokens=7``, n-gram size default)
-``dlite``           a DLite drafter (history-free, ``history_window=0``) as ``assistant_model``
+``dlite``           a DLite drafter (history-free, ``history_window=0``) as ``assistant_model``, drafting as its
+                    config says (``draft_confidence_threshold``: stop a round's drafts where the drafter's confidence
+                    falls below it; ``draft_skip_threshold``: propose nothing when the first draft is unlikely)
+``dlite_fixed``     the same drafter drafting K tokens every round (both thresholds 0, the paper's decoding)
 ``dlite_nohead``    the no-sequential-head ablation (``use_sequential_head=False``, pure parallel, DFlash-like)
 ``history``         a history-aware checkpoint (``history_window != 0``, e.g. the stage-0 teacher): it keeps and
                     re-reads the target states of every accepted position, as EAGLE / DSpark-style drafters do
@@ -14,7 +17,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,7 @@ from torch import nn
 
 __all__ = [
     "DLITE_METHODS",
+    "FIXED_K_OVERRIDES",
     "METHOD_CHOICES",
     "BenchMethod",
     "check_drafter_kind",
@@ -30,8 +35,18 @@ __all__ = [
     "parse_methods",
 ]
 
-METHOD_CHOICES: tuple[str, ...] = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history", "assisted")
-DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_nohead", "history")
+METHOD_CHOICES: tuple[str, ...] = (
+    "plain",
+    "prompt_lookup",
+    "dlite",
+    "dlite_fixed",
+    "dlite_nohead",
+    "history",
+    "assisted",
+)
+DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_fixed", "dlite_nohead", "history")
+# method dlite_fixed: K drafts every round, never skipped (the paper's decoding)
+FIXED_K_OVERRIDES: dict[str, Any] = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
 PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
 
 
@@ -46,6 +61,9 @@ class BenchMethod:
         assistant_tokenizer: ``assisted`` across vocabularies only: the assistant's tokenizer.
         checkpoint: where the model came from (recorded in the results).
         extra_kwargs: more `generate()` arguments (recorded in the results).
+        drafter_overrides: ``dlite`` only: drafter config fields set for this method's generate() calls and
+            restored after each (e.g. ``{"draft_confidence_threshold": 0.0}``), so one drafter object can serve
+            several methods; validated like the config itself.
     """
 
     name: str
@@ -54,6 +72,29 @@ class BenchMethod:
     assistant_tokenizer: Any = None
     checkpoint: str | None = None
     extra_kwargs: dict[str, Any] = field(default_factory=dict)
+    drafter_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """Set :attr:`drafter_overrides` on the drafter's config for the duration of the block."""
+        if not self.drafter_overrides:
+            yield
+            return
+        config = getattr(self.model, "config", None)
+        if self.kind != "dlite" or config is None:
+            raise ValueError(f"Method {self.name!r}: drafter_overrides apply to DLite drafters only.")
+        unknown = [key for key in self.drafter_overrides if not hasattr(config, key)]
+        if unknown:
+            raise ValueError(f"Method {self.name!r}: drafter_overrides names unknown config fields {unknown}.")
+        saved = {key: getattr(config, key) for key in self.drafter_overrides}
+        try:
+            for key, value in self.drafter_overrides.items():
+                setattr(config, key, value)
+            config.validate_dlite()
+            yield
+        finally:
+            for key, value in saved.items():
+                setattr(config, key, value)
 
     def generate_kwargs(self, tokenizer: Any) -> dict[str, Any]:
         """Arguments of `target.generate()` for this method (besides the inputs and the greedy settings)."""
@@ -83,8 +124,11 @@ class BenchMethod:
                     "hidden_size",
                     "num_hidden_layers",
                     "head_rank",
+                    "draft_confidence_threshold",
+                    "draft_skip_threshold",
                 )
             }
+            info["drafter"].update(self.drafter_overrides)
             info["drafter"]["parameters"] = sum(p.numel() for p in self.model.parameters())
         elif config is not None:
             info["assistant"] = {
@@ -118,12 +162,12 @@ def check_drafter_kind(name: str, drafter: nn.Module, where: str = "") -> None:
             f"Method `history` needs a history-aware checkpoint (history_window != 0, e.g. the stage-0 teacher); "
             f"the drafter{source} has history_window=0. Pass it as --drafter (or --drafter-nohead) instead."
         )
-    if name in ("dlite", "dlite_nohead") and history != 0:
+    if name in ("dlite", "dlite_fixed", "dlite_nohead") and history != 0:
         raise ValueError(
             f"Method `{name}` needs a history-free drafter (history_window=0); the drafter{source} has "
             f"history_window={history}. Pass it as --drafter-history to benchmark it as the history-based drafter."
         )
-    if name == "dlite" and not head:
+    if name in ("dlite", "dlite_fixed") and not head:
         raise ValueError(
             f"The drafter{source} has no sequential head (use_sequential_head=False, the ablation). Pass it as "
             "--drafter-nohead, and a drafter with the head as --drafter."
@@ -152,7 +196,8 @@ def make_method(name: str, spec: Any = None) -> BenchMethod:
         if spec is None or not hasattr(spec, "get_candidate_generator"):
             raise ValueError(f"Method `{name}` needs a DLite drafter (DLiteForSpeculation); got {spec!r}.")
         check_drafter_kind(name, spec)
-        return BenchMethod(name, "dlite", model=spec)
+        overrides = dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else {}
+        return BenchMethod(name, "dlite", model=spec, drafter_overrides=overrides)
     if name == "assisted":
         model, assistant_tokenizer = spec if isinstance(spec, tuple) else (spec, None)
         if model is None:

@@ -167,7 +167,8 @@ class _Runner:
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
-        return self.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        with method.applied():
+            return self.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
 
     def measure(self, method: BenchMethod, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         """Run one greedy generate() and return (sequences, metrics)."""
