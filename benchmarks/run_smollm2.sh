@@ -6,7 +6,7 @@
 #   ABLATION="runs/smollm2/stable3/checkpoint-400 runs/smollm2/nohead3/checkpoint-400" (scripts/train_smollm2.sh)
 #
 # 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k): plain / prompt
-#    lookup / DLite, then plain / the
+#    lookup / DLite (the checkpoint's adaptive drafting) / DLite with K drafts every round, then plain / the
 #    history-based drafter (the stage-0 teacher run with its growing history);
 # 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
 #    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
@@ -23,7 +23,7 @@ COMMON=(--target smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" --no-progress)
 
 MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096
       --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite "${MAIN[@]}" \
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed "${MAIN[@]}" \
     --name smollm2-135m-main
 # the history-based drafter on the same sessions (its rounds take seconds at 4k: about 3/4 of the old joint run)
 "$BENCH" bench "${COMMON[@]}" --drafter-history "$HISTORY" --methods plain,history "${MAIN[@]}" \

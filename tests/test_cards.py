@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 from dlite_hf.card_command import PAPER_LABEL, bench_rows, check_card, numbers_in
-from dlite_hf.cards import REQUIRED_SECTIONS
+from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
 from dlite_hf.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,3 +216,11 @@ def test_check_card_reports_problems():
 def test_card_check_command(capsys):
     assert cli_main(["card", "--check", *map(str, HUB_CARDS)]) == 0
     assert capsys.readouterr().out.count(": ok") == len(HUB_CARDS)
+
+
+def test_card_states_the_adaptive_drafting_setting():
+    off = render_model_card(DLiteConfig(num_target_layers=4))
+    assert "| adaptive drafting | off: K drafts every round (as in the paper) |" in off
+    on = render_model_card(DLiteConfig(num_target_layers=4, draft_confidence_threshold=0.1, draft_skip_threshold=0.5))
+    assert "joint probability falls below 0.1" in on and "first draft has probability below 0.5" in on
+    assert "`draft_skip_threshold=0.0`" in on  # how to turn the CPU-tuned skip off

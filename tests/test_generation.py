@@ -122,7 +122,9 @@ def test_skip_threshold_turns_unsure_rounds_into_plain_steps(fitted_pair, monkey
     for skip in (0.0, 0.9, 0.999999):
         monkeypatch.setattr(drafter.config, "draft_skip_threshold", skip)
         calls = []
-        handle = target.register_forward_pre_hook(lambda module, args, kwargs: calls.append(1), with_kwargs=True)
+        handle = target.register_forward_pre_hook(
+            lambda module, args, kwargs, calls=calls: calls.append(1), with_kwargs=True
+        )
         try:
             plain, assisted = _plain_and_dlite(target, drafter, prompts[4:5], max_new_tokens=30)
         finally:

@@ -25,6 +25,23 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return head + body
 
 
+def _adaptive_text(config: Any) -> str:
+    confidence = getattr(config, "draft_confidence_threshold", 0.0)
+    skip = getattr(config, "draft_skip_threshold", 0.0)
+    if not confidence and not skip:
+        return "off: K drafts every round (as in the paper)"
+    parts = []
+    if confidence:
+        parts.append(f"a round stops drafting where the drafts' joint probability falls below {confidence:g}")
+    if skip:
+        parts.append(
+            f"a round whose first draft has probability below {skip:g} proposes nothing (a plain one-token step; "
+            "pays off on CPUs, where a multi-token forward costs much more than a one-token one: pass "
+            "`draft_skip_threshold=0.0` to `from_pretrained` on a GPU)"
+        )
+    return "; ".join(parts) + " (lossless either way)"
+
+
 def render_model_card(
     config: Any,
     *,
@@ -93,6 +110,7 @@ def render_model_card(
             if getattr(config, "draft_vocab_size", None) is None
             else f"the {config.draft_vocab_size:,} most frequent response tokens of the training data (lossless)"
         ),
+        "adaptive_text": _adaptive_text(config),
         "num_parameters": f"{num_parameters:,}" if num_parameters else "see model.safetensors",
         "training_text": training_text,
         "results_text": results_text,
