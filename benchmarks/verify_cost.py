@@ -25,6 +25,12 @@ def main() -> None:
     parser.add_argument("--tokens", default="1,2,8", help="new tokens per forward")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", default=None, help="write the JSON here")
+    parser.add_argument(
+        "--lm-head-rows",
+        default="",
+        help="also time the target's lm_head alone on this many rows each (e.g. 1,2,4,8): where a multi-token "
+        "forward's extra cost comes from",
+    )
     args = parser.parse_args()
 
     import torch
@@ -53,13 +59,30 @@ def main() -> None:
                         cache.crop(-n)
                 medians = {mode: statistics.median(values) for mode, values in times.items()}
                 rows.append({"context": context, "new_tokens": n, **medians})
+        lm_head_rows = []
+        head = target.get_output_embeddings()
+        for n in [int(x) for x in args.lm_head_rows.split(",") if x]:
+            hidden = torch.randn(1, n, head.in_features, generator=generator)
+            head(hidden)  # warm-up
+            times = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                head(hidden)
+                times.append(1000 * (time.perf_counter() - start))
+            lm_head_rows.append({"rows": n, "ms": statistics.median(times)})
     os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
     print(f"target {args.target}, {args.threads} thread(s), median of {args.repeats}\n")
     print("| cache tokens | new tokens | default ms | TRANSFORMERS_SDPA_FORCE_GQA=1 ms |")
     print("|---:|---:|---:|---:|")
     for row in rows:
         print(f"| {row['context']} | {row['new_tokens']} | {row['default']:.1f} | {row['sdpa_gqa']:.1f} |")
+    if lm_head_rows:
+        print("\n| lm_head rows | ms |\n|---:|---:|")
+        for row in lm_head_rows:
+            print(f"| {row['rows']} | {row['ms']:.1f} |")
     result = {"target": args.target, "threads": args.threads, "repeats": args.repeats, "rows": rows}
+    if lm_head_rows:
+        result["lm_head"] = lm_head_rows
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(result, handle, indent=1)

@@ -93,6 +93,12 @@ class DLiteConfig(PreTrainedConfig):
             multi-token one (a CPU: 58 vs 94 ms for SmolLM2-135M, `benchmarks/verify_cost.py`) saves more than the
             unlikely draft would earn. 0.0 never skips (the paper; right for GPUs, where verifying K + 1 tokens
             costs about as much as decoding one). Lossless like `draft_confidence_threshold`.
+        draft_lengths (`list[int]`, *optional*):
+            The draft counts a round may stop at when `draft_confidence_threshold` stops it early: a round that
+            falls below the threshold after `n` drafts keeps drafting up to the next listed length (K is always
+            allowed). Verification costs depend on the block size in hardware-specific ways: on this project's
+            CPU (MKL, 1 thread) a SmolLM2 forward over 4 tokens costs less than one over 2 or 3
+            (`benchmarks/verify_cost.py`), so `[3, 7]` lets a round verify 4 or 8 tokens only. `None`: any length.
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).
@@ -129,6 +135,7 @@ class DLiteConfig(PreTrainedConfig):
         draft_vocab_size: int | None = None,
         draft_confidence_threshold: float = 0.0,
         draft_skip_threshold: float = 0.0,
+        draft_lengths: list[int] | None = None,
         history_window: int = 0,
         mask_token_id: int | None = None,
         backbone_type: str = "qwen3",
@@ -158,6 +165,7 @@ class DLiteConfig(PreTrainedConfig):
         self.draft_vocab_size = draft_vocab_size
         self.draft_confidence_threshold = draft_confidence_threshold
         self.draft_skip_threshold = draft_skip_threshold
+        self.draft_lengths = list(draft_lengths) if isinstance(draft_lengths, (list, tuple)) else draft_lengths
         self.history_window = history_window
         self.mask_token_id = mask_token_id
         self.backbone_type = backbone_type
@@ -228,6 +236,20 @@ class DLiteConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise bad(name, value, allowed)
+        lengths = self.draft_lengths
+        if lengths is not None and (
+            not isinstance(lengths, list)
+            or not lengths
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths)
+            or any(b <= a for a, b in zip(lengths, lengths[1:]))
+            or not 1 <= lengths[0] <= lengths[-1] <= self.num_draft_tokens
+        ):
+            raise bad(
+                "draft_lengths",
+                lengths,
+                f"None or a strictly increasing list of draft counts in [1, {self.num_draft_tokens}] "
+                "(num_draft_tokens), e.g. [3, 7]",
+            )
         if not isinstance(self.use_sequential_head, bool):
             raise bad("use_sequential_head", self.use_sequential_head, "True or False")
         if not isinstance(self.history_window, int) or self.history_window < -1:

@@ -464,8 +464,9 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         prefix plus the tokens drafted so far): argmax when greedy, a sample otherwise. Those processed logits are
         returned, so speculative sampling compares the target against exactly the distribution drafted from.
         Drafting stops early once every row's joint probability of its drafts (under those processed logits)
-        is below `confidence_threshold` (default `config.draft_confidence_threshold`; 0 never stops early), and
-        nothing is returned when every row's first draft has a probability below `skip_threshold` (default
+        is below `confidence_threshold` (default `config.draft_confidence_threshold`; 0 never stops early) and
+        the number of drafts is one of `config.draft_lengths` (any when None; `num_tokens` always), and nothing
+        is returned when every row's first draft has a probability below `skip_threshold` (default
         `config.draft_skip_threshold`; 0 never skips).
 
         Returns:
@@ -487,6 +488,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         prev = anchor_ids
         tokens, all_logits = [], []
         confidence = None  # [N] joint probability of the drafts so far
+        unsure = False  # every row's confidence has fallen below the threshold: stop at the next allowed length
+        lengths = self.config.draft_lengths
         for i in range(k):
             logits, _, state = self._head_step(block[:, i], prev, state, restrict=True)
             if logits_processor is not None:
@@ -506,7 +509,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                     )
             tokens.append(prev)
             all_logits.append(logits)
-            if threshold > 0 and bool((confidence < threshold).all()):
+            unsure = unsure or (threshold > 0 and bool((confidence < threshold).all()))
+            if unsure and (lengths is None or len(tokens) in lengths):
                 break
         return torch.stack(tokens, 1), torch.stack(all_logits, 1)
 

@@ -227,7 +227,11 @@ def test_confidence_threshold_and_fixed_k_methods(tiny, tokenizer, tmp_path, mon
     ):
         pass
     fixed = make_methods({"dlite_fixed": drafter})[1]
-    assert fixed.drafter_overrides == {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
+    assert fixed.drafter_overrides == {
+        "draft_confidence_threshold": 0.0,
+        "draft_skip_threshold": 0.0,
+        "draft_lengths": None,
+    }
 
 
 @pytest.mark.parametrize(

@@ -224,3 +224,5 @@ def test_card_states_the_adaptive_drafting_setting():
     on = render_model_card(DLiteConfig(num_target_layers=4, draft_confidence_threshold=0.1, draft_skip_threshold=0.5))
     assert "joint probability falls below 0.1" in on and "first draft has probability below 0.5" in on
     assert "`draft_skip_threshold=0.0`" in on  # how to turn the CPU-tuned skip off
+    config = DLiteConfig(num_target_layers=4, draft_confidence_threshold=0.1, draft_lengths=[3, 7])
+    assert "an early stop ends at 3, 7 drafts (or K)" in render_model_card(config)

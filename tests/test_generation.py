@@ -103,17 +103,20 @@ def test_confidence_threshold_shortens_rounds_and_stays_lossless(fitted_pair, mo
     target, drafter, prompts, _, _ = fitted_pair
     k = drafter.config.num_draft_tokens
     mean_drafts = {}
-    for threshold in (0.0, 0.5, 0.99):
+    for threshold, lengths in ((0.0, None), (0.5, None), (0.99, None), (0.99, [3, 7])):
         monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
+        monkeypatch.setattr(drafter.config, "draft_lengths", lengths)
         drafted = rounds = 0
         for row in range(4):
             plain, assisted = _plain_and_dlite(target, drafter, prompts[row : row + 1], max_new_tokens=40)
             assert torch.equal(plain, assisted), (threshold, row)
             stats = drafter.last_generation_stats
             drafted, rounds = drafted + stats.drafted, rounds + stats.rounds
-        mean_drafts[threshold] = drafted / rounds
-    assert mean_drafts[0.0] > k - 1  # K per round (a last round near max_new_tokens may draft fewer)
-    assert mean_drafts[0.99] < mean_drafts[0.5] < mean_drafts[0.0], mean_drafts
+        mean_drafts[threshold, str(lengths)] = drafted / rounds
+    assert mean_drafts[0.0, "None"] > k - 1  # K per round (a last round near max_new_tokens may draft fewer)
+    assert mean_drafts[0.99, "None"] < mean_drafts[0.5, "None"] < mean_drafts[0.0, "None"], mean_drafts
+    # with draft_lengths [3, 7] every round drafts 3 or 7 except one cut short by max_new_tokens
+    assert mean_drafts[0.99, "None"] < 1.5 and 2.5 < mean_drafts[0.99, "[3, 7]"] <= 7, mean_drafts
 
 
 def test_skip_threshold_turns_unsure_rounds_into_plain_steps(fitted_pair, monkeypatch):

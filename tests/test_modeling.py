@@ -62,6 +62,13 @@ BAD_VALUES = [
     ("draft_confidence_threshold", "0.1", {}),
     ("draft_skip_threshold", -0.5, {}),
     ("draft_skip_threshold", 1.5, {}),
+    ("draft_lengths", [], {}),
+    ("draft_lengths", [0, 3], {}),
+    ("draft_lengths", [3, 3], {}),
+    ("draft_lengths", [7, 3], {}),
+    ("draft_lengths", [3, 8], {}),  # past num_draft_tokens=7
+    ("draft_lengths", [True], {}),
+    ("draft_lengths", 3, {}),
 ]
 
 
@@ -97,6 +104,8 @@ def test_config_accepts_boundary_values():
     assert DLiteConfig(backbone_type="llama").backbone_type == "llama"
     assert DLiteConfig(draft_confidence_threshold=0).draft_confidence_threshold == 0
     assert DLiteConfig(draft_confidence_threshold=0.999).draft_confidence_threshold == 0.999
+    assert DLiteConfig(draft_lengths=[3, 7]).draft_lengths == [3, 7]
+    assert DLiteConfig(num_draft_tokens=4, draft_lengths=[1, 4]).draft_lengths == [1, 4]
     config = DLiteConfig(target_hidden_size=64)
     assert config.hidden_size == 64 and config.intermediate_size == 3 * 64 and config.head_dim == 64 // 8
 
@@ -287,6 +296,15 @@ def test_confidence_and_skip_thresholds_stop_where_the_drafter_is_unsure(target)
         drafter.config.draft_confidence_threshold = 0.999
         assert drafter.draft(context, anchors)[0].shape == (2, 1)
         drafter.config.draft_confidence_threshold = 0.0
+        # draft_lengths: a round that falls below the threshold keeps drafting up to the next allowed length
+        drafter.config.draft_lengths = [3, 5]
+        for stop, expected in ((1, 3), (2, 3), (3, 5), (4, 5), (5, 7)):  # falls below after stop + 1; K is allowed
+            threshold = float(joint[0, stop - 1] + joint[0, stop]) / 2
+            tokens, _ = drafter.draft(context[:1], anchors[:1], confidence_threshold=threshold)
+            assert torch.equal(tokens, full_tokens[:1, :expected]), (stop, expected)
+        tokens, _ = drafter.draft(context[:1], anchors[:1], num_tokens=2, confidence_threshold=0.999)
+        assert tokens.shape == (1, 2)  # a budget below every allowed length still ends the round
+        drafter.config.draft_lengths = None
         # skip: nothing is proposed only when every row's first draft is below the skip threshold
         first = joint[:, 0]
         for skip, expected in ((float(first.max()) * 1.01, 0), (float(first.min() + first.max()) / 2, 7)):

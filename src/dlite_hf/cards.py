@@ -39,6 +39,12 @@ def _adaptive_text(config: Any) -> str:
             "pays off on CPUs, where a multi-token forward costs much more than a one-token one: pass "
             "`draft_skip_threshold=0.0` to `from_pretrained` on a GPU)"
         )
+    lengths = getattr(config, "draft_lengths", None)
+    if lengths and confidence:
+        parts.append(
+            f"an early stop ends at {', '.join(str(n) for n in lengths)} drafts (or K), the verification sizes "
+            "the hardware it was tuned on is fast at"
+        )
     return "; ".join(parts) + " (lossless either way)"
 
 

@@ -46,7 +46,11 @@ METHOD_CHOICES: tuple[str, ...] = (
 )
 DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_fixed", "dlite_nohead", "history")
 # method dlite_fixed: K drafts every round, never skipped (the paper's decoding)
-FIXED_K_OVERRIDES: dict[str, Any] = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
+FIXED_K_OVERRIDES: dict[str, Any] = {
+    "draft_confidence_threshold": 0.0,
+    "draft_skip_threshold": 0.0,
+    "draft_lengths": None,
+}
 PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
 
 
@@ -126,6 +130,7 @@ class BenchMethod:
                     "head_rank",
                     "draft_confidence_threshold",
                     "draft_skip_threshold",
+                    "draft_lengths",
                 )
             }
             info["drafter"].update(self.drafter_overrides)
