@@ -76,7 +76,13 @@ def main() -> None:
     for item in args.workloads.split(","):
         workload, count = item.split(":")
         unseen = [p for p in P.load_prompts(workload, "train") if p["id"] not in excluded]
-        sessions[workload] = [{"id": p["id"], "messages": p["messages"]} for p in rng.sample(unseen, int(count))]
+        if len(unseen) < int(count):
+            print(f"note: {workload}: only {len(unseen)} train-split prompts outside --exclude; using those")
+        if unseen:
+            picked = rng.sample(unseen, min(int(count), len(unseen)))
+            sessions[workload] = [{"id": p["id"], "messages": p["messages"]} for p in picked]
+    if not sessions:
+        raise SystemExit("No unseen train-split prompts left in any workload; pass fewer --exclude files.")
 
     target, tokenizer, _ = _load_target(args.target)
     drafter = DLiteForSpeculation.from_pretrained(args.drafter).eval()
