@@ -24,6 +24,8 @@ from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
 
 DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long"
 DEFAULT_METHODS = "plain,prompt_lookup,dlite"
+# CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
+THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
 # method -> the flag that gives its checkpoint
 CHECKPOINT_FLAGS = {
     "dlite": "--drafter",
@@ -128,8 +130,7 @@ def _load_drafter(path: str) -> Any:
 
 def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:
     """The drafter config fields --confidence-threshold / --skip-threshold set (unset flags: the checkpoint's)."""
-    fields = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
-    return {field: getattr(args, flag) for flag, field in fields.items() if getattr(args, flag) is not None}
+    return {field: getattr(args, flag) for flag, field in THRESHOLD_FLAGS.items() if getattr(args, flag) is not None}
 
 
 def _default_drafter() -> str | None:
@@ -161,7 +162,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         if getattr(args, flag):
             parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
     parts += ["--workloads", ",".join(workloads), "--methods", ",".join(methods)]
-    for flag in ("confidence_threshold", "skip_threshold"):
+    for flag in THRESHOLD_FLAGS:
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
@@ -191,7 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workloads = parse_workloads(args.workloads)
     except ValueError as error:
         raise SystemExit(str(error)) from error
-    for flag in ("confidence_threshold", "skip_threshold"):
+    for flag in THRESHOLD_FLAGS:
         value = getattr(args, flag)
         if value is not None and not 0.0 <= value < 1.0:
             raise SystemExit(f"--{flag.replace('_', '-')} must be in [0, 1) (0 turns it off); got {value}.")
@@ -217,7 +218,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .methods import FIXED_K_OVERRIDES, BenchMethod, check_drafter_kind
+    from .methods import BenchMethod, check_drafter_kind, dlite_overrides
     from .runner import run_bench
     from .workloads import build_workloads
 
@@ -226,6 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
     target, tokenizer, folder = _load_target(args.target)
     specs: list[BenchMethod] = []
+    drafters: dict[str, Any] = {}
     for name in methods:
         if name in ("plain", "prompt_lookup"):
             specs.append(BenchMethod(name, name))
@@ -239,13 +241,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             specs.append(BenchMethod(name, "assisted", assistant, universal, checkpoint=args.assistant))
         else:
             path = getattr(args, CHECKPOINT_FLAGS[name][2:].replace("-", "_"))
-            drafter = _load_drafter(path)
+            if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
+                drafters[path] = _load_drafter(path)
+            drafter = drafters[path]
             try:
                 check_drafter_kind(name, drafter, where=path)
                 drafter.check_target(target)
             except ValueError as error:
                 raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
-            overrides = dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else _threshold_overrides(args)
+            overrides = dlite_overrides(name, _threshold_overrides(args))
             specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides))
     try:
         sessions = build_workloads(

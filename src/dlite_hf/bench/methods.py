@@ -30,6 +30,7 @@ __all__ = [
     "METHOD_CHOICES",
     "BenchMethod",
     "check_drafter_kind",
+    "dlite_overrides",
     "make_method",
     "make_methods",
     "parse_methods",
@@ -184,6 +185,12 @@ def check_drafter_kind(name: str, drafter: nn.Module, where: str = "") -> None:
         )
 
 
+def dlite_overrides(name: str, requested: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The drafter config overrides of DLite method `name`: ``dlite_fixed`` always drafts K every round
+    (:data:`FIXED_K_OVERRIDES`); the others take `requested` (e.g. the CLI's threshold flags), or none."""
+    return dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else dict(requested or {})
+
+
 def make_method(name: str, spec: Any = None) -> BenchMethod:
     """Build a method from a name and what it needs.
 
@@ -201,8 +208,7 @@ def make_method(name: str, spec: Any = None) -> BenchMethod:
         if spec is None or not hasattr(spec, "get_candidate_generator"):
             raise ValueError(f"Method `{name}` needs a DLite drafter (DLiteForSpeculation); got {spec!r}.")
         check_drafter_kind(name, spec)
-        overrides = dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else {}
-        return BenchMethod(name, "dlite", model=spec, drafter_overrides=overrides)
+        return BenchMethod(name, "dlite", model=spec, drafter_overrides=dlite_overrides(name))
     if name == "assisted":
         model, assistant_tokenizer = spec if isinstance(spec, tuple) else (spec, None)
         if model is None:
