@@ -14,13 +14,14 @@ STABLE_EPOCHS=${STABLE_EPOCHS:-5}
 STABLE3_STEPS=${STABLE3_STEPS:-1600}
 STABLE4_STEPS=${STABLE4_STEPS:-1500}
 STABLE5_STEPS=${STABLE5_STEPS:-1000}
+STABLE6_STEPS=${STABLE6_STEPS:-800}
 DLITE=${DLITE:-.venv/bin/dlite-hf}
 PYTHON=${PYTHON:-.venv/bin/python}
 mkdir -p "$RUN"
 
-# data: three training prompt files (train split only; scripts/smollm2_prompts.py), answered greedily by the target
-if [ ! -f "$RUN/prompts3.jsonl" ]; then "$PYTHON" scripts/smollm2_prompts.py "$RUN"; fi
-for prompts in "$RUN/prompts.jsonl" "$RUN/prompts2.jsonl" "$RUN/prompts3.jsonl"; do
+# data: four training prompt files (train split only; scripts/smollm2_prompts.py), answered greedily by the target
+if [ ! -f "$RUN/prompts4.jsonl" ]; then "$PYTHON" scripts/smollm2_prompts.py "$RUN"; fi
+for prompts in "$RUN/prompts.jsonl" "$RUN/prompts2.jsonl" "$RUN/prompts3.jsonl" "$RUN/prompts4.jsonl"; do
   "$DLITE" regenerate --target smollm2-135m --prompts "$prompts" --out "$DATA" --threads "$THREADS" \
     --max-new-tokens 256 --max-prompt-tokens 1024 --batch-size 8 2>&1 | tee -a "$RUN/regen.log"
 done
@@ -60,6 +61,10 @@ stage stable4 --stage stable --init "$RUN/stable3" --num_anchors 32 --max_steps 
 # a fourth chunk once the third prompt batch is in (weighted to chat and tool calls): same recipe
 stage stable5 --stage stable --init "$RUN/stable4" --num_anchors 32 --max_steps "$STABLE5_STEPS" \
   --learning_rate 1e-3 "${COMMON[@]}" --save_steps 250 --save_total_limit 8 --logging_steps 20 \
+  --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50
+# a fifth chunk once the fourth prompt batch is in (chat, tool calls, math): same recipe
+stage stable6 --stage stable --init "$RUN/stable5" --num_anchors 32 --max_steps "$STABLE6_STEPS" \
+  --learning_rate 1e-3 "${COMMON[@]}" --save_steps 200 --save_total_limit 8 --logging_steps 20 \
   --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50
 
 # optional: the matched no-head ablation (benchmarks/run_smollm2.sh ABLATION=...): the first stable run minus its

@@ -24,8 +24,8 @@ from dlite_hf.training.regenerate import chat_prompt_ids
 
 RECORD_KEYS = {
     "workload", "session_id", "turn", "prompt_id", "source", "method", "prompt_tokens", "new_tokens",
-    "target_forwards", "rounds", "drafted", "accepted", "tau", "wall_s", "prefill_s", "decode_s", "tok_s",
-    "decode_tok_s", "target_s", "drafter_s", "overhead_s", "target_ms_per_round", "drafter_ms_per_round",
+    "target_forwards", "rounds", "draft_calls", "drafted", "accepted", "tau", "wall_s", "prefill_s", "decode_s",
+    "tok_s", "decode_tok_s", "target_s", "drafter_s", "overhead_s", "target_ms_per_round", "drafter_ms_per_round",
     "drafter_share", "peak_rss_delta_mb", "identical_to_plain", "first_mismatch",
 }  # fmt: skip
 SUMMARY_KEYS = {
@@ -83,7 +83,7 @@ def tiny():
 
 
 def _check_result(result: dict, methods: tuple[str, ...], workloads: list[str]) -> None:
-    assert result["schema_version"] == 1 and result["ok"] is True and result["mismatches"] == []
+    assert result["schema_version"] == 2 and result["ok"] is True and result["mismatches"] == []
     assert META_KEYS <= set(result["meta"]) and result["meta"]["threads"] == torch.get_num_threads()
     assert list(result["methods"]) == list(methods) and result["workloads"] == workloads
     for record in result["records"]:
@@ -94,7 +94,8 @@ def _check_result(result: dict, methods: tuple[str, ...], workloads: list[str]) 
         if record["method"] == "plain":
             assert record["tau"] == 1.0 and record["rounds"] == 0
         if record["method"] in ("dlite", "dlite_nohead", "history"):
-            assert record["rounds"] >= 1 and record["drafter_ms_per_round"] > 0 and 0 < record["drafter_share"] < 1
+            assert record["draft_calls"] >= max(1, record["rounds"]) and record["drafter_ms_per_round"] > 0
+            assert 0 < record["drafter_share"] < 1
     # interleaved: every prompt ran every method, plain first
     by_prompt: dict[str, list[str]] = {}
     for record in result["records"]:
@@ -232,6 +233,25 @@ def test_confidence_threshold_and_fixed_k_methods(tiny, tokenizer, tmp_path, mon
         "draft_skip_threshold": 0.0,
         "draft_lengths": None,
     }
+
+
+def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monkeypatch):
+    """drafter ms per round divides drafting time by every call that ran the drafter, skipped rounds included."""
+    _patch_cli(monkeypatch, tiny, tokenizer)
+    argv = _cli(tmp_path, "--skip-threshold", "0.9")
+    argv[argv.index("prompt_lookup,dlite,history")] = "dlite,dlite_fixed"
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "cli.json").read_text())
+    _check_result(result, ("plain", "dlite", "dlite_fixed"), ["code"])
+    records = {r["method"]: r for r in result["records"]}
+    # a random drafter is never 90% sure of its first draft: every round is skipped, none verified
+    skipping, fixed = records["dlite"], records["dlite_fixed"]
+    assert skipping["rounds"] == 0 and skipping["draft_calls"] >= 1 and skipping["tau"] == 1.0
+    assert fixed["draft_calls"] == fixed["rounds"] >= 1
+    for record in (skipping, fixed):
+        assert record["drafter_ms_per_round"] == pytest.approx(1000 * record["drafter_s"] / record["draft_calls"])
+    row = next(r for r in result["summary"] if r["method"] == "dlite")
+    assert row["drafter_ms_per_round"] == pytest.approx(skipping["drafter_ms_per_round"])
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,9 @@ def _summary_row(workload: str, method: str, rows: list[dict[str, Any]], plain: 
         "speedup": plain_wall / wall if wall else 0.0,
         "decode_speedup": plain_decode / decode if decode else 0.0,
         "acceptance_rate": _sum(rows, "accepted") / _sum(rows, "drafted") if _sum(rows, "drafted") else None,
-        "drafter_ms_per_round": 1000 * drafter_s / _sum(timed, "rounds") if timed and _sum(timed, "rounds") else None,
+        "drafter_ms_per_round": (
+            1000 * drafter_s / _sum(timed, "draft_calls") if timed and _sum(timed, "draft_calls") else None
+        ),
         "target_ms_per_round": 1000 * verify_s / verify_forwards if verify_forwards > 0 else None,
         "drafter_share": drafter_s / (drafter_s + verify_s) if timed and verify_s > 0 else None,
         "rounds": int(rounds),
@@ -95,7 +97,8 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         f"- greedy, max_new_tokens {meta.get('max_new_tokens')}; started {meta.get('started_utc')}, "
         f"took {_fmt(meta.get('duration_s'), '.0f')} s",
         "- speedup = plain's total wall time / the method's, over the same prompts in this run (prefill included);"
-        " decode speedup excludes the prefill forward; tau = new tokens / target forwards (plain = 1)",
+        " decode speedup excludes the prefill forward; tau = new tokens / target forwards (plain = 1);"
+        " drafter ms/round = drafting time / drafting calls (rounds the drafter ran, skipped ones included)",
         "",
         "| workload | method | prompts | prompt tokens | mean tau | tok/s | speedup | decode speedup "
         "| drafter ms/round | target ms/round | drafter share | lossless |",

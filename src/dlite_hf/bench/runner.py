@@ -25,7 +25,7 @@ from .workloads import as_session
 
 __all__ = ["SCHEMA_VERSION", "ForwardTimer", "environment_info", "run_bench"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: records gained draft_calls; drafter ms per round divides by it
 _WARMUP_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
@@ -201,8 +201,10 @@ class _Runner:
                     "assistant_model?"
                 )
             rounds, drafted, accepted, drafter_s = stats.rounds, stats.drafted, stats.accepted, stats.drafter_time_s
+            draft_calls = stats.rounds + stats.skipped  # a skipped round ran the drafter too (and proposed nothing)
         else:
             rounds = sum(1 for n, _ in verify if n > 1)
+            draft_calls = rounds
             drafted = sum(n - 1 for n, _ in verify if n > 1)
             accepted = max(0, new_tokens - target_forwards) if method.kind != "plain" else 0
             if assistant_timer is not None:
@@ -213,6 +215,7 @@ class _Runner:
             "new_tokens": new_tokens,
             "target_forwards": target_forwards,
             "rounds": int(rounds),
+            "draft_calls": int(draft_calls),
             "drafted": int(drafted),
             "accepted": int(accepted),
             "tau": new_tokens / target_forwards if target_forwards else 0.0,
@@ -225,7 +228,7 @@ class _Runner:
             "drafter_s": drafter_s,
             "overhead_s": wall - prefill_s - verify_s - (drafter_s or 0.0),
             "target_ms_per_round": 1000 * verify_s / len(verify) if verify else None,
-            "drafter_ms_per_round": 1000 * drafter_s / rounds if drafter_s is not None and rounds else None,
+            "drafter_ms_per_round": 1000 * drafter_s / draft_calls if drafter_s is not None and draft_calls else None,
             "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
             "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
         }
