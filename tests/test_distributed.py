@@ -1,4 +1,10 @@
-"""The same `dlite-hf train` command runs data-parallel on several processes (torchrun, gloo on CPU here)."""
+"""The same `dlite-hf train` command runs data-parallel on several processes (gloo on CPU here), launched by
+torchrun or by `accelerate launch`.
+
+`accelerate launch --multi_gpu` is accelerate's data-parallel launcher (torchrun underneath, the path a GPU run
+takes); `--use_cpu --ddp_backend gloo` make its processes CPU ones. (`accelerate launch --cpu` would need MPI to
+start more than one process.)
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,20 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import write_tiny_training_run
 
+LAUNCHERS = {
+    "torchrun": ["-m", "torch.distributed.run", "--nproc_per_node", "2"],
+    "accelerate": [
+        "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+    ],
+}  # fmt: skip
 
-def test_train_command_runs_on_two_processes(tmp_path, smollm2_dir):
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_train_command_runs_on_two_processes(tmp_path, smollm2_dir, launcher):
     train = write_tiny_training_run(tmp_path, smollm2_dir) + [
         "--output_dir",
         str(tmp_path / "run"),
@@ -22,7 +38,7 @@ def test_train_command_runs_on_two_processes(tmp_path, smollm2_dir):
         "--ddp_backend",
         "gloo",
     ]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "dlite_hf.cli", *train]
+    command = [sys.executable, *LAUNCHERS[launcher], "-m", "dlite_hf.cli", *train]
     result = subprocess.run(
         command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300
     )
