@@ -46,14 +46,14 @@ fi
     --name qwen2.5-coder-0.5b-assisted
 
 # 5. agentic sessions past 8k tokens (plain / prompt lookup / DLite; the history drafter would take minutes a round)
-"$BENCH" bench --target smollm2-135m --threads 2 --sdpa-gqa --out "$OUT" --no-progress --drafter "$DRAFTER" \
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" \
     --methods plain,prompt_lookup,dlite --workloads agentic --num-prompts 1 --max-new-tokens 64 \
     --agentic-max-tokens 12288 --agentic-max-turns 7 --coding-sessions 1 --bfcl-sessions 0 --name smollm2-135m-agentic-long
 
 # 6. BFCL v4 multi-turn sessions (tool results from BFCL's executable backends), contexts 3k-6k tokens, plus one
 #    ToolTalk conversation (the history drafter is left out: seconds per round at these lengths, see scaling)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite --workloads agentic \
-    --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 --agentic-max-tokens 8192 \
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed \
+    --workloads agentic --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 --agentic-max-tokens 8192 \
     --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl
 # 7. the same on BFCL's long-context scenarios (large files and lists in the tool results), to 12k tokens
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite --workloads agentic \

@@ -14,7 +14,7 @@ STABLE_EPOCHS=${STABLE_EPOCHS:-5}
 STABLE3_STEPS=${STABLE3_STEPS:-1600}
 STABLE4_STEPS=${STABLE4_STEPS:-1500}
 STABLE5_STEPS=${STABLE5_STEPS:-1000}
-STABLE6_STEPS=${STABLE6_STEPS:-800}
+STABLE6_STEPS=${STABLE6_STEPS:-600}
 DLITE=${DLITE:-.venv/bin/dlite-hf}
 PYTHON=${PYTHON:-.venv/bin/python}
 mkdir -p "$RUN"
@@ -62,7 +62,8 @@ stage stable4 --stage stable --init "$RUN/stable3" --num_anchors 32 --max_steps 
 stage stable5 --stage stable --init "$RUN/stable4" --num_anchors 32 --max_steps "$STABLE5_STEPS" \
   --learning_rate 1e-3 "${COMMON[@]}" --save_steps 250 --save_total_limit 8 --logging_steps 20 \
   --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50
-# a fifth chunk once the fourth prompt batch is in (chat, tool calls, math): same recipe
+# a fifth chunk once the fourth prompt batch is in (chat, tool calls, math): same recipe. Not shipped: its held-out
+# tau equals stable5's (README), so drafters/dlite-smollm2-135m is stable5
 stage stable6 --stage stable --init "$RUN/stable5" --num_anchors 32 --max_steps "$STABLE6_STEPS" \
   --learning_rate 1e-3 "${COMMON[@]}" --save_steps 200 --save_total_limit 8 --logging_steps 20 \
   --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50
