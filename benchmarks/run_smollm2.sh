@@ -30,7 +30,7 @@ MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tok
     --name smollm2-135m-main-history
 
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
-    --methods plain,dlite,history --workloads long --num-prompts 1 --max-new-tokens 32 \
+    --methods plain,dlite,dlite_fixed,history --workloads long --num-prompts 1 --max-new-tokens 32 \
     --long-lengths 1024,2048,4096,8192,16384 --name smollm2-135m-scaling
 
 if [[ -n ${ABLATION:-} ]]; then

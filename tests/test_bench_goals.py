@@ -64,6 +64,16 @@ def test_drafter_ms_spread_over_long_lengths():
     assert _by_prefix(evaluate_goals(flat[:1]), "long context")["met"] is None
 
 
+def test_drafter_ms_goal_also_checked_at_fixed_k():
+    """With adaptive drafting the per-call cost follows the draft length; the fixed-K method is checked beside it."""
+    adaptive = [_row("long-1024", "dlite", drafter_ms=10.0), _row("long-16384", "dlite", drafter_ms=14.0)]
+    assert len([g for g in evaluate_goals(adaptive) if g["goal"].startswith("long context")]) == 1
+    fixed = [_row("long-1024", "dlite_fixed", drafter_ms=22.0), _row("long-16384", "dlite_fixed", drafter_ms=23.0)]
+    goals = {g["goal"]: g for g in evaluate_goals(adaptive + fixed) if g["goal"].startswith("long context")}
+    assert goals["long context: dlite drafter ms per round varies < 15% across lengths"]["met"] is False
+    assert goals["long context: dlite_fixed drafter ms per round varies < 15% across lengths"]["met"] is True
+
+
 def test_markdown_lists_every_goal():
     goals = evaluate_goals([])
     lines = goals_markdown(goals)

@@ -94,8 +94,14 @@ def evaluate_goals(
     method: str = "dlite",
     peer: str = "prompt_lookup",
     history: str = "history",
+    fixed: str = "dlite_fixed",
 ) -> list[dict[str, Any]]:
     """The performance goals of the benchmark issue, checked on one run's summary rows.
+
+    The drafter-ms goal is checked for `method` and, when the run has it at two or more long-context lengths, for
+    `fixed` too: the same drafter drafting K every round. With adaptive drafting a call's cost follows how many
+    positions the drafter chose to draft (a skipped round runs one head step, a full one K), so only the fixed-K
+    method isolates how the drafting cost depends on the context.
 
     Returns:
         One ``{"goal", "met", "measured"}`` dict per goal; ``met`` is True, False, or None (not measured here).
@@ -105,6 +111,8 @@ def evaluate_goals(
     goals.append(_speedup_goal(rows, "agentic", False, method, peer))
     goals.append(_agentic_tau_goal(rows, method, history))
     goals.append(_drafter_ms_goal(rows, method, history))
+    if len(_long_rows(rows, fixed)) >= 2:
+        goals.append(_drafter_ms_goal(rows, fixed, history))
     return goals
 
 
