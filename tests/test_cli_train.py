@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import write_tiny_training_run
 
@@ -25,3 +26,36 @@ def test_no_sequential_head_from_an_init_keeps_every_other_weight(tmp_path, smol
     reference = {k: v for k, v in with_head.state_dict().items() if not k.startswith("head.")}
     assert reference.keys() == ablated.state_dict().keys()
     assert all(torch.equal(reference[k], v) for k, v in ablated.state_dict().items())
+
+
+def test_refresh_draft_vocab_rechooses_it_from_the_data_and_keeps_every_weight(tmp_path, smollm2_dir):
+    from dlite_hf.training.data import RegeneratedDataset, response_token_counts
+
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    run_train(base + ["--output_dir", str(tmp_path / "first"), "--max_steps", "1", "--draft_vocab_size", "16"])
+    first = DLiteForSpeculation.from_pretrained(tmp_path / "first")
+    assert first.draft_vocab_ids.numel() == 16
+    run_train(
+        base
+        + ["--output_dir", str(tmp_path / "refreshed"), "--max_steps", "0", "--learning_rate", "0"]
+        + ["--init", str(tmp_path / "first"), "--refresh_draft_vocab", "--draft_vocab_size", "40"]
+    )
+    refreshed = DLiteForSpeculation.from_pretrained(tmp_path / "refreshed")
+    counts = response_token_counts(RegeneratedDataset(str(tmp_path / "data.jsonl"), max_length=64), 128)
+    assert refreshed.config.draft_vocab_size == 40
+    assert torch.equal(refreshed.draft_vocab_ids, torch.topk(counts, 40).indices.sort().values)
+    weights = {k: v for k, v in first.state_dict().items() if k != "draft_vocab_ids"}
+    assert all(torch.equal(weights[k], refreshed.state_dict()[k]) for k in weights)
+    # without --refresh_draft_vocab an --init keeps its vocabulary, whatever --draft_vocab_size says
+    run_train(
+        base
+        + ["--output_dir", str(tmp_path / "kept"), "--max_steps", "0", "--learning_rate", "0"]
+        + ["--init", str(tmp_path / "first"), "--draft_vocab_size", "40"]
+    )
+    assert torch.equal(DLiteForSpeculation.from_pretrained(tmp_path / "kept").draft_vocab_ids, first.draft_vocab_ids)
+
+
+def test_refresh_draft_vocab_needs_a_drafter_to_start_from(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    with pytest.raises(SystemExit, match="--refresh_draft_vocab re-chooses"):
+        run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", "--refresh_draft_vocab"])

@@ -173,7 +173,18 @@ def build_train_parser():
         head_rank: int = field(default=64, metadata={"help": "New drafters: rank R of the sequential head."})
         draft_vocab_size: int = field(
             default=8192,
-            metadata={"help": "New drafters: draft among the N most frequent response tokens (0: full vocabulary)."},
+            metadata={
+                "help": "New drafters (and --refresh_draft_vocab): draft among the N most frequent response tokens "
+                "(0: full vocabulary)."
+            },
+        )
+        refresh_draft_vocab: bool = field(
+            default=False,
+            metadata={
+                "help": "With --init or --teacher: choose the draft vocabulary again from --data (size "
+                "--draft_vocab_size, 0: full vocabulary) instead of keeping the one chosen when the drafter was "
+                "created. Use it when the data grew since then: a stale vocabulary cannot draft the new tokens."
+            },
         )
         sequential_head: bool = field(
             default=True, metadata={"help": "New drafters: keep the recurrent head (--no_sequential_head: ablation)."}
@@ -213,7 +224,11 @@ def _derive_drafter(source, drop_prefix: str, **changes):
     for key in ("model_type", "transformers_version", "auto_map", "architectures"):
         config.pop(key, None)
     model = DLiteForSpeculation(DLiteConfig(**config))
-    model.load_state_dict({k: v for k, v in source.state_dict().items() if not k.startswith(drop_prefix)}, strict=True)
+    kept = {k: v for k, v in source.state_dict().items() if not k.startswith(drop_prefix)}
+    missing, unexpected = model.load_state_dict(kept, strict=False)
+    stray = [k for k in missing if not k.startswith(drop_prefix)] + list(unexpected)
+    if stray:
+        raise RuntimeError(f"Deriving a drafter ({changes}) left weights unmatched: {stray}")
     return model
 
 
@@ -257,6 +272,19 @@ def run_train(argv: list[str]) -> Path:
             model = _derive_drafter(model, "head.", use_sequential_head=False)
     else:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
+    if script.refresh_draft_vocab:
+        if not script.init and teacher is None:
+            raise SystemExit(
+                "--refresh_draft_vocab re-chooses the draft vocabulary of a drafter you start from (--init, or "
+                "--teacher for warmup); a new drafter chooses it from --data anyway. Drop the flag or pass --init."
+            )
+        if args.lora:
+            raise SystemExit(
+                "--refresh_draft_vocab cannot be combined with --lora: a LoRA adapter is loaded onto the released "
+                "drafter, so it must keep that drafter's draft vocabulary. Drop one of the two flags."
+            )
+        size = min(script.draft_vocab_size, model.config.vocab_size) or None
+        model = _derive_drafter(model, "draft_vocab_ids", draft_vocab_size=size)
     if args.lora:
         if not script.init:
             raise SystemExit("--lora adapts a released drafter: pass --init <drafter folder>.")
@@ -266,7 +294,7 @@ def run_train(argv: list[str]) -> Path:
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
     dataset = RegeneratedDataset(script.data, max_length=args.max_length)
     drafter = model.get_base_model() if args.lora else model
-    if drafter.draft_vocab_ids is not None and not script.init and teacher is None:
+    if drafter.draft_vocab_ids is not None and (script.refresh_draft_vocab or (not script.init and teacher is None)):
         drafter.set_draft_vocab(response_token_counts(dataset, drafter.config.vocab_size))
     eval_dataset = None
     if script.eval_fraction > 0:
@@ -301,7 +329,23 @@ def run_train(argv: list[str]) -> Path:
 
 def cmd_train(argv: list[str]) -> int:
     run_train(argv)
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Tear the distributed process group down before the interpreter exits.
+
+    Under torchrun / `accelerate launch` the Trainer leaves a gloo (or NCCL) group open; destroying it at
+    interpreter exit races with the backend's worker threads and can abort a rank ("terminate called
+    without an active exception") after a successful run. All ranks wait at a barrier, then close it. (After
+    a failure the launcher stops the other ranks; a barrier there could only hang.)
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------------------------- main
