@@ -353,3 +353,14 @@ def test_assisted_decoding_with_a_small_assistant(tiny, tokenizer):
     record = result["records"][1]
     assert record["rounds"] >= 1 and record["drafter_ms_per_round"] > 0  # the assistant's forwards, timed by hooks
     assert result["methods"]["assisted"]["assistant"]["universal"] is False
+
+
+def test_weights_sha256_names_the_weights_a_table_was_measured_with(tiny, tmp_path):
+    import hashlib
+
+    from dlite_hf.bench.methods import weights_sha256
+
+    tiny[1]["dlite"].save_pretrained(tmp_path / "drafter")
+    expected = hashlib.sha256((tmp_path / "drafter" / "model.safetensors").read_bytes()).hexdigest()
+    assert weights_sha256(str(tmp_path / "drafter")) == expected
+    assert weights_sha256(str(tmp_path / "missing")) is None and weights_sha256(None) is None

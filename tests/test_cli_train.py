@@ -59,3 +59,40 @@ def test_refresh_draft_vocab_needs_a_drafter_to_start_from(tmp_path, smollm2_dir
     base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
     with pytest.raises(SystemExit, match="--refresh_draft_vocab re-chooses"):
         run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", "--refresh_draft_vocab"])
+
+
+def test_grow_layers_starts_from_the_init_function_and_trains_the_new_layers(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    run_train(base + ["--output_dir", str(tmp_path / "first"), "--max_steps", "1"])
+    first = DLiteForSpeculation.from_pretrained(tmp_path / "first").eval()
+    grow = ["--init", str(tmp_path / "first"), "--grow_layers", "2"]
+    run_train(base + ["--output_dir", str(tmp_path / "grown"), "--max_steps", "0", "--learning_rate", "0"] + grow)
+    grown = DLiteForSpeculation.from_pretrained(tmp_path / "grown").eval()
+    assert grown.config.num_hidden_layers == first.config.num_hidden_layers + 2 == len(grown.layers)
+    old = first.state_dict()
+    assert all(torch.equal(v, grown.state_dict()[k]) for k, v in old.items())
+    # the same drafts: the new layers are the identity until trained
+    generator = torch.Generator().manual_seed(0)
+    config = first.config
+    states = torch.randn(3, config.num_tapped_layers, config.target_hidden_size, generator=generator)
+    anchors = torch.randint(0, config.vocab_size, (3,), generator=generator)
+    drafts = torch.randint(0, config.vocab_size, (3, config.num_draft_tokens), generator=generator)
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(tmp_path / "target")
+    with torch.no_grad():
+        expected = first.bind_target(target)(states, anchors, drafts).logits
+        assert torch.allclose(grown.bind_target(target)(states, anchors, drafts).logits, expected, atol=1e-6)
+    # two steps move every weight of the new layers (the first step moves their output projections only)
+    run_train(base + ["--output_dir", str(tmp_path / "trained"), "--max_steps", "2"] + grow)
+    trained = DLiteForSpeculation.from_pretrained(tmp_path / "trained").state_dict()
+    new = {k: v for k, v in grown.state_dict().items() if k not in old and "layernorm" not in k and "_norm" not in k}
+    assert new and all(not torch.equal(v, trained[k]) for k, v in new.items()), [
+        k for k, v in new.items() if torch.equal(v, trained[k])
+    ]
+
+
+def test_grow_layers_needs_an_init(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    with pytest.raises(SystemExit, match="--grow_layers 2 deepens the drafter passed as --init"):
+        run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", "--grow_layers", "2"])

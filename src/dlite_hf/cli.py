@@ -186,6 +186,13 @@ def build_train_parser():
                 "created. Use it when the data grew since then: a stale vocabulary cannot draft the new tokens."
             },
         )
+        grow_layers: int = field(
+            default=0,
+            metadata={
+                "help": "With --init: add this many backbone layers on top, their output projections (attention "
+                "o_proj, MLP down_proj) at zero, so training starts from exactly the init's drafts with more depth."
+            },
+        )
         sequential_head: bool = field(
             default=True, metadata={"help": "New drafters: keep the recurrent head (--no_sequential_head: ablation)."}
         )
@@ -215,8 +222,9 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
     )
 
 
-def _derive_drafter(source, drop_prefix: str, **changes):
-    """A drafter with `source`'s config updated by `changes` and its weights minus those under `drop_prefix`."""
+def _derive_drafter(source, drop_prefix: str | None, new_prefixes: tuple[str, ...] = (), **changes):
+    """A drafter with `source`'s config updated by `changes` and its weights minus those under `drop_prefix`;
+    weights under `new_prefixes` (new modules) keep their fresh initialisation."""
     from . import DLiteConfig, DLiteForSpeculation
 
     config = source.config.to_dict()
@@ -224,11 +232,28 @@ def _derive_drafter(source, drop_prefix: str, **changes):
     for key in ("model_type", "transformers_version", "auto_map", "architectures"):
         config.pop(key, None)
     model = DLiteForSpeculation(DLiteConfig(**config))
-    kept = {k: v for k, v in source.state_dict().items() if not k.startswith(drop_prefix)}
+    dropped = (drop_prefix,) if drop_prefix else ()
+    kept = {k: v for k, v in source.state_dict().items() if not k.startswith(dropped)}
     missing, unexpected = model.load_state_dict(kept, strict=False)
-    stray = [k for k in missing if not k.startswith(drop_prefix)] + list(unexpected)
+    stray = [k for k in missing if not k.startswith((*dropped, *new_prefixes))] + list(unexpected)
     if stray:
         raise RuntimeError(f"Deriving a drafter ({changes}) left weights unmatched: {stray}")
+    return model
+
+
+def _grow_drafter(source, extra_layers: int):
+    """`source` with `extra_layers` backbone layers appended whose attention and MLP output projections are zero:
+    each new layer is the identity on the residual stream, so the grown drafter drafts exactly as `source` does
+    until training moves those projections (their gradients are not zero, the rest of each new layer follows)."""
+    import torch
+
+    first = source.config.num_hidden_layers
+    new = tuple(f"layers.{i}." for i in range(first, first + extra_layers))
+    model = _derive_drafter(source, None, new_prefixes=new, num_hidden_layers=first + extra_layers)
+    with torch.no_grad():
+        for layer in model.layers[first:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
     return model
 
 
@@ -272,6 +297,15 @@ def run_train(argv: list[str]) -> Path:
             model = _derive_drafter(model, "head.", use_sequential_head=False)
     else:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
+    if script.grow_layers < 0:
+        raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {script.grow_layers}.")
+    if script.grow_layers:
+        if not script.init or args.lora:
+            raise SystemExit(
+                f"--grow_layers {script.grow_layers} deepens the drafter passed as --init (without --lora, whose "
+                "adapter must fit the released drafter's layers); a new drafter takes --drafter_layers instead."
+            )
+        model = _grow_drafter(model, script.grow_layers)
     if script.refresh_draft_vocab:
         if not script.init and teacher is None:
             raise SystemExit(

@@ -18,8 +18,10 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -34,7 +36,23 @@ __all__ = [
     "make_method",
     "make_methods",
     "parse_methods",
+    "weights_sha256",
 ]
+
+
+def weights_sha256(checkpoint: str | None) -> str | None:
+    """sha256 of a checkpoint folder's `model.safetensors` (which weights a table was measured with), or None."""
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint) / "model.safetensors"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
 
 METHOD_CHOICES: tuple[str, ...] = (
     "plain",
@@ -134,8 +152,10 @@ class BenchMethod:
                     "draft_lengths",
                 )
             }
+            info["drafter"]["draft_vocab_size"] = getattr(config, "draft_vocab_size", None)
             info["drafter"].update(self.drafter_overrides)
             info["drafter"]["parameters"] = sum(p.numel() for p in self.model.parameters())
+            info["drafter"]["weights_sha256"] = weights_sha256(self.checkpoint)
         elif config is not None:
             info["assistant"] = {
                 "name_or_path": getattr(config, "_name_or_path", ""),
