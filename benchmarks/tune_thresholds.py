@@ -61,10 +61,10 @@ def main() -> None:
 
     from dlite_hf import DLiteForSpeculation
     from dlite_hf import prompts as P
+    from dlite_hf.assets import open_target
     from dlite_hf.bench.methods import BenchMethod
     from dlite_hf.bench.report import markdown_table
     from dlite_hf.bench.runner import run_bench
-    from dlite_hf.cli import _load_target
 
     torch.set_num_threads(args.threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"  # as the README's benchmark runs (--sdpa-gqa)
@@ -84,7 +84,7 @@ def main() -> None:
     if not sessions:
         raise SystemExit("No unseen train-split prompts left in any workload; pass fewer --exclude files.")
 
-    target, tokenizer, _ = _load_target(args.target)
+    target, tokenizer, _ = open_target(args.target)
     drafter = DLiteForSpeculation.from_pretrained(args.drafter).eval()
     methods = [BenchMethod("plain", "plain"), BenchMethod("prompt_lookup", "prompt_lookup")]
     for overrides in grid:

@@ -11,6 +11,24 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
+THRESHOLD_MEANINGS = {
+    "draft_confidence_threshold": "0 drafts K tokens every round, e.g. 0.1 stops where the drafts' joint probability "
+    "under the drafter falls below 10%",
+    "draft_skip_threshold": "0 never skips a round's drafts, e.g. 0.5 skips them when the first draft's probability "
+    "under the drafter is below 50%",
+}
+
+
+def check_threshold(name: str, value: Any, where: str = "") -> None:
+    """Raise `ValueError` unless `value` is a valid `name` (a key of `THRESHOLD_MEANINGS`): a number in [0, 1).
+
+    The one check of the config, `draft()` overrides and the bench's command line; `where` prefixes the name
+    in the message (e.g. "DLiteConfig.")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(
+            f"{where}{name}={value!r} is invalid: expected a number in [0, 1): {THRESHOLD_MEANINGS[name]}."
+        )
+
 
 def default_target_layer_ids(num_target_layers: int, num_tapped: int) -> list[int]:
     """Evenly spread ``num_tapped`` layer indices over ``[1, num_target_layers - 3]`` (as DFlash does).
@@ -221,21 +239,8 @@ class DLiteConfig(PreTrainedConfig):
             not isinstance(self.draft_vocab_size, int) or not 1 <= self.draft_vocab_size <= self.vocab_size
         ):
             raise bad("draft_vocab_size", self.draft_vocab_size, f"None or an integer in [1, {self.vocab_size}]")
-        for name, allowed in (
-            (
-                "draft_confidence_threshold",
-                "a number in [0, 1): 0 drafts K tokens every round, e.g. 0.1 stops where the drafts' joint "
-                "probability under the drafter falls below 10%",
-            ),
-            (
-                "draft_skip_threshold",
-                "a number in [0, 1): 0 never skips a round's drafts, e.g. 0.5 skips them when the first draft's "
-                "probability under the drafter is below 50%",
-            ),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise bad(name, value, allowed)
+        for name in THRESHOLD_MEANINGS:
+            check_threshold(name, getattr(self, name), where="DLiteConfig.")
         lengths = self.draft_lengths
         if lengths is not None and (
             not isinstance(lengths, list)

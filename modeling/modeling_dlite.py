@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
-from .configuration_dlite import DLiteConfig
+from .configuration_dlite import DLiteConfig, check_threshold
 from .generation_dlite import DLiteCandidateGenerator, install_generate_hook
 
 
@@ -480,9 +480,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
         threshold = self.config.draft_confidence_threshold if confidence_threshold is None else confidence_threshold
         skip = self.config.draft_skip_threshold if skip_threshold is None else skip_threshold
-        for name, value in (("confidence_threshold", threshold), ("skip_threshold", skip)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}={value} is invalid: expected a number in [0, 1).")
+        check_threshold("draft_confidence_threshold", threshold, where="draft(confidence_threshold=...): ")
+        check_threshold("draft_skip_threshold", skip, where="draft(skip_threshold=...): ")
         block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
         prev = anchor_ids

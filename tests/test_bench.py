@@ -263,7 +263,10 @@ def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monke
         (["--methods", "dlite_nohead,assisted"], "dlite_nohead needs --drafter-nohead PATH; method assisted needs"),
         (["--methods", "plain", "--workloads", "long", "--long-lengths", "1024,20000"], "each length must be in"),
         (["--methods", "plain", "--bfcl-sessions", "-1"], "--bfcl-sessions and --coding-sessions must be >= 0"),
-        (["--methods", "dlite", "--confidence-threshold", "1.5"], "--confidence-threshold must be in [0, 1)"),
+        (
+            ["--methods", "dlite", "--confidence-threshold", "1.5"],
+            "--confidence-threshold sets draft_confidence_threshold=1.5 is invalid",
+        ),
     ],
 )
 def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):

@@ -61,6 +61,7 @@ __all__ = [
     "fetch_prompt_file",
     "list_prompt_files",
     "load_target",
+    "open_target",
     "resolve_model",
 ]
 
@@ -470,6 +471,14 @@ def load_target(folder: str | Path, adapter: str | None = None) -> tuple[Any, An
 
         model = PeftModel.from_pretrained(model, adapter).eval()
     return model, tokenizer
+
+
+def open_target(name_or_path: str, adapter: str | None = None) -> tuple[Any, Any, Path]:
+    """`(model, tokenizer, folder)` of a registry name (fetched once) or a local folder: :func:`resolve_model`
+    then :func:`load_target`."""
+    folder = resolve_model(name_or_path)
+    model, tokenizer = load_target(folder, adapter)
+    return model, tokenizer, folder
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -30,14 +30,6 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def _load_target(name_or_path: str, adapter: str | None = None):
-    from .assets import load_target, resolve_model
-
-    folder = resolve_model(name_or_path)
-    model, tokenizer = load_target(folder, adapter)
-    return model, tokenizer, folder
-
-
 # ----------------------------------------------------------------------------------------------- assets
 def cmd_assets(args: argparse.Namespace) -> int:
     from .assets import MODELS, fetch_model
@@ -59,11 +51,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import torch
 
     from . import DLiteForSpeculation
+    from .assets import open_target
     from .prompts import load_prompts
     from .training.regenerate import chat_prompt_ids
 
     _set_threads(args.threads)
-    target, tokenizer, _ = _load_target(args.target)
+    target, tokenizer, _ = open_target(args.target)
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
     if not drafter_dir.exists():
         raise SystemExit(f"No drafter at {drafter_dir}. Pass --drafter PATH (a folder saved by dlite-hf train).")
@@ -121,6 +114,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------------- regenerate
 def cmd_regenerate(args: argparse.Namespace) -> int:
+    from .assets import open_target
     from .prompts import training_mix, write_jsonl
     from .training.regenerate import read_jsonl, regenerate
 
@@ -133,7 +127,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     prompts = read_jsonl(args.prompts)
     if args.limit:
         prompts = prompts[: args.limit]
-    target, tokenizer, _ = _load_target(args.target)
+    target, tokenizer, _ = open_target(args.target)
     result = regenerate(
         target,
         tokenizer,
@@ -262,6 +256,7 @@ def run_train(argv: list[str]) -> Path:
     from transformers.trainer_utils import get_last_checkpoint
 
     from . import DLiteForSpeculation
+    from .assets import open_target
     from .training.data import RegeneratedDataset, response_token_counts
     from .training.trainer import DLiteTrainer
 
@@ -272,7 +267,7 @@ def run_train(argv: list[str]) -> Path:
     _set_threads(script.threads)
     if not script.data:
         raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
-    target, tokenizer, folder = _load_target(script.target, script.target_adapter)
+    target, tokenizer, folder = open_target(script.target, script.target_adapter)
     target_name = script.target if not Path(script.target).exists() else str(folder)
     teacher = None
     if args.stage == "warmup":

@@ -115,9 +115,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 # ----------------------------------------------------------------------------------------------- loading
 def _load_target(name_or_path: str) -> tuple[Any, Any, Path]:
     """(model, tokenizer, folder) of a registry name or local folder (monkeypatched by the tests)."""
-    from ..cli import _load_target as load
+    from ..assets import open_target
 
-    return load(name_or_path)
+    return open_target(name_or_path)
 
 
 def _load_drafter(path: str) -> Any:
@@ -192,10 +192,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workloads = parse_workloads(args.workloads)
     except ValueError as error:
         raise SystemExit(str(error)) from error
-    for flag in THRESHOLD_FLAGS:
-        value = getattr(args, flag)
-        if value is not None and not 0.0 <= value < 1.0:
-            raise SystemExit(f"--{flag.replace('_', '-')} must be in [0, 1) (0 turns it off); got {value}.")
+    from ..modeling.configuration_dlite import check_threshold
+
+    for flag, field in THRESHOLD_FLAGS.items():  # before any model loads
+        if getattr(args, flag) is not None:
+            try:
+                check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
+            except ValueError as error:
+                raise SystemExit(str(error)) from error
     if ("dlite" in methods or "dlite_fixed" in methods) and not args.drafter:
         args.drafter = _default_drafter()
     missing = [f"method {m} needs {CHECKPOINT_FLAGS[m]} PATH" for m in methods if m in CHECKPOINT_FLAGS
