@@ -55,12 +55,6 @@ def test_refresh_draft_vocab_rechooses_it_from_the_data_and_keeps_every_weight(t
     assert torch.equal(DLiteForSpeculation.from_pretrained(tmp_path / "kept").draft_vocab_ids, first.draft_vocab_ids)
 
 
-def test_refresh_draft_vocab_needs_a_drafter_to_start_from(tmp_path, smollm2_dir):
-    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
-    with pytest.raises(SystemExit, match="--refresh_draft_vocab re-chooses"):
-        run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", "--refresh_draft_vocab"])
-
-
 def test_grow_layers_starts_from_the_init_function_and_trains_the_new_layers(tmp_path, smollm2_dir):
     base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
     run_train(base + ["--output_dir", str(tmp_path / "first"), "--max_steps", "1"])
@@ -92,7 +86,18 @@ def test_grow_layers_starts_from_the_init_function_and_trains_the_new_layers(tmp
     ]
 
 
-def test_grow_layers_needs_an_init(tmp_path, smollm2_dir):
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--grow_layers", "2"], "--grow_layers 2 deepens the drafter passed as --init"),
+        (["--grow_layers", "-1"], "--grow_layers must be >= 0"),
+        (["--init", "DIR", "--lora", "--grow_layers", "1"], "--grow_layers 1 deepens the drafter passed as --init"),
+        (["--refresh_draft_vocab"], "--refresh_draft_vocab re-chooses"),
+        (["--init", "DIR", "--lora", "--refresh_draft_vocab"], "cannot be combined with --lora"),
+    ],
+)
+def test_continuation_flags_need_a_drafter_to_start_from(tmp_path, smollm2_dir, flags, message):
     base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
-    with pytest.raises(SystemExit, match="--grow_layers 2 deepens the drafter passed as --init"):
-        run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", "--grow_layers", "2"])
+    flags = [str(tmp_path / "missing") if f == "DIR" else f for f in flags]  # refused before anything loads
+    with pytest.raises(SystemExit, match=message):
+        run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", *flags])

@@ -251,6 +251,27 @@ def _grow_drafter(source, extra_layers: int):
     return model
 
 
+def _check_continuation_flags(script, args) -> None:
+    """--grow_layers and --refresh_draft_vocab change a drafter the run starts from: check they have one."""
+    if script.grow_layers < 0:
+        raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {script.grow_layers}.")
+    if script.grow_layers and (not script.init or args.lora):
+        raise SystemExit(
+            f"--grow_layers {script.grow_layers} deepens the drafter passed as --init (without --lora, whose "
+            "adapter must fit the released drafter's layers); a new drafter takes --drafter_layers instead."
+        )
+    if script.refresh_draft_vocab and not script.init and args.stage != "warmup":
+        raise SystemExit(
+            "--refresh_draft_vocab re-chooses the draft vocabulary of a drafter you start from (--init, or "
+            "--teacher for warmup); a new drafter chooses it from --data anyway. Drop the flag or pass --init."
+        )
+    if script.refresh_draft_vocab and args.lora:
+        raise SystemExit(
+            "--refresh_draft_vocab cannot be combined with --lora: a LoRA adapter is loaded onto the released "
+            "drafter, so it must keep that drafter's draft vocabulary. Drop one of the two flags."
+        )
+
+
 def run_train(argv: list[str]) -> Path:
     import torch
     from transformers.trainer_utils import get_last_checkpoint
@@ -267,6 +288,7 @@ def run_train(argv: list[str]) -> Path:
     _set_threads(script.threads)
     if not script.data:
         raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
+    _check_continuation_flags(script, args)  # before the target loads
     target, tokenizer, folder = open_target(script.target, script.target_adapter)
     target_name = script.target if not Path(script.target).exists() else str(folder)
     teacher = None
@@ -292,26 +314,9 @@ def run_train(argv: list[str]) -> Path:
             model = _derive_drafter(model, "head.", use_sequential_head=False)
     else:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
-    if script.grow_layers < 0:
-        raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {script.grow_layers}.")
     if script.grow_layers:
-        if not script.init or args.lora:
-            raise SystemExit(
-                f"--grow_layers {script.grow_layers} deepens the drafter passed as --init (without --lora, whose "
-                "adapter must fit the released drafter's layers); a new drafter takes --drafter_layers instead."
-            )
         model = _grow_drafter(model, script.grow_layers)
     if script.refresh_draft_vocab:
-        if not script.init and teacher is None:
-            raise SystemExit(
-                "--refresh_draft_vocab re-chooses the draft vocabulary of a drafter you start from (--init, or "
-                "--teacher for warmup); a new drafter chooses it from --data anyway. Drop the flag or pass --init."
-            )
-        if args.lora:
-            raise SystemExit(
-                "--refresh_draft_vocab cannot be combined with --lora: a LoRA adapter is loaded onto the released "
-                "drafter, so it must keep that drafter's draft vocabulary. Drop one of the two flags."
-            )
         size = min(script.draft_vocab_size, model.config.vocab_size) or None
         model = _derive_drafter(model, "draft_vocab_ids", draft_vocab_size=size)
     if args.lora:
