@@ -55,3 +55,18 @@ def test_shipped_drafter_is_lossless_and_accepts_drafts(smollm2):
         taus.append(fixed.last_generation_stats.tau)
     # an untrained drafter gives tau 1.0 on these prompts; the shipped one must accept drafts
     assert sum(taus) / len(taus) > MIN_MEAN_TAU, taus
+
+
+def test_compare_command_reports_tau_per_workload(tmp_path, capsys):
+    from dlite_hf.cli import main
+
+    out = tmp_path / "compare.json"
+    argv = ["compare", "--workloads", "code,math", "--num-prompts", "1", "--max-new-tokens", "16", "--threads", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows, summary = result["rows"], result["summary"]
+    assert [r["workload"] for r in rows] == ["code", "math"] and all(r["identical"] for r in rows)
+    assert summary["all_identical"] is True and summary["prompts"] == 2
+    assert summary["mean_tau_by_workload"] == {r["workload"]: pytest.approx(r["tau"]) for r in rows}
+    assert all(r["tau"] > 1.0 for r in rows)  # the shipped drafter accepts drafts on code and math
+    assert "identical=True" in capsys.readouterr().out

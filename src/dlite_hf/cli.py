@@ -63,13 +63,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     drafter = DLiteForSpeculation.from_pretrained(drafter_dir).eval()
     prompts = []
     for workload in args.workloads.split(","):
-        prompts += load_prompts(workload, "eval", limit=args.num_prompts)
+        prompts += [(workload, p) for p in load_prompts(workload, "eval", limit=args.num_prompts)]
     rows = []
     print(
         f"target={args.target} drafter={drafter_dir} threads={torch.get_num_threads()} "
         f"max_new_tokens={args.max_new_tokens}"
     )
-    for prompt in prompts:
+    for workload, prompt in prompts:
         ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])])
         start = time.perf_counter()
         plain = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
@@ -80,6 +80,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         stats = drafter.last_generation_stats
         n_plain, n_fast = plain.shape[1] - ids.shape[1], fast.shape[1] - ids.shape[1]
         row = {
+            "workload": workload,
             "id": prompt["id"],
             "prompt_tokens": ids.shape[1],
             "new_tokens": n_fast,
@@ -103,6 +104,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "plain_tok_s": tokens / total_plain,
         "dlite_tok_s": tokens / total_dlite,
         "mean_tau": sum(r["tau"] for r in rows) / len(rows),
+        "mean_tau_by_workload": {
+            w: sum(r["tau"] for r in rows if r["workload"] == w) / sum(r["workload"] == w for r in rows)
+            for w in dict.fromkeys(r["workload"] for r in rows)
+        },
         "speedup": total_plain / total_dlite,
         "all_identical": all(r["identical"] for r in rows),
     }
