@@ -310,6 +310,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         history_states: torch.Tensor | None = None,
         history_valid: torch.Tensor | None = None,
         history_positions: torch.Tensor | None = None,
+        sequence_states: torch.Tensor | None = None,
+        context_positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Run the bidirectional backbone over one block per row.
 
@@ -318,6 +320,12 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             anchor_ids: `[N]` anchor tokens (the newest committed token).
             history_states, history_valid, history_positions: `[N, W, L, H_t]`, `[N, W]`, `[N, W]`, only when
                 `config.history_window != 0` (see `gather_history`).
+            sequence_states, context_positions: instead of `history_*`, for full-history drafters
+                (`history_window=-1`) in training: `[B, T, L, H_t]` tapped states of B whole sequences and `[B, A]`
+                each block's context position (the N = B * A blocks are sequence-major). Each sequence's history
+                then runs through the backbone once, shared by its A blocks, instead of once per block: the same
+                result (history rows attend causally to earlier ones, and RoPE sees the same relative offsets) at
+                about 1/A of the cost.
 
         Returns:
             `[N, K, H]` representations of the K draft positions.
@@ -329,30 +337,25 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                 f"context_states has shape {tuple(context_states.shape)}; expected [N, {config.num_tapped_layers}, "
                 f"{config.target_hidden_size}] (tapped layers {config.target_layer_ids} of the target)."
             )
-        states = self.state_proj(self.state_norm(context_states.to(self.dtype)))
-        context = states + self.depth_embedding.weight[None]
-        anchor = self.token_proj(self.embed_tokens(anchor_ids))[:, None]
+        if sequence_states is not None and config.history_window != -1:
+            raise ValueError(
+                f"sequence_states shares one history among a sequence's blocks, which is exact only for full-history "
+                f"drafters (history_window=-1); this one has history_window={config.history_window}. Pass "
+                "history_states / history_valid / history_positions (gather_history) instead."
+            )
+        hidden, positions = self._block_rows(context_states, anchor_ids)
         k = config.num_draft_tokens
-        if self.mask_embedding is not None:
-            masks = self.mask_embedding.expand(num_blocks, k, -1)
-        else:
-            mask_ids = anchor_ids.new_full((num_blocks, k), config.mask_token_id)
-            masks = self.token_proj(self.embed_tokens(mask_ids))
-        hidden = torch.cat([context, anchor, masks], dim=1)
-        device = hidden.device
-        positions = torch.cat(
-            [torch.zeros(num_tapped + 1, dtype=torch.long, device=device), torch.arange(1, k + 1, device=device)]
-        ).expand(num_blocks, -1)
+        if sequence_states is not None:
+            return self._encode_blocks_shared_history(hidden, positions, sequence_states, context_positions)
         attention_mask = None
-
+        device = hidden.device
         if config.history_window != 0:
             if history_states is None or history_valid is None or history_positions is None:
                 raise ValueError(
                     f"This drafter has history_window={config.history_window} and needs history_states, "
                     "history_valid and history_positions (see gather_history)."
                 )
-            flat = self.state_norm(history_states.to(self.dtype)).flatten(-2)
-            history = self.history_proj(flat)
+            history = self._project_history(history_states)
             span = history.shape[1]
             hidden = torch.cat([history, hidden], dim=1)
             positions = torch.cat([history_positions.to(device), positions], dim=1)
@@ -368,7 +371,36 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             allowed = allowed[None] & key_history_ok[:, None, :]
             allowed = allowed | torch.eye(total, dtype=torch.bool, device=device)[None]  # padded rows see themselves
             attention_mask = allowed[:, None]  # [N, 1, Q, Kv]
+        return self._run_backbone(hidden, positions, attention_mask)[:, -k:]
 
+    def _block_rows(self, context_states: torch.Tensor, anchor_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone inputs of each block, `[N, L + 1 + K, H]` (context states, anchor, K mask rows), and their
+        positions `[N, L + 1 + K]` (0 for the context and the anchor, 1..K for the draft positions)."""
+        config = self.config
+        num_blocks, num_tapped = context_states.shape[:2]
+        states = self.state_proj(self.state_norm(context_states.to(self.dtype)))
+        context = states + self.depth_embedding.weight[None]
+        anchor = self.token_proj(self.embed_tokens(anchor_ids))[:, None]
+        k = config.num_draft_tokens
+        if self.mask_embedding is not None:
+            masks = self.mask_embedding.expand(num_blocks, k, -1)
+        else:
+            mask_ids = anchor_ids.new_full((num_blocks, k), config.mask_token_id)
+            masks = self.token_proj(self.embed_tokens(mask_ids))
+        hidden = torch.cat([context, anchor, masks], dim=1)
+        device = hidden.device
+        positions = torch.cat(
+            [torch.zeros(num_tapped + 1, dtype=torch.long, device=device), torch.arange(1, k + 1, device=device)]
+        ).expand(num_blocks, -1)
+        return hidden, positions
+
+    def _project_history(self, states: torch.Tensor) -> torch.Tensor:
+        """`[..., L, H_t]` tapped states of past positions -> `[..., H]` history rows of the backbone."""
+        return self.history_proj(self.state_norm(states.to(self.dtype)).flatten(-2))
+
+    def _run_backbone(
+        self, hidden: torch.Tensor, positions: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
         position_embeddings = self.rotary_emb(hidden, positions)
         for layer in self.layers:
             hidden = layer(
@@ -377,7 +409,55 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                 position_ids=positions,
                 position_embeddings=position_embeddings,
             )
-        return hidden[:, -k:]
+        return hidden
+
+    def _encode_blocks_shared_history(
+        self,
+        block_rows: torch.Tensor,
+        block_positions: torch.Tensor,
+        sequence_states: torch.Tensor,
+        context_positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """`encode_block` for full-history drafters with each sequence's history computed once (see there).
+
+        One backbone pass per sequence over `[S history rows, A blocks of M rows]`: history row j sits at position
+        j and attends to rows 0..j; block a (context position c) sits at c + its usual positions and attends to
+        history rows < c and to its own rows. Relative to the per-block layout (history at j - c, block at 0..K)
+        every offset RoPE sees is unchanged, and each block's history rows depend only on rows before them.
+        """
+        config = self.config
+        if context_positions is None or sequence_states.dim() != 4:
+            raise ValueError(
+                "sequence_states `[B, T, L, H_t]` needs context_positions `[B, A]` (each block's context position)."
+            )
+        batch, num_anchors = context_positions.shape
+        num_blocks, rows_per_block, width = block_rows.shape
+        if num_blocks != batch * num_anchors:
+            raise ValueError(
+                f"{num_blocks} blocks but context_positions {tuple(context_positions.shape)} describes "
+                f"{batch} x {num_anchors}; the blocks must be the sequences' anchors in sequence-major order."
+            )
+        device = block_rows.device
+        span = max(int(context_positions.max().item()), 1)  # history rows any block may read: 0 .. span - 1
+        history = self._project_history(sequence_states[:, :span].to(device))  # [B, S, H]
+        contexts = context_positions.to(device)
+        hidden = torch.cat([history, block_rows.reshape(batch, num_anchors * rows_per_block, width)], dim=1)
+        shifted = (block_positions.reshape(batch, num_anchors, rows_per_block) + contexts[..., None]).flatten(1)
+        positions = torch.cat([torch.arange(span, device=device).expand(batch, -1), shifted], dim=1)
+        # queries: S history rows, then the blocks' rows; keys likewise
+        history_index = torch.arange(span, device=device)
+        block_of_row = torch.arange(num_anchors, device=device).repeat_interleave(rows_per_block)  # [A*M]
+        history_to_history = history_index[:, None] >= history_index[None, :]  # [S, S] causal
+        block_to_history = history_index[None, None, :] < contexts[:, block_of_row, None]  # [B, A*M, S]
+        block_to_block = block_of_row[:, None] == block_of_row[None, :]  # [A*M, A*M]
+        top = torch.cat(
+            [history_to_history, torch.zeros(span, num_anchors * rows_per_block, dtype=torch.bool, device=device)], 1
+        ).expand(batch, -1, -1)
+        bottom = torch.cat([block_to_history, block_to_block.expand(batch, -1, -1)], dim=2)
+        attention_mask = torch.cat([top, bottom], dim=1)[:, None]  # [B, 1, Q, Kv]
+        hidden = self._run_backbone(hidden, positions, attention_mask)[:, span:]
+        k = config.num_draft_tokens
+        return hidden.reshape(num_blocks, rows_per_block, width)[:, -k:]
 
     def _head_step(
         self,
@@ -405,6 +485,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         history_positions: torch.Tensor | None = None,
         restrict_to_draft_vocab: bool = False,
         compact_draft_vocab: bool = False,
+        sequence_states: torch.Tensor | None = None,
+        context_positions: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> DLiteOutput:
         """Teacher-forced forward over many blocks (training).
@@ -414,7 +496,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             anchor_ids: `[N]` anchor tokens x_a.
             draft_input_ids: `[N, K]` the true tokens x_{a+1..a+K}; position i's head step sees x_{a+i-1}
                 (the anchor for i = 1), so the last column is never read. Any id is fine where invalid.
-            history_*: see `encode_block`.
+            history_*, sequence_states, context_positions: see `encode_block` (the last two: one shared history
+                pass per sequence for full-history drafters, what training uses).
             restrict_to_draft_vocab: project onto the draft vocabulary only (what `draft()` does); every other
                 token gets logit -inf. Cheaper, and trains exactly the distribution used at inference.
             compact_draft_vocab: with `restrict_to_draft_vocab`, return logits `[N, K, V_draft]` over the draft
@@ -429,7 +512,15 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                 f"restrict_to_draft_vocab=True (got {restrict_to_draft_vocab}) and a drafter with a draft vocabulary "
                 f"(config.draft_vocab_size={self.config.draft_vocab_size})."
             )
-        block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
+        block = self.encode_block(
+            context_states,
+            anchor_ids,
+            history_states,
+            history_valid,
+            history_positions,
+            sequence_states=sequence_states,
+            context_positions=context_positions,
+        )
         prev_ids = torch.cat([anchor_ids[:, None], draft_input_ids[:, :-1]], dim=1)
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
         logits, hiddens = [], []

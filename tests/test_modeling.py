@@ -369,6 +369,45 @@ def test_teacher_forced_forward_equals_step_by_step_draft(target, window):
             drafter(context, anchor_ids, tokens)
 
 
+def test_shared_history_pass_equals_one_history_copy_per_block(target):
+    """Training's shared history (one backbone pass over each sequence's past, read by all its blocks) gives the
+    per-block result, gradients included; it refuses sliding windows, where it would not be exact."""
+    drafter = make_drafter(target, seed=4, history_window=-1).bind_target(target)
+    ids = torch.randint(1, V, (2, 16), generator=torch.Generator().manual_seed(5))
+    states = _tapped_states(target, ids, drafter.config.target_layer_ids)  # [2, 16, L, H_t]
+    anchor_pos = torch.tensor([[1, 5, 9, 14], [3, 4, 11, 15]])  # anchor 1: context 0, no history at all
+    rows = torch.arange(2)[:, None]
+    context = states[rows, anchor_pos - 1].flatten(0, 1)
+    anchor_ids = ids[rows, anchor_pos].flatten()
+    drafts = torch.randint(1, V, (8, drafter.config.num_draft_tokens), generator=torch.Generator().manual_seed(6))
+    hist, valid, pos = gather_history(states, anchor_pos - 1, -1)
+    per_block = drafter(context, anchor_ids, drafts, hist, valid, pos).logits
+    shared = drafter(context, anchor_ids, drafts, sequence_states=states, context_positions=anchor_pos - 1).logits
+    torch.testing.assert_close(shared, per_block, atol=1e-5, rtol=1e-5)
+    # the same gradients for every weight
+    drafter.train()
+    grads = []
+    for kwargs in (
+        {"history_states": hist, "history_valid": valid, "history_positions": pos},
+        {"sequence_states": states, "context_positions": anchor_pos - 1},
+    ):
+        drafter.zero_grad()
+        drafter(context, anchor_ids, drafts, **kwargs).logits.logsumexp(-1).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in drafter.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and "history_proj.weight" in grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-4, rtol=1e-4, msg=name)
+    # a block sees only its own sequence's past: changing the other sequence's states changes nothing here
+    other = states.clone()
+    other[1] += 1.0
+    again = drafter(context, anchor_ids, drafts, sequence_states=other, context_positions=anchor_pos - 1).logits
+    torch.testing.assert_close(again[:4], shared[:4], atol=1e-5, rtol=1e-5)
+    assert (again[4:] - shared[4:]).abs().amax() > 1e-4
+    window = make_drafter(target, seed=4, history_window=3)
+    with pytest.raises(ValueError, match="exact only for full-history drafters"):
+        window(context, anchor_ids, drafts, sequence_states=states, context_positions=anchor_pos - 1)
+
+
 def test_gather_history_windows():
     states = torch.arange(2 * 6, dtype=torch.float32).reshape(2, 6, 1, 1)  # value = 6 * b + t
     hist, valid, pos = gather_history(states, torch.tensor([[0, 3], [5, 2]]), 2)

@@ -193,6 +193,9 @@ class DLiteTrainer(Trainer):
         gathered["history"] = {}
         if config.history_window != 0 or (self.teacher is not None):
             window = config.history_window if config.history_window != 0 else self.teacher.config.history_window
+            if window == -1:  # full history: one backbone pass over each sequence's past, shared by its blocks
+                gathered["history"] = {"sequence_states": states, "context_positions": anchors - 1}
+                return gathered
             states_h, valid_h, positions_h = gather_history(states, anchors - 1, window)
             gathered["history"] = {
                 "history_states": states_h,
