@@ -76,6 +76,11 @@ stage stable6 --stage stable --init "$RUN/stable5" --num_anchors 32 --max_steps 
 stage stable7 --stage stable --init "$RUN/stable5" --refresh_draft_vocab --draft_vocab_size 16384 --grow_layers 2 \
   --num_anchors 32 --max_steps "$STABLE7_STEPS" --learning_rate 1e-3 "${COMMON[@]}" --save_steps 100 \
   --save_total_limit 10 --logging_steps 20 --vocab_chunk_size 4096 --bf16 true --use_cpu true --warmup_steps 50
+# the history-based baseline of the benchmarks (drafters/dlite-smollm2-135m-teacher): the stage-0 teacher trained on
+# all the rows, 8 anchors per sequence (full-history training shares one history pass per sequence: ~1.8 s a step)
+stage teacher2 --stage teacher --init "$RUN/teacher" --history_window -1 --num_anchors 8 --max_steps 900 \
+  --learning_rate 1e-3 "${COMMON[@]}" --save_steps 100 --save_total_limit 4 --logging_steps 20 --bf16 true \
+  --use_cpu true --warmup_steps 50
 
 # optional: the matched no-head ablation (benchmarks/run_smollm2.sh ABLATION=...): the first stable run minus its
 # head, trained with stable3's exact schedule, data order and seed, stopped after checkpoint-400; compare it with
