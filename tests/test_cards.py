@@ -226,3 +226,15 @@ def test_card_states_the_adaptive_drafting_setting():
     assert "`draft_skip_threshold=0.0`" in on  # how to turn the CPU-tuned skip off
     config = DLiteConfig(num_target_layers=4, draft_confidence_threshold=0.1, draft_lengths=[3, 7])
     assert "an early stop ends at 3, 7 drafts (or K)" in render_model_card(config)
+
+
+@pytest.mark.parametrize(("window", "past"), [(0, None), (-1, "every past position"), (16, "the last 16 positions")])
+def test_card_describes_history_free_and_history_aware_checkpoints(window, past):
+    card = render_model_card(DLiteConfig(num_target_layers=4, history_window=window))
+    if window == 0:
+        assert "history-free speculative decoding" in card and "keeps no KV cache and no history" in card
+        assert "history-aware" not in card
+    else:
+        assert "**history-aware** DLite drafter" in card and f"(`history_window={window}`)" in card
+        assert past in card and "history-free speculative decoding" not in card
+    assert "Output is token-identical to the target's greedy decoding" in card

@@ -92,7 +92,24 @@ def render_model_card(
     window_text = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}.get(
         window, f"{window} past positions (sliding-window ablation)"
     )
+    link = f"[`{base_model}`](https://huggingface.co/{base_model})"
+    if window == 0:
+        intro_text = (
+            f"A **DLite** drafter for {link}: history-free speculative decoding. Every round it reads the target's "
+            f"latest hidden states from {len(config.target_layer_ids)} layers, keeps no KV cache and no history, and "
+            f"drafts {config.num_draft_tokens} tokens that the target verifies in one forward."
+        )
+    else:
+        past = "every past position" if window == -1 else f"the last {window} positions"
+        intro_text = (
+            f"A **history-aware** DLite drafter for {link} (`history_window={window}`): the teacher of the DLite "
+            f"recipe, which the history-free drafter is distilled from, and usable itself as a history-based "
+            f"(EAGLE-style) drafter. Every round it reads the target's hidden states from "
+            f"{len(config.target_layer_ids)} layers at {past} and drafts {config.num_draft_tokens} tokens that the "
+            "target verifies in one forward, so its drafting cost grows with the context."
+        )
     values = {
+        "intro_text": intro_text,
         "title": title or f"DLite drafter for {base_model}",
         "base_model": base_model,
         "repo_id": repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}",
