@@ -61,7 +61,7 @@ def test_compare_command_reports_tau_per_workload(tmp_path, capsys):
     from dlite_hf.cli import main
 
     out = tmp_path / "compare.json"
-    argv = ["compare", "--workloads", "code,math", "--num-prompts", "1", "--max-new-tokens", "16", "--threads", "2"]
+    argv = ["compare", "--workloads", "code,math", "--num-prompts", "1", "--max-new-tokens", "16"]
     assert main([*argv, "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     rows, summary = result["rows"], result["summary"]
