@@ -157,3 +157,31 @@ def test_push_to_hub_uploads_drafter_code_and_card(tmp_path, monkeypatch):
     assert "library_name: transformers" in upload["card"] and "DLite" in upload["card"]
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["model_type"] == "dlite" and "auto_map" in config
+
+
+def test_regenerate_command_writes_the_libraries_rows_and_checks_its_device(tiny_chat_target, tmp_path, capsys):
+    """`dlite-hf regenerate` end to end on a local target folder: `--device cpu --dtype float32` writes exactly the
+    rows of the library call; bfloat16 runs; a device this machine lacks or a malformed one is refused up front."""
+    from dlite_hf.cli import main
+
+    model, tokenizer = tiny_chat_target
+    model.save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in _prompts(3)))
+    common = ["regenerate", "--target", str(tmp_path / "target"), "--prompts", str(prompts), "--max-new-tokens", "5"]
+    common += ["--batch-size", "2"]
+    assert main([*common, "--out", str(tmp_path / "cli.jsonl"), "--device", "cpu", "--dtype", "float32"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["written"] == 3
+    regenerate(model, tokenizer, _prompts(3), tmp_path / "lib.jsonl", max_new_tokens=5, batch_size=2, progress=False)
+    assert read_jsonl(tmp_path / "cli.jsonl") == read_jsonl(tmp_path / "lib.jsonl")
+
+    assert main([*common, "--out", str(tmp_path / "bf16.jsonl"), "--device", "auto", "--dtype", "bfloat16"]) == 0
+    assert len(read_jsonl(tmp_path / "bf16.jsonl")) == 3
+
+    with pytest.raises(SystemExit, match="not a torch device"):
+        main([*common, "--out", str(tmp_path / "x.jsonl"), "--device", "gpu0"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="no CUDA GPU"):
+            main([*common, "--out", str(tmp_path / "x.jsonl"), "--device", "cuda"])
+    assert not (tmp_path / "x.jsonl").exists()

@@ -118,12 +118,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- regenerate
+REGEN_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _regen_device(name: str):
+    """The torch device of `regenerate --device` (`auto`: the first CUDA GPU when there is one, else the CPU)."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise SystemExit(
+            f"--device {name!r} is not a torch device ({error}); use auto, cpu, cuda or cuda:N."
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name!r}: this machine has no CUDA GPU torch can use; use --device cpu (or auto).")
+    return device
+
+
 def cmd_regenerate(args: argparse.Namespace) -> int:
+    import torch
+
     from .assets import open_target
     from .prompts import training_mix, write_jsonl
     from .training.regenerate import read_jsonl, regenerate
 
     _set_threads(args.threads)
+    device = _regen_device(args.device)
+    if args.dtype not in REGEN_DTYPES:  # argparse's choices say this too; kept for Python callers
+        raise SystemExit(f"--dtype {args.dtype!r}: expected one of {', '.join(REGEN_DTYPES)}.")
     if args.prompts is None:
         path = Path(args.out).with_suffix(".prompts.jsonl")
         if not path.exists():
@@ -133,6 +158,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
     target, tokenizer, _ = open_target(args.target)
+    target = target.to(device=device, dtype=getattr(torch, args.dtype))
     result = regenerate(
         target,
         tokenizer,
@@ -420,6 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--do-sample", action="store_true")
     regen.add_argument("--seed", type=int, default=0)
     regen.add_argument("--threads", type=int, default=None)
+    regen.add_argument("--device", default="auto", help="auto (a CUDA GPU when there is one), cpu, cuda, cuda:N")
+    regen.add_argument(
+        "--dtype", default="float32", choices=REGEN_DTYPES, help="target weights' dtype while generating"
+    )
     regen.set_defaults(func=cmd_regenerate)
 
     from .bench.command import add_bench_parser

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The one GPU burst of the SmolLM2 drafter (README, "Training"), run on a lent H200 through the workplace's device
+# tool. Each call there carries at most 64 MiB (the checkout plus named folders) and the checkout is re-synced
+# between calls, so the target's GGUF (98 MB) travels in parts into a folder outside the checkout ($W, kept while
+# the machine stays warm) and the work takes three calls:
+#
+#   bash scripts/gpu_burst.sh env     # carries .gpu_a (GGUF part aa + wheels: transformers 5.24, gguf, regex):
+#                                     #   versions, GPU, wheel install, the part put aside
+#   bash scripts/gpu_burst.sh regen   # carries .gpu_b (GGUF parts ab, ac + gzipped prompts5 / sampled / regen):
+#                                     #   reassemble and sha256-check the GGUF, convert it (the weights' sha256 is
+#                                     #   printed: it equals the CPU conversion's), regenerate, a 20-step probe
+#   STEPS=750 bash scripts/gpu_burst.sh train   # carries .gpu_c/init (the shipped drafter's config + weights):
+#                                     #   the stable stage on every row, from the shipped drafter
+#
+# The big drafters' weights were moved out of the checkout during the calls (the 64 MiB). Inputs prepared here:
+# `python scripts/smollm2_prompts.py RUN` (prompts5.jsonl: every train prompt not used yet, greedy; sampled.jsonl:
+# every prompt again, sampled), runs/smollm2/regen.jsonl (the 1,811 CPU-regenerated rows). The machine's python3 has
+# torch 2.11 + CUDA and transformers 5.17; the project's transformers pin and gguf travel as wheels.
+# On a machine of your own, run the three phases in order with the parts in place (or skip the parts: any
+# `dlite-hf regenerate --device cuda` / `dlite-hf train` run on a GPU does the same).
+set -euo pipefail
+phase=${1:?usage: gpu_burst.sh env|regen|train}
+W=${GPU_WORK:-/tmp/dlite_gpu_work}  # outside the checkout: the device tool re-syncs the checkout between calls
+OUT=${OUT:-$W/out}
+mkdir -p "$W" "$OUT"
+export DLITE_HF_CACHE=$W/cache PYTHONPATH=$W/pkg:$W/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# the package as installed: src/dlite_hf with modeling/ as dlite_hf.modeling (pyproject's package-dir)
+rm -rf "$W/pkg" && mkdir -p "$W/pkg" && cp -r src/dlite_hf "$W/pkg/" && cp -r modeling "$W/pkg/dlite_hf/modeling"
+DLITE=(python3 -m dlite_hf.cli)
+SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+GGUF=$W/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+T0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+
+case $phase in
+env)
+  if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" ${WHEELS:-.gpu_a/*.whl}
+  mkdir -p "$W/gguf" && cp .gpu_a/gguf.part* "$W/gguf/"
+  python3 -c "import torch, transformers, gguf, regex, tokenizers, huggingface_hub, peft, accelerate as a;
+print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', 'transformers', transformers.__version__,
+      'tokenizers', tokenizers.__version__, 'hub', huggingface_hub.__version__, 'peft', peft.__version__, 'accelerate', a.__version__)
+import dlite_hf, dlite_hf.training.trainer; print('dlite_hf', dlite_hf.__version__)"
+  ;;
+regen)
+  cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"
+  echo "$SHA  $GGUF" | sha256sum -c -
+  stamp "converting"
+  python3 - "$GGUF" "$SHA" <<'EOF'
+import json, sys
+from pathlib import Path
+from dlite_hf import assets
+gguf, sha = Path(sys.argv[1]), sys.argv[2]
+out = assets.cache_dir() / "models" / "smollm2-135m"
+out.parent.mkdir(parents=True, exist_ok=True)
+assets._convert_gguf(gguf, out)
+(out / assets.COMPLETE_MARKER).write_text(json.dumps({"name": "smollm2-135m", "sha256": sha}) + "\n")
+print("weights sha256", assets.sha256_file(out / "model.safetensors"))
+EOF
+  mkdir -p "$W/data"
+  for f in .gpu_b/*.jsonl.gz; do gunzip -c "$f" > "$W/data/$(basename "$f" .gz)"; done
+  stamp "regenerating (greedy, new prompts)"
+  timeout "${REGEN_GREEDY_S:-150}" "${DLITE[@]}" regenerate --target smollm2-135m --prompts "$W/data/prompts5.jsonl" \
+    --out "$W/data/regen_gpu.jsonl" --max-new-tokens 256 --max-prompt-tokens 1024 --batch-size "${REGEN_BS:-512}" --device "${DEVICE:-cuda}" \
+    2>&1 | tr '\r' '\n' | grep -v "it/s\]$" || true
+  stamp "regenerating (sampled, every prompt)"
+  timeout "${REGEN_SAMPLED_S:-150}" "${DLITE[@]}" regenerate --target smollm2-135m --prompts "$W/data/sampled.jsonl" \
+    --out "$W/data/regen_gpu.jsonl" --max-new-tokens 256 --max-prompt-tokens 1024 --batch-size "${REGEN_BS:-512}" --device "${DEVICE:-cuda}" \
+    --do-sample --seed 1 2>&1 | tr '\r' '\n' | grep -v "it/s\]$" || true
+  wc -l "$W/data/regen_gpu.jsonl"
+  gzip -c "$W/data/regen_gpu.jsonl" > "$OUT/regen_gpu.jsonl.gz"
+  cat "$W/data/regen.jsonl" "$W/data/regen_gpu.jsonl" > "$W/data/all.jsonl"
+  stamp "training probe (20 steps, from a fresh drafter: only the step time matters)"
+  timeout 120 "${DLITE[@]}" train --stage stable --target smollm2-135m --data "$W/data/all.jsonl" \
+    --output_dir "$W/probe" --max_steps "${PROBE_STEPS:-20}" --num_anchors 32 --per_device_train_batch_size "${BS:-32}" --max_length 1280 \
+    --learning_rate 1e-3 --logging_steps 5 --save_strategy no --bf16 true --report_to none --disable_tqdm true \
+    --num_tapped_layers 6 --drafter_hidden_size 256 --drafter_layers 5 --drafter_heads 4 --drafter_kv_heads 2 \
+    --drafter_intermediate_size 768 --head_rank 128 --num_draft_tokens 7 --vocab_chunk_size 8192 \
+    --dataloader_num_workers 0 ${EXTRA_TRAIN:-} 2>&1 | tail -n 30 || true
+  stamp "done"
+  ;;
+train)
+  stamp "training"
+  STEPS=${STEPS:?set STEPS}
+  timeout "${TRAIN_S:-480}" "${DLITE[@]}" train --stage stable --target smollm2-135m --data "$W/data/all.jsonl" \
+    --init .gpu_c/init --refresh_draft_vocab --draft_vocab_size 8192 --output_dir "$W/gpu_stable" \
+    --max_steps "$STEPS" --num_anchors 32 --per_device_train_batch_size "${BS:-32}" --max_length 1280 --learning_rate 1e-3 \
+    --lr_scheduler_type cosine --warmup_steps 50 --weight_decay 0.0 --logging_steps 25 --save_steps 200 \
+    --save_total_limit 1 --bf16 true --report_to none --disable_tqdm true --seed 0 --vocab_chunk_size 8192 \
+    --dataloader_num_workers 0 ${EXTRA_TRAIN:-} 2>&1 | tee "$OUT/train.log" | grep -v "^\s*$" | tail -n 60 || true
+  stamp "packing"
+  ck=$W/gpu_stable
+  [ -f "$ck/model.safetensors" ] || ck=$(ls -d "$W"/gpu_stable/checkpoint-* | sort -t- -k2 -n | tail -1)
+  echo "returning $ck"
+  files=()
+  for f in config.json model.safetensors dlite_training.json README.md trainer_state.json; do
+    [ -f "$ck/$f" ] && files+=("$f")
+  done
+  tar -C "$ck" -cf "$W/ck.tar" "${files[@]}"
+  split -b 15000000 "$W/ck.tar" "$OUT/ck.tar.part"
+  ls -la "$OUT"
+  ;;
+*)
+  echo "unknown phase $phase" >&2
+  exit 2
+  ;;
+esac
