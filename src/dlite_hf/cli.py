@@ -146,9 +146,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     from .training.regenerate import read_jsonl, regenerate
 
     _set_threads(args.threads)
-    device = _regen_device(args.device)
-    if args.dtype not in REGEN_DTYPES:  # argparse's choices say this too; kept for Python callers
-        raise SystemExit(f"--dtype {args.dtype!r}: expected one of {', '.join(REGEN_DTYPES)}.")
+    device = _regen_device(args.device)  # --dtype is checked by argparse (choices=REGEN_DTYPES)
     if args.prompts is None:
         path = Path(args.out).with_suffix(".prompts.jsonl")
         if not path.exists():
