@@ -27,7 +27,6 @@ export DLITE_HF_CACHE=$W/cache PYTHONPATH=$W/pkg:$W/site PYTHONUNBUFFERED=1 HF_H
 # the package as installed: src/dlite_hf with modeling/ as dlite_hf.modeling (pyproject's package-dir)
 rm -rf "$W/pkg" && mkdir -p "$W/pkg" && cp -r src/dlite_hf "$W/pkg/" && cp -r modeling "$W/pkg/dlite_hf/modeling"
 DLITE=(python3 -m dlite_hf.cli)
-SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 GGUF=$W/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -44,19 +43,9 @@ import dlite_hf, dlite_hf.training.trainer; print('dlite_hf', dlite_hf.__version
   ;;
 regen)
   cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"
-  echo "$SHA  $GGUF" | sha256sum -c -
   stamp "converting"
-  python3 - "$GGUF" "$SHA" <<'EOF'
-import json, sys
-from pathlib import Path
-from dlite_hf import assets
-gguf, sha = Path(sys.argv[1]), sys.argv[2]
-out = assets.cache_dir() / "models" / "smollm2-135m"
-out.parent.mkdir(parents=True, exist_ok=True)
-assets._convert_gguf(gguf, out)
-(out / assets.COMPLETE_MARKER).write_text(json.dumps({"name": "smollm2-135m", "sha256": sha}) + "\n")
-print("weights sha256", assets.sha256_file(out / "model.safetensors"))
-EOF
+  "${DLITE[@]}" assets fetch smollm2-135m --gguf "$GGUF"  # checks the pinned sha256, converts into the cache
+  python3 -c "from dlite_hf import assets; print('weights sha256', assets.sha256_file(assets.fetch_model('smollm2-135m') / 'model.safetensors'))"
   mkdir -p "$W/data"
   for f in .gpu_b/*.jsonl.gz; do gunzip -c "$f" > "$W/data/$(basename "$f" .gz)"; done
   stamp "regenerating (greedy, new prompts)"

@@ -243,3 +243,76 @@ def test_real_smollm2_folder(smollm2_dir: Path) -> None:
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# A local GGUF (a machine without the registry): checked against the pin, converted, nothing downloaded
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _local_asset(monkeypatch: pytest.MonkeyPatch, payload: bytes) -> assets.ModelAsset:
+    """The SmolLM2 registry entry pinned to ``payload``, with the downloader forbidden and a fake converter."""
+    asset = dataclasses.replace(assets.MODELS["smollm2-135m"], sha256=hashlib.sha256(payload).hexdigest())
+    monkeypatch.setitem(assets.MODELS, asset.name, asset)
+    _forbid_downloads(monkeypatch)
+
+    def fake_convert(gguf_path: Path, out_dir: Path) -> None:
+        out_dir.mkdir()
+        (out_dir / "weights.bin").write_bytes(gguf_path.read_bytes())
+
+    monkeypatch.setattr(assets, "_convert_gguf", fake_convert)
+    return asset
+
+
+def test_local_gguf_is_checked_and_converted_without_downloading(
+    tmp_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = b"GGUF the pinned bytes"
+    asset = _local_asset(monkeypatch, payload)
+    local = tmp_path / "brought-over.gguf"
+    local.write_bytes(payload)
+
+    folder = fetch_model(asset.name, progress=False, gguf_file=local)
+    assert folder == tmp_cache / "models" / asset.name
+    assert (folder / "weights.bin").read_bytes() == payload
+    marker = json.loads((folder / assets.COMPLETE_MARKER).read_text())
+    assert marker["sha256"] == asset.sha256 and marker["source"] == f"local file {local.resolve()}"
+    assert local.read_bytes() == payload  # left where it was
+    assert list((tmp_cache / "tmp").iterdir()) == []
+    assert fetch_model(asset.name, progress=False) == folder  # complete: the registry path returns it at once
+
+
+def test_local_gguf_bad_input_is_refused(tmp_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asset = _local_asset(monkeypatch, b"GGUF the pinned bytes")
+    wrong = tmp_path / "other.gguf"
+    wrong.write_bytes(b"GGUF another file")
+    with pytest.raises(AssetError, match="sha256 mismatch") as info:
+        fetch_model(asset.name, progress=False, gguf_file=wrong)
+    message = str(info.value)
+    assert f"expected {asset.sha256}" in message
+    assert f"got {hashlib.sha256(b'GGUF another file').hexdigest()}" in message
+    assert str(wrong) in message and asset.packages[0] in message
+    assert not (tmp_cache / "models" / asset.name).exists()
+    assert list((tmp_cache / "tmp").iterdir()) == []
+
+    with pytest.raises(AssetError, match="is not a file") as info:
+        fetch_model(asset.name, progress=False, gguf_file=tmp_path / "missing.gguf")
+    assert asset.gguf_filename in str(info.value)
+    with pytest.raises(AssetError, match="keep_gguf=True with gguf_file"):
+        fetch_model(asset.name, progress=False, keep_gguf=True, gguf_file=wrong)
+
+
+def test_assets_cli_converts_a_local_gguf(
+    tmp_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dlite_hf.cli import main
+
+    payload = b"GGUF the pinned bytes"
+    asset = _local_asset(monkeypatch, payload)
+    local = tmp_path / "m.gguf"
+    local.write_bytes(payload)
+    with pytest.raises(SystemExit, match="is the file of one model, got 2 names"):
+        main(["assets", "fetch", asset.name, "qwen2.5-coder-0.5b", "--gguf", str(local), "--quiet"])
+    assert main(["assets", "fetch", asset.name, "--gguf", str(local), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_cache / "models" / asset.name)
+    assert (tmp_cache / "models" / asset.name / "weights.bin").read_bytes() == payload

