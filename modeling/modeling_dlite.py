@@ -245,14 +245,39 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         return self
 
     @torch.no_grad()
-    def set_draft_vocab(self, token_counts: torch.Tensor) -> torch.Tensor:
-        """Choose the draft vocabulary: the `config.draft_vocab_size` most frequent tokens of `token_counts` `[V]`."""
-        if self.draft_vocab_ids is None:
-            raise ValueError("This drafter drafts over the full vocabulary (config.draft_vocab_size=None).")
+    def set_draft_vocab(self, token_counts: torch.Tensor, size: int | None = None) -> torch.Tensor:
+        """Choose the draft vocabulary: the most frequent tokens of `token_counts` `[V]`.
+
+        Args:
+            token_counts: how often each token of the target's vocabulary occurs in the responses to draft.
+            size: how many tokens to keep (default: `config.draft_vocab_size`; required for a drafter over the full
+                vocabulary). A new size updates the config. The drafter's own weights do not depend on it (the
+                draft vocabulary's rows are read from the target's lm_head), so a trained drafter can be given a
+                smaller vocabulary without retraining: each round then reads fewer lm_head rows, and it can no
+                longer draft the tokens it dropped.
+        """
+        if self.draft_vocab_ids is None and size is None:
+            raise ValueError(
+                "This drafter drafts over the full vocabulary (config.draft_vocab_size=None): pass `size` to give it "
+                "a draft vocabulary."
+            )
         if token_counts.shape != (self.config.vocab_size,):
             raise ValueError(
                 f"token_counts has shape {tuple(token_counts.shape)}; expected ({self.config.vocab_size},)."
             )
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= self.config.vocab_size:
+                raise ValueError(
+                    f"size={size!r}: expected an integer in [1, {self.config.vocab_size}] (the target's vocabulary), "
+                    "or None to keep config.draft_vocab_size."
+                )
+            self.config.draft_vocab_size = size
+            ids = torch.zeros(size, dtype=torch.long, device=self.device)
+            if self.draft_vocab_ids is None:
+                del self.draft_vocab_ids  # a plain attribute (None) until now
+                self.register_buffer("draft_vocab_ids", ids, persistent=True)
+            else:
+                self.draft_vocab_ids = ids
         ids = torch.topk(token_counts.float(), self.config.draft_vocab_size).indices.sort().values
         self.draft_vocab_ids.copy_(ids.to(self.draft_vocab_ids.device))
         self._draft_head = None

@@ -1,4 +1,4 @@
-"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card.
+"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab.
 
 Every subcommand imports what it needs lazily, so `dlite-hf --help` is fast.
 """
@@ -465,9 +465,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .bench.command import add_bench_parser
     from .card_command import add_card_parser
+    from .draft_vocab import add_draft_vocab_parser
 
     add_bench_parser(sub)
     add_card_parser(sub)
+    add_draft_vocab_parser(sub)
 
     sub.add_parser(
         "train", help="Train a stage (teacher | warmup | stable); see `dlite-hf train --help`.", add_help=False
