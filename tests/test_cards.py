@@ -146,7 +146,8 @@ def tiny_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("ckpt") / "drafter"
     DLiteForSpeculation(config).save_pretrained(folder)
-    (folder / "dlite_training.json").write_text(json.dumps({"stage": "stable", "epochs": 6, "learning_rate": 0.001}))
+    record = {"stage": "stable", "epochs": 6, "learning_rate": 0.001, "draft_vocab_resized": {"from": 64, "to": 32}}
+    (folder / "dlite_training.json").write_text(json.dumps(record))
     return folder
 
 
@@ -180,6 +181,7 @@ def test_card_command_renders_a_traceable_card(tiny_checkpoint, tmp_path):
     assert "| code | dlite | 4 | 2.32 | 11.06 | 1.49x | yes |" in text
     assert "| long-1024 | dlite | 4 | 1.90 | 5.50 | 1.22x | yes |" in text
     assert "| stage | stable |" in text  # from dlite_training.json
+    assert "| draft_vocab_resized | from: 64, to: 32 |" in text  # a nested record reads as one cell
     assert check_card(text) == []
     # a number that is not in the bench file (here: edited by hand) is caught
     edited = text.replace("| 2.32 |", "| 2.42 |")

@@ -48,6 +48,13 @@ def _adaptive_text(config: Any) -> str:
     return "; ".join(parts) + " (lossless either way)"
 
 
+def _setting(value: Any) -> str:
+    """A training-record value as one table cell: a nested record reads `key: value, key: value`."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_setting(v)}" for k, v in value.items() if v is not None)
+    return str(value)
+
+
 def render_model_card(
     config: Any,
     *,
@@ -74,7 +81,7 @@ def render_model_card(
     if training_text is None:
         if training:
             training_text = "| setting | value |\n|---|---|\n" + "".join(
-                f"| {k} | {v} |\n" for k, v in training.items() if v is not None
+                f"| {k} | {_setting(v)} |\n" for k, v in training.items() if v is not None
             )
         else:
             training_text = "Not recorded."
