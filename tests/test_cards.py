@@ -240,3 +240,19 @@ def test_card_describes_history_free_and_history_aware_checkpoints(window, past)
         assert "**history-aware** DLite drafter" in card and f"(`history_window={window}`)" in card
         assert past in card and "history-free speculative decoding" not in card
     assert "Output is token-identical to the target's greedy decoding" in card
+
+
+def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
+    from transformers import LlamaConfig
+
+    from dlite_hf.card_command import _num_parameters
+
+    target_config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    config = DLiteConfig.for_target(
+        target_config, num_target_layers_tapped=2, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_rank=8, draft_vocab_size=40,
+    )  # fmt: skip
+    model = DLiteForSpeculation(config)
+    model.save_pretrained(tmp_path)
+    assert _num_parameters(tmp_path) == sum(p.numel() for p in model.parameters())

@@ -109,7 +109,8 @@ def _display_path(path: Path) -> str:
 
 
 def _num_parameters(checkpoint: Path) -> int | None:
-    """Drafter parameters counted from the safetensors header (no weights loaded)."""
+    """Drafter parameters counted from the safetensors header (no weights loaded); integer tensors are buffers
+    (the draft vocabulary's token ids), not parameters."""
     weights = checkpoint / "model.safetensors"
     if not weights.is_file():
         return None
@@ -118,7 +119,10 @@ def _num_parameters(checkpoint: Path) -> int | None:
     total = 0
     with safe_open(str(weights), framework="pt") as handle:
         for key in handle.keys():
-            shape = handle.get_slice(key).get_shape()
+            tensor = handle.get_slice(key)
+            if not tensor.get_dtype().startswith(("F", "BF")):
+                continue
+            shape = tensor.get_shape()
             count = 1
             for dim in shape:
                 count *= int(dim)
