@@ -7,7 +7,7 @@
 #
 # 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k): plain / prompt
 #    lookup / DLite (the checkpoint's adaptive drafting) / DLite with K drafts every round, then plain / the
-#    history-based drafter (the stage-0 teacher run with its growing history);
+#    history-based drafter (the history-aware teacher, drafting with its growing history);
 # 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
 #    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
 # 3. ablation (if ABLATION is set): two drafters from the same init, data, steps and seed, with and without the
