@@ -272,14 +272,12 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                     "or None to keep config.draft_vocab_size."
                 )
             self.config.draft_vocab_size = size
-            ids = torch.zeros(size, dtype=torch.long, device=self.device)
-            if self.draft_vocab_ids is None:
-                del self.draft_vocab_ids  # a plain attribute (None) until now
-                self.register_buffer("draft_vocab_ids", ids, persistent=True)
-            else:
-                self.draft_vocab_ids = ids
-        ids = torch.topk(token_counts.float(), self.config.draft_vocab_size).indices.sort().values
-        self.draft_vocab_ids.copy_(ids.to(self.draft_vocab_ids.device))
+        ids = torch.topk(token_counts.float(), self.config.draft_vocab_size).indices.sort().values.to(self.device)
+        if self.draft_vocab_ids is None:
+            del self.draft_vocab_ids  # a plain attribute (None) until now
+            self.register_buffer("draft_vocab_ids", ids, persistent=True)
+        else:
+            self.draft_vocab_ids = ids
         self._draft_head = None
         return self.draft_vocab_ids
 
