@@ -311,6 +311,8 @@ def test_assets_cli_converts_a_local_gguf(
     asset = _local_asset(monkeypatch, payload)
     local = tmp_path / "m.gguf"
     local.write_bytes(payload)
+    with pytest.raises(SystemExit, match="converts a file, use it with `assets fetch NAME`"):
+        main(["assets", "list", "--gguf", str(local)])
     with pytest.raises(SystemExit, match="is the file of one model, got 2 names"):
         main(["assets", "fetch", asset.name, "qwen2.5-coder-0.5b", "--gguf", str(local), "--quiet"])
     assert main(["assets", "fetch", asset.name, "--gguf", str(local), "--quiet"]) == 0

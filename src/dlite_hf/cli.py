@@ -35,6 +35,10 @@ def cmd_assets(args: argparse.Namespace) -> int:
     from .assets import MODELS, fetch_model
 
     if args.action == "list":
+        if args.gguf is not None:
+            raise SystemExit(
+                f"dlite-hf assets list: --gguf {args.gguf} converts a file, use it with `assets fetch NAME`."
+            )
         for name, asset in MODELS.items():
             print(f"{name}: {asset.description}")
         return 0
