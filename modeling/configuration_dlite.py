@@ -117,6 +117,11 @@ class DLiteConfig(PreTrainedConfig):
             allowed). Verification costs depend on the block size in hardware-specific ways: on this project's
             CPU (MKL, 1 thread) a SmolLM2 forward over 4 tokens costs less than one over 2 or 3
             (`benchmarks/verify_cost.py`), so `[3, 7]` lets a round verify 4 or 8 tokens only. `None`: any length.
+        lookup_min_match (`int`, defaults to 4):
+            Hybrid drafting only (`generate(..., prompt_lookup_num_tokens=N)` with this drafter): a round drafts the
+            continuation retrieved from the suffix index of the context when the longest earlier occurrence of the
+            context's suffix is at least this many tokens long, and asks the drafter otherwise. Chosen on a tuning
+            split (`benchmarks/tune_hybrid.py`); a `DraftSession(min_match=...)` overrides it for its calls.
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).
@@ -154,6 +159,7 @@ class DLiteConfig(PreTrainedConfig):
         draft_confidence_threshold: float = 0.0,
         draft_skip_threshold: float = 0.0,
         draft_lengths: list[int] | None = None,
+        lookup_min_match: int = 4,
         history_window: int = 0,
         mask_token_id: int | None = None,
         backbone_type: str = "qwen3",
@@ -184,6 +190,7 @@ class DLiteConfig(PreTrainedConfig):
         self.draft_confidence_threshold = draft_confidence_threshold
         self.draft_skip_threshold = draft_skip_threshold
         self.draft_lengths = list(draft_lengths) if isinstance(draft_lengths, (list, tuple)) else draft_lengths
+        self.lookup_min_match = lookup_min_match
         self.history_window = history_window
         self.mask_token_id = mask_token_id
         self.backbone_type = backbone_type
@@ -254,6 +261,17 @@ class DLiteConfig(PreTrainedConfig):
                 lengths,
                 f"None or a strictly increasing list of draft counts in [1, {self.num_draft_tokens}] "
                 "(num_draft_tokens), e.g. [3, 7]",
+            )
+        if (
+            not isinstance(self.lookup_min_match, int)
+            or isinstance(self.lookup_min_match, bool)
+            or self.lookup_min_match < 1
+        ):
+            raise bad(
+                "lookup_min_match",
+                self.lookup_min_match,
+                "an integer >= 1 (the shortest matched suffix, in tokens, whose retrieved continuation a hybrid "
+                "round drafts)",
             )
         if not isinstance(self.use_sequential_head, bool):
             raise bad("use_sequential_head", self.use_sequential_head, "True or False")

@@ -5,6 +5,12 @@ layers keep only the rows the drafter can need (the last position of the prefill
 verification forward), so the drafter adds no target forward and its memory does not grow with the context.
 History variants (`history_window != 0`, the teacher and sliding-window ablations) keep the states of every
 accepted position instead, as a history-modelling drafter must.
+
+Hybrid drafting (`prompt_lookup_num_tokens=N` beside the drafter) adds a suffix index of the context
+(`suffix_index.py`): a round whose context suffix occurred before, at least `lookup_min_match` tokens long, drafts
+the up to N tokens that followed it there; every other round asks the drafter. A retrieved draft is
+deterministic, so it is verified as a proposal with q = one-hot: no candidate logits, and transformers compares
+the target's own choice (greedy) or sample (sampling) with it, which is exact speculative sampling for a one-hot q.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
+
+from .suffix_index import DraftSession
 
 # The private method of transformers the hook wraps, and the parameters it is known to take.
 _HOOKED_METHOD = "_get_candidate_generator"
@@ -125,6 +133,13 @@ class DLiteGenerationStats:
         drafter_time_s / target_time_s: wall time spent drafting / in the target's forwards and acceptance.
         skipped: forwards after a drafting attempt that proposed nothing (`draft_skip_threshold`, or a stop string
             completed by the first draft): plain one-token steps.
+        lookup_rounds / lookup_drafted / lookup_accepted: hybrid drafting: the rounds that drafted the retrieved
+            continuation, its tokens and the accepted ones (included in `rounds`, `drafted`, `accepted`); the
+            drafter's share is the difference (`dlite_rounds`, ...).
+        lookup_time_s: hybrid drafting: wall time spent indexing tokens and querying the suffix index (not in
+            `drafter_time_s`, which counts the drafter's own work).
+        lookup_index_reused: hybrid drafting with a `DraftSession`: prompt tokens already indexed by an earlier
+            call of the session (not indexed again).
     """
 
     new_tokens: int = 0
@@ -136,6 +151,23 @@ class DLiteGenerationStats:
     drafter_time_s: float = 0.0
     target_time_s: float = 0.0
     skipped: int = 0
+    lookup_rounds: int = 0
+    lookup_drafted: int = 0
+    lookup_accepted: int = 0
+    lookup_time_s: float = 0.0
+    lookup_index_reused: int = 0
+
+    @property
+    def dlite_rounds(self) -> int:
+        return self.rounds - self.lookup_rounds
+
+    @property
+    def dlite_drafted(self) -> int:
+        return self.drafted - self.lookup_drafted
+
+    @property
+    def dlite_accepted(self) -> int:
+        return self.accepted - self.lookup_accepted
 
     @property
     def tau(self) -> float:
@@ -147,7 +179,14 @@ class DLiteGenerationStats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "tau": self.tau, "acceptance_rate": self.acceptance_rate}
+        return {
+            **asdict(self),
+            "tau": self.tau,
+            "acceptance_rate": self.acceptance_rate,
+            "dlite_rounds": self.dlite_rounds,
+            "dlite_drafted": self.dlite_drafted,
+            "dlite_accepted": self.dlite_accepted,
+        }
 
 
 class DLiteCandidateGenerator(CandidateGenerator):
@@ -178,11 +217,14 @@ class DLiteCandidateGenerator(CandidateGenerator):
                 "batched speculative decoding needs a separate loop that dlite-hf does not provide yet (README, "
                 "Limits). Call generate() once per prompt."
             )
-        if generation_config.prompt_lookup_num_tokens is not None:
+        lookup_tokens = generation_config.prompt_lookup_num_tokens
+        if lookup_tokens is not None and (
+            isinstance(lookup_tokens, bool) or not isinstance(lookup_tokens, int) or not 1 <= lookup_tokens <= 256
+        ):
             raise ValueError(
-                "generate() got both a DLite assistant_model and prompt_lookup_num_tokens="
-                f"{generation_config.prompt_lookup_num_tokens}; these are two different speculative methods. "
-                "Pass one of them."
+                f"prompt_lookup_num_tokens={lookup_tokens!r} with a DLite assistant_model turns on hybrid drafting "
+                "and caps the retrieved draft's length: expected an int in [1, 256] (e.g. 16), or None for DLite "
+                "drafts only."
             )
         if getattr(generation_config, "speculation_type", None) not in (None, "dlite"):
             raise ValueError(
@@ -215,17 +257,28 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
         self.history_window = config.history_window
+        # hybrid drafting: the session's suffix index (a fresh one per call outside `with DraftSession():`)
+        self.lookup_tokens = lookup_tokens
+        self.session: DraftSession | None = None
+        if lookup_tokens is not None:
+            self.session = DraftSession.current() or DraftSession()
+            self.min_match = (
+                self.session.min_match if self.session.min_match is not None else int(config.lookup_min_match)
+            )
         layers = find_decoder_layers(target, config.num_target_layers)
-        rows = 0 if self.history_window != 0 else config.num_draft_tokens + 1
+        rows = 0 if self.history_window != 0 else max(config.num_draft_tokens, lookup_tokens or 0) + 1
         self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
         weakref.finalize(self, self.recorder.remove)  # hooks leave with the generator, when generate() returns
         self.history: torch.Tensor | None = None  # [1, T, L, H_t] accepted states, history variants only
         self.is_prefill = True
         self.stats = DLiteGenerationStats()
         drafter.last_generation_stats = self.stats
+        if self.session is not None:
+            self.session.last_generation_stats = self.stats
         self._prompt_length = input_ids.shape[1]
         self._forward_started = 0.0
         self._drafted_now = 0
+        self._source_now: str | None = None  # "lookup" or "dlite": who drafted the block being verified
 
     def _context_row(self, n_last_matches: int) -> int:
         # After the prefill the last prompt position predicted the anchor; after a verification forward over
@@ -242,15 +295,56 @@ class DLiteCandidateGenerator(CandidateGenerator):
         **kwargs: Any,
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
         if is_first_iteration:  # let the loop run the plain prefill; its hooks give the first context
+            if self.session is not None:
+                started = time.perf_counter()
+                self.stats.lookup_index_reused = self.session.index.start_stream(input_ids[0].tolist())
+                self.stats.lookup_time_s += time.perf_counter() - started
             self._forward_started = time.perf_counter()
             self._drafted_now = 0
+            self._source_now = None
             return input_ids, None
         started = time.perf_counter()
         row = self._context_row(int(n_last_matches))
-        history = None
-        if self.history_window != 0:
+        if self.history_window != 0:  # history variants keep every accepted row, whichever source drafts
             accepted = self.recorder.rows(0, row + 1)
             self.history = accepted if self.history is None else torch.cat([self.history, accepted], 1)
+        self.is_prefill = False
+        self._drafted_now = 0
+        self._source_now = None
+
+        budget = self.max_length - input_ids.shape[1] - 1
+        tokens = logits = None
+        if self.session is not None and budget > 0:
+            match = self.session.index.lookup(min(self.lookup_tokens, budget))
+            if match.length >= self.min_match and match.continuation:
+                tokens = torch.tensor([match.continuation], dtype=input_ids.dtype, device=input_ids.device)
+                self._source_now = "lookup"
+            looked_up = time.perf_counter()
+            self.stats.lookup_time_s += looked_up - started
+            started = looked_up
+        if tokens is None and min(self.num_tokens, budget) > 0:
+            tokens, logits = self._draft(input_ids, row, min(self.num_tokens, budget))
+            self._source_now = "dlite"
+        if tokens is not None and self.stop_strings and tokens.shape[1]:
+            tokens, logits = self._cut_at_stop_string(input_ids, tokens, logits)
+        done = time.perf_counter()
+        if self._source_now == "dlite":
+            self.stats.drafter_time_s += done - started
+        if tokens is None or tokens.shape[1] == 0:  # nothing to propose: a plain one-token step
+            if tokens is not None:  # skipped (draft_skip_threshold) or cut before the first draft
+                self.stats.skipped += 1
+            self._source_now = None
+            self._forward_started = time.perf_counter()
+            return input_ids, None
+        self._drafted_now = tokens.shape[1]
+        candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
+        self._forward_started = time.perf_counter()
+        return candidate_ids, logits
+
+    def _draft(self, input_ids: torch.Tensor, row: int, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The drafter's round: up to `budget` tokens after the anchor `input_ids[:, -1]`."""
+        history = None
+        if self.history_window != 0:
             context = self.history[:, -1]
             past = self.history[:, :-1]
             if self.history_window > 0:
@@ -262,27 +356,19 @@ class DLiteCandidateGenerator(CandidateGenerator):
                     torch.ones(1, span, dtype=torch.bool, device=self.device),
                     -torch.arange(span, 0, -1, device=self.device)[None],
                 )
+            else:  # no past position yet: a one-position dummy, masked
+                dims = context.shape[1:]
+                history = (
+                    context.new_zeros(1, 1, *dims),
+                    torch.zeros(1, 1, dtype=torch.bool, device=self.device),
+                    -torch.ones(1, 1, dtype=torch.long, device=self.device),
+                )
         else:
             context = self.recorder.rows(row, row + 1)[:, 0]
-        self.is_prefill = False
-
-        budget = min(self.num_tokens, self.max_length - input_ids.shape[1] - 1)
-        if budget <= 0:
-            self._drafted_now = 0
-            self._forward_started = time.perf_counter()
-            self.stats.drafter_time_s += self._forward_started - started
-            return input_ids, None
-        if history is None and self.history_window != 0:  # no past position yet: a one-position dummy, masked
-            dims = context.shape[1:]
-            history = (
-                context.new_zeros(1, 1, *dims),
-                torch.zeros(1, 1, dtype=torch.bool, device=self.device),
-                -torch.ones(1, 1, dtype=torch.long, device=self.device),
-            )
         history_kwargs = (
             dict(zip(("history_states", "history_valid", "history_positions"), history)) if history else {}
         )
-        tokens, logits = self.drafter.draft(
+        return self.drafter.draft(
             context.to(self.device),
             input_ids[:, -1].to(self.device),
             num_tokens=budget,
@@ -291,23 +377,10 @@ class DLiteCandidateGenerator(CandidateGenerator):
             prefix_ids=input_ids.to(self.device),
             **history_kwargs,
         )
-        if self.stop_strings and tokens.shape[1]:
-            tokens, logits = self._cut_at_stop_string(input_ids, tokens, logits)
-        if tokens.shape[1] == 0:  # skipped (draft_skip_threshold) or cut before the first draft: a plain step
-            self._drafted_now = 0
-            self._forward_started = time.perf_counter()
-            self.stats.drafter_time_s += self._forward_started - started
-            self.stats.skipped += 1
-            return input_ids, None
-        self._drafted_now = tokens.shape[1]
-        candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
-        self._forward_started = time.perf_counter()
-        self.stats.drafter_time_s += self._forward_started - started
-        return candidate_ids, logits
 
     def _cut_at_stop_string(
-        self, input_ids: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, input_ids: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Drop the drafts from the first one that completes a stop string on.
 
         transformers stops on stop strings only after a round, so a stop string completed inside an accepted block
@@ -322,7 +395,7 @@ class DLiteCandidateGenerator(CandidateGenerator):
             text = self.tokenizer.decode(tail + drafted[:m])
             for stop in self.stop_strings:
                 if text.find(stop, max(0, len(base) - len(stop) + 1)) != -1:
-                    return tokens[:, : m - 1], logits[:, : m - 1]
+                    return tokens[:, : m - 1], None if logits is None else logits[:, : m - 1]
         return tokens, logits
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int):
@@ -337,6 +410,14 @@ class DLiteCandidateGenerator(CandidateGenerator):
             stats.rounds += 1
             stats.drafted += self._drafted_now
             stats.accepted += int(num_matches)
+            if self._source_now == "lookup":
+                stats.lookup_rounds += 1
+                stats.lookup_drafted += self._drafted_now
+                stats.lookup_accepted += int(num_matches)
+        if self.session is not None and committed > 0:  # index what this forward committed
+            started = time.perf_counter()
+            self.session.index.append(input_ids[0, -committed:].tolist())
+            stats.lookup_time_s += time.perf_counter() - started
 
 
 def _check_hooked_signature(method: Any) -> None:

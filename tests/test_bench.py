@@ -146,6 +146,27 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny, tokenizer):
+    target, drafters = tiny
+    workloads = build_workloads(
+        ["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=3000, agentic_max_turns=3, file_tokens=300,
+        bfcl_sessions=0,
+    )  # fmt: skip
+    methods = make_methods({"plain": None, "dlite": drafters["dlite"], "hybrid": drafters["dlite"]})
+    assert methods[2].lookup_tokens == 16 and methods[2].generate_kwargs(None)["prompt_lookup_num_tokens"] == 16
+    result = run_bench(target, tokenizer, methods, workloads, max_new_tokens=12, progress=False, warmup=False)
+    assert result["ok"] is True
+    hybrid = [r for r in result["records"] if r["method"] == "hybrid"]
+    assert hybrid and all(r["lookup_rounds"] + r["dlite_rounds"] == r["rounds"] for r in hybrid)
+    for record in hybrid:  # every later turn of a session reuses what the session indexed before
+        assert (record["lookup_index_reused"] > 0) == (record["turn"] > 0), record
+        assert record["drafter_s"] == pytest.approx(record["dlite_drafter_s"] + record["lookup_s"])
+    assert sum(r["lookup_accepted"] for r in hybrid) > 0
+    assert "lookup_rounds" not in next(r for r in result["records"] if r["method"] == "dlite")
+    described = result["methods"]["hybrid"]["hybrid"]
+    assert described["prompt_lookup_num_tokens"] == 16 and described["lookup_min_match"] == 4
+
+
 def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
     target, drafters = tiny
     monkeypatch.setattr(bench_command, "_load_target", lambda name: (target, tokenizer, "/tiny"))
@@ -179,8 +200,8 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
 
     original = bench_runner._Runner.generate
 
-    def corrupt(self, method: BenchMethod, input_ids, max_new_tokens=None):
-        out = original(self, method, input_ids, max_new_tokens)
+    def corrupt(self, method: BenchMethod, input_ids, max_new_tokens=None, session=None):
+        out = original(self, method, input_ids, max_new_tokens, session=session)
         if method.name == "dlite":
             out = out.clone()
             out[0, -1] = (out[0, -1] + 1) % 49152

@@ -141,12 +141,12 @@ def test_batch_larger_than_one(pair):
     assert "DLite" in message  # our message, not a generic one from transformers
 
 
-def test_prompt_lookup_with_dlite_assistant(pair):
-    target, drafter = pair
+def test_prompt_lookup_with_dlite_assistant_must_be_a_valid_cap(pair):
+    target, drafter = pair  # prompt_lookup_num_tokens beside a DLite drafter is hybrid drafting (tests/test_hybrid.py)
     with pytest.raises(ValueError) as raised:
-        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, prompt_lookup_num_tokens=3)
+        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, prompt_lookup_num_tokens=-3)
     message = str(raised.value)
-    assert "prompt_lookup_num_tokens=3" in message and "Pass one of them" in message, message
+    assert "prompt_lookup_num_tokens=-3" in message and "hybrid drafting" in message, message
 
 
 def test_speculation_type_with_dlite_assistant(pair):

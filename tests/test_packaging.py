@@ -10,7 +10,7 @@ from pathlib import Path
 import dlite_hf.modeling.modeling_dlite as modeling_module
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("configuration_dlite.py", "modeling_dlite.py", "generation_dlite.py")
+FILES = ("configuration_dlite.py", "modeling_dlite.py", "generation_dlite.py", "suffix_index.py")
 
 
 def test_editable_install_imports_the_repository_modeling_folder():

@@ -77,3 +77,40 @@ def test_text_iterator_streamer_and_stop_strings(smollm2, random_drafter):
     )
     assert torch.equal(plain_stop, fast_stop)
     assert plain_stop.shape[1] < plain.shape[1]
+
+
+def test_hybrid_is_lossless_on_real_agentic_turns_and_reuses_the_session(smollm2):
+    """Hybrid drafting with the shipped drafter on a real coding-agent session (stdlib files as tool results) and a
+    ToolTalk conversation: every turn identical to plain greedy, the second turn reuses the first turn's index."""
+    from transformers import AutoModel
+
+    from dlite_hf import DraftSession
+    from dlite_hf.bench.workloads import CODING_TASKS, coding_session, tooltalk_sessions
+    from dlite_hf.cli import default_drafter_dir
+
+    target, tokenizer = smollm2
+    drafter = AutoModel.from_pretrained(default_drafter_dir())
+    sessions = [coding_session(CODING_TASKS[1], tokenizer, 4096, 700), *tooltalk_sessions(1)]
+    lookup_accepted = 0
+    for agent_session in sessions:
+        history: list[dict[str, str]] = []
+        draft_session = DraftSession()
+        first_prompt_tokens = 0
+        for index, turn in enumerate(agent_session["turns"][:2]):
+            messages = history + list(turn)
+            ids = torch.tensor([chat_prompt_ids(tokenizer, messages)])
+            plain = target.generate(ids, max_new_tokens=32, do_sample=False)
+            with draft_session:
+                hybrid = target.generate(
+                    ids, max_new_tokens=32, do_sample=False, assistant_model=drafter, prompt_lookup_num_tokens=16
+                )
+            assert torch.equal(plain, hybrid), (agent_session["id"], index)
+            stats = drafter.last_generation_stats
+            if index == 1:  # the first turn's prompt (at least) was not indexed again
+                assert first_prompt_tokens <= stats.lookup_index_reused < ids.shape[1]
+            else:
+                first_prompt_tokens = ids.shape[1]
+            lookup_accepted += stats.lookup_accepted
+            reply = tokenizer.decode(plain[0, ids.shape[1] :], skip_special_tokens=True).strip()
+            history = messages + [{"role": "assistant", "content": reply}]
+    assert lookup_accepted > 0

@@ -151,6 +151,7 @@ def test_push_to_hub_uploads_drafter_code_and_card(tmp_path, monkeypatch):
         "configuration_dlite.py",
         "modeling_dlite.py",
         "generation_dlite.py",
+        "suffix_index.py",
         "README.md",
     ):
         assert name in upload["files"], upload["files"]

@@ -10,13 +10,14 @@ reject when the candidate generator returns logits other than the ones the draft
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
 import torch
 from conftest import make_drafter, make_tiny_target
 
-from dlite_hf import DLiteCandidateGenerator
+from dlite_hf import DLiteCandidateGenerator, DraftSession
 
 VOCAB = 16
 PROMPT = torch.tensor([[3, 7, 1, 12]])
@@ -61,10 +62,11 @@ def _process(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tens
     return logits
 
 
-def exact_marginals(target, temperature: float, top_k: int) -> list[torch.Tensor]:
+def exact_marginals(target, temperature: float, top_k: int, prompt: torch.Tensor = PROMPT) -> list[torch.Tensor]:
     """Exact distributions of generated tokens 1, 2 and 3 (float64), from all V^2 two-token continuations."""
+    P = prompt.shape[1]  # noqa: N806 (the module's name for the prompt length)
     pairs = torch.tensor(list(itertools.product(range(VOCAB), repeat=2)))  # [V^2, 2]: (t1, t2)
-    sequences = torch.cat([PROMPT.expand(len(pairs), -1), pairs], 1)
+    sequences = torch.cat([prompt.expand(len(pairs), -1), pairs], 1)
     with torch.no_grad():
         logits = target(sequences).logits.double()
     probs = _process(logits, temperature, top_k).softmax(-1)
@@ -122,13 +124,36 @@ def test_chi2_survival_function_matches_the_table():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def draw(target, drafter, n: int, seed_base: int, **settings) -> tuple[torch.Tensor, dict[str, int]]:
-    """`n` DLite-assisted samples; returns counts `[3, V]` of tokens 1..3 and summed statistics."""
+def assert_follows(counts: torch.Tensor, marginals: list[torch.Tensor], label: str) -> None:
+    """Every generated position's counts pass the chi-square test against its exact marginal."""
+    n = float(counts[0].sum())
+    for token, (row, probs) in enumerate(zip(counts, marginals), start=1):
+        statistic, df, p_value = chi_square_test(row, probs)
+        assert p_value > ALPHA, (
+            f"{label}: token {token} does not follow the target distribution: chi2={statistic:.1f}, df={df}, "
+            f"p={p_value:.2e}; observed {row.tolist()}, expected {(probs * n).tolist()}"
+        )
+
+
+def draw(
+    target, drafter, n: int, seed_base: int, prompt: torch.Tensor = PROMPT, hybrid: bool = False, **settings
+) -> tuple[torch.Tensor, dict[str, int]]:
+    """`n` DLite-assisted samples (`hybrid`: with the suffix index, any match drafted); returns counts `[3, V]` of
+    tokens 1..3 and summed statistics."""
+    P = prompt.shape[1]  # noqa: N806
     counts = torch.zeros(3, VOCAB)
-    totals = {"drafted": 0, "accepted": 0, "calls_drafting_two": 0, "calls_skipping": 0}
+    totals = {"drafted": 0, "accepted": 0, "calls_drafting_two": 0, "calls_skipping": 0, "lookup_rounds": 0}
     for i in range(n):
         torch.manual_seed(seed_base + i)
-        out = target.generate(PROMPT, max_new_tokens=MAX_NEW, do_sample=True, assistant_model=drafter, **settings)
+        with DraftSession(min_match=1) if hybrid else contextlib.nullcontext():
+            out = target.generate(
+                prompt,
+                max_new_tokens=MAX_NEW,
+                do_sample=True,
+                assistant_model=drafter,
+                prompt_lookup_num_tokens=4 if hybrid else None,
+                **settings,
+            )
         assert out.shape[1] == P + MAX_NEW
         for position in range(3):
             counts[position, out[0, P + position]] += 1
@@ -137,6 +162,7 @@ def draw(target, drafter, n: int, seed_base: int, **settings) -> tuple[torch.Ten
         totals["accepted"] += stats.accepted
         totals["calls_drafting_two"] += int(stats.drafted >= 2)
         totals["calls_skipping"] += int(stats.skipped > 0)
+        totals["lookup_rounds"] += stats.lookup_rounds
     return counts, totals
 
 
@@ -165,12 +191,7 @@ def test_sampled_tokens_follow_the_target_distribution(pair, setting, monkeypatc
         assert totals["calls_skipping"] > 0.05 * N_SAMPLES, totals
     acceptance = totals["accepted"] / totals["drafted"]
     assert 0.1 < acceptance < 0.9, acceptance  # both acceptances and residual resamples happened, often
-    for token, (row, probs) in enumerate(zip(counts, marginals), start=1):
-        statistic, df, p_value = chi_square_test(row, probs)
-        assert p_value > ALPHA, (
-            f"{setting}: token {token} does not follow the target distribution: chi2={statistic:.1f}, df={df}, "
-            f"p={p_value:.2e}; observed {row.tolist()}, expected {(probs * N_SAMPLES).tolist()}"
-        )
+    assert_follows(counts, marginals, setting)
 
 
 def test_wrong_candidate_logits_are_detected(pair, monkeypatch):
@@ -191,3 +212,41 @@ def test_wrong_candidate_logits_are_detected(pair, monkeypatch):
     for token in (2, 3):  # ... the drafted ones are biased, and the test sees it
         statistic, df, p_value = chi_square_test(counts[token - 1], marginals[token - 1])
         assert p_value < ALPHA, (token, statistic, df, p_value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# hybrid drafting: a retrieved draft is a proposal with q = one-hot
+# ---------------------------------------------------------------------------------------------------------------------
+
+# tokens 3, 7, 1, 12, 5 occur in the prompt: when the prefill samples one of them, the first round drafts what
+# followed it (a lookup round); otherwise the drafter drafts (speculative sampling with its own q)
+HYBRID_PROMPT = torch.tensor([[3, 7, 1, 12, 5, 3, 7, 12, 1, 5]])
+
+
+def test_hybrid_sampling_follows_the_target_distribution(pair):
+    target, drafter = pair
+    settings = SETTINGS["t1"]
+    marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
+    counts, totals = draw(target, drafter, N_SAMPLES, seed_base=30_000, prompt=HYBRID_PROMPT, hybrid=True, **settings)
+    assert 0.1 * N_SAMPLES < totals["lookup_rounds"] < 0.9 * N_SAMPLES, totals  # both sources drafted, often
+    assert_follows(counts, marginals, "hybrid")
+
+
+def test_hybrid_with_a_wrong_proposal_distribution_is_detected(pair, monkeypatch):
+    """Power: verifying a retrieved draft as if it were sampled from a uniform q (not one-hot) biases the tokens."""
+    target, drafter = pair
+    settings = SETTINGS["t1"]
+    marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
+    honest = DLiteCandidateGenerator.get_candidates
+
+    def uniform_q_for_lookup(self, *args, **kwargs):
+        candidate_ids, logits = honest(self, *args, **kwargs)
+        if self._source_now == "lookup":
+            drafted = candidate_ids.shape[1] - args[0].shape[1]
+            logits = torch.zeros(1, drafted, VOCAB)
+        return candidate_ids, logits
+
+    monkeypatch.setattr(DLiteCandidateGenerator, "get_candidates", uniform_q_for_lookup)
+    counts, _ = draw(target, drafter, N_POWER, seed_base=40_000, prompt=HYBRID_PROMPT, hybrid=True, **settings)
+    p_values = [chi_square_test(counts[token], marginals[token])[2] for token in (1, 2)]
+    assert min(p_values) < ALPHA, p_values

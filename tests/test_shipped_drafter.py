@@ -28,6 +28,7 @@ def test_shipped_drafter_files_and_size():
         "configuration_dlite.py",
         "modeling_dlite.py",
         "generation_dlite.py",
+        "suffix_index.py",
         "README.md",
         "dlite_training.json",
     } <= names

@@ -115,7 +115,8 @@ def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
     trainer.save_model(args.output_dir)
     folder = Path(args.output_dir)
     names = {p.name for p in folder.iterdir()}
-    assert {"model.safetensors", "config.json", "README.md", "modeling_dlite.py", "generation_dlite.py"} <= names
+    code = {"modeling_dlite.py", "generation_dlite.py", "suffix_index.py"}
+    assert {"model.safetensors", "config.json", "README.md", *code} <= names
     assert not any(name.endswith(".bin") and name != "training_args.bin" for name in names)
     with safe_open(folder / "model.safetensors", "pt") as handle:
         keys = list(handle.keys())

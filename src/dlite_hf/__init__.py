@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel
 from .modeling.configuration_dlite import DLiteConfig
 from .modeling.generation_dlite import DLiteCandidateGenerator, DLiteGenerationStats, install_generate_hook
 from .modeling.modeling_dlite import DLiteForSpeculation, DLiteOutput, DLitePreTrainedModel
+from .modeling.suffix_index import DraftSession
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ __all__ = [
     "DLiteGenerationStats",
     "DLiteOutput",
     "DLitePreTrainedModel",
+    "DraftSession",
     "__version__",
     *_LAZY,
 ]

@@ -30,6 +30,7 @@ THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_t
 CHECKPOINT_FLAGS = {
     "dlite": "--drafter",
     "dlite_fixed": "--drafter",
+    "hybrid": "--drafter",
     "dlite_nohead": "--drafter-nohead",
     "history": "--drafter-history",
     "assisted": "--assistant",
@@ -66,6 +67,19 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="draft_skip_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's config; "
         "dlite_fixed always uses 0, never skips)",
+    )
+    parser.add_argument(
+        "--lookup-tokens",
+        type=int,
+        default=None,
+        help="method hybrid: the cap on a retrieved draft, prompt_lookup_num_tokens (default 16)",
+    )
+    parser.add_argument(
+        "--lookup-min-match",
+        type=int,
+        default=None,
+        help="method hybrid: draft the retrieved continuation when the matched suffix has at least this many "
+        "tokens (default: the drafter's lookup_min_match)",
     )
     parser.add_argument(
         "--workloads", default=DEFAULT_WORKLOADS, help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)}"
@@ -162,7 +176,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         if getattr(args, flag):
             parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
     parts += ["--workloads", ",".join(workloads), "--methods", ",".join(methods)]
-    for flag in THRESHOLD_FLAGS:
+    for flag in (*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match"):
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
@@ -200,7 +214,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
             except ValueError as error:
                 raise SystemExit(str(error)) from error
-    if ("dlite" in methods or "dlite_fixed" in methods) and not args.drafter:
+    for flag in ("lookup_tokens", "lookup_min_match"):
+        value = getattr(args, flag)
+        limit = 256 if flag == "lookup_tokens" else None
+        if value is not None and (value < 1 or (limit is not None and value > limit)):
+            raise SystemExit(
+                f"--{flag.replace('_', '-')} {value} is invalid: expected an integer "
+                + ("in [1, 256]" if limit else ">= 1")
+                + "."
+            )
+        if value is not None and "hybrid" not in methods:
+            print(f"note: --{flag.replace('_', '-')} is ignored: method hybrid is not in --methods.", file=sys.stderr)
+    if any(m in methods for m in ("dlite", "dlite_fixed", "hybrid")) and not args.drafter:
         args.drafter = _default_drafter()
     missing = [f"method {m} needs {CHECKPOINT_FLAGS[m]} PATH" for m in methods if m in CHECKPOINT_FLAGS
                and not getattr(args, CHECKPOINT_FLAGS[m][2:].replace("-", "_"))]  # fmt: skip
@@ -222,7 +247,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .methods import BenchMethod, check_drafter_kind, dlite_overrides
+    from .methods import HYBRID_LOOKUP_TOKENS, BenchMethod, check_drafter_kind, dlite_overrides
     from .runner import run_bench
     from .workloads import build_workloads
 
@@ -254,7 +279,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             except ValueError as error:
                 raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
             overrides = dlite_overrides(name, _threshold_overrides(args))
-            specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides))
+            hybrid = {}
+            if name == "hybrid":
+                hybrid = {
+                    "lookup_tokens": args.lookup_tokens or HYBRID_LOOKUP_TOKENS,
+                    "lookup_min_match": args.lookup_min_match,
+                }
+            specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid))
     try:
         sessions = build_workloads(
             workloads,

@@ -7,6 +7,10 @@
                     config says (``draft_confidence_threshold``: stop a round's drafts where the drafter's confidence
                     falls below it; ``draft_skip_threshold``: propose nothing when the first draft is unlikely)
 ``dlite_fixed``     the same drafter drafting K tokens every round (both thresholds 0, the paper's decoding)
+``hybrid``          the DLite drafter plus a suffix index of the session (``prompt_lookup_num_tokens=16`` beside
+                    ``assistant_model``): a round whose context suffix occurred before (at least
+                    ``lookup_min_match`` tokens) drafts what followed it there, every other round asks the drafter;
+                    a multi-turn session keeps one ``DraftSession`` (one index) across its turns
 ``dlite_nohead``    the no-sequential-head ablation (``use_sequential_head=False``, pure parallel, DFlash-like)
 ``history``         a history-aware checkpoint (``history_window != 0``, e.g. the stage-0 teacher): it keeps and
                     re-reads the target states of every accepted position, as EAGLE / DSpark-style drafters do
@@ -28,6 +32,7 @@ from torch import nn
 __all__ = [
     "DLITE_METHODS",
     "FIXED_K_OVERRIDES",
+    "HYBRID_LOOKUP_TOKENS",
     "METHOD_CHOICES",
     "BenchMethod",
     "check_drafter_kind",
@@ -54,11 +59,12 @@ METHOD_CHOICES: tuple[str, ...] = (
     "prompt_lookup",
     "dlite",
     "dlite_fixed",
+    "hybrid",
     "dlite_nohead",
     "history",
     "assisted",
 )
-DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_fixed", "dlite_nohead", "history")
+DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_fixed", "hybrid", "dlite_nohead", "history")
 # method dlite_fixed: K drafts every round, never skipped (the paper's decoding)
 FIXED_K_OVERRIDES: dict[str, Any] = {
     "draft_confidence_threshold": 0.0,
@@ -66,6 +72,7 @@ FIXED_K_OVERRIDES: dict[str, Any] = {
     "draft_lengths": None,
 }
 PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
+HYBRID_LOOKUP_TOKENS = 16  # the hybrid's cap on a retrieved draft (benchmarks/tune_hybrid.py chose it)
 
 
 @dataclass
@@ -82,6 +89,10 @@ class BenchMethod:
         drafter_overrides: ``dlite`` only: drafter config fields set for this method's generate() calls and
             restored after each (e.g. ``{"draft_confidence_threshold": 0.0}``), so one drafter object can serve
             several methods; validated like the config itself.
+        lookup_tokens: ``dlite`` only: hybrid drafting, the cap on a retrieved draft (``prompt_lookup_num_tokens``);
+            None for DLite drafts only.
+        lookup_min_match: hybrid only: the `DraftSession(min_match=...)` of its sessions (None: the drafter's
+            ``lookup_min_match``).
     """
 
     name: str
@@ -91,6 +102,16 @@ class BenchMethod:
     checkpoint: str | None = None
     extra_kwargs: dict[str, Any] = field(default_factory=dict)
     drafter_overrides: dict[str, Any] = field(default_factory=dict)
+    lookup_tokens: int | None = None
+    lookup_min_match: int | None = None
+
+    def new_session(self) -> Any:
+        """A fresh `DraftSession` for one benchmark session (hybrid methods), or None."""
+        if self.lookup_tokens is None:
+            return None
+        from ..modeling.suffix_index import DraftSession
+
+        return DraftSession(min_match=self.lookup_min_match)
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -121,6 +142,8 @@ class BenchMethod:
             kwargs["prompt_lookup_num_tokens"] = PROMPT_LOOKUP_TOKENS
         elif self.kind in ("dlite", "assisted"):
             kwargs["assistant_model"] = self.model
+            if self.lookup_tokens is not None:
+                kwargs["prompt_lookup_num_tokens"] = self.lookup_tokens
             if self.assistant_tokenizer is not None:
                 kwargs.update(tokenizer=tokenizer, assistant_tokenizer=self.assistant_tokenizer)
         return {**kwargs, **self.extra_kwargs}
@@ -149,6 +172,14 @@ class BenchMethod:
             }
             info["drafter"]["draft_vocab_size"] = getattr(config, "draft_vocab_size", None)
             info["drafter"].update(self.drafter_overrides)
+            if self.lookup_tokens is not None:
+                info["hybrid"] = {
+                    "prompt_lookup_num_tokens": self.lookup_tokens,
+                    "lookup_min_match": self.lookup_min_match
+                    if self.lookup_min_match is not None
+                    else getattr(config, "lookup_min_match", None),
+                    "session_per_benchmark_session": True,
+                }
             info["drafter"]["parameters"] = sum(p.numel() for p in self.model.parameters())
             info["drafter"]["weights_sha256"] = weights_sha256(self.checkpoint)
         elif config is not None:
@@ -183,12 +214,12 @@ def check_drafter_kind(name: str, drafter: nn.Module, where: str = "") -> None:
             f"Method `history` needs a history-aware checkpoint (history_window != 0, e.g. the stage-0 teacher); "
             f"the drafter{source} has history_window=0. Pass it as --drafter (or --drafter-nohead) instead."
         )
-    if name in ("dlite", "dlite_fixed", "dlite_nohead") and history != 0:
+    if name in ("dlite", "dlite_fixed", "hybrid", "dlite_nohead") and history != 0:
         raise ValueError(
             f"Method `{name}` needs a history-free drafter (history_window=0); the drafter{source} has "
             f"history_window={history}. Pass it as --drafter-history to benchmark it as the history-based drafter."
         )
-    if name in ("dlite", "dlite_fixed") and not head:
+    if name in ("dlite", "dlite_fixed", "hybrid") and not head:
         raise ValueError(
             f"The drafter{source} has no sequential head (use_sequential_head=False, the ablation). Pass it as "
             "--drafter-nohead, and a drafter with the head as --drafter."
@@ -223,7 +254,8 @@ def make_method(name: str, spec: Any = None) -> BenchMethod:
         if spec is None or not hasattr(spec, "get_candidate_generator"):
             raise ValueError(f"Method `{name}` needs a DLite drafter (DLiteForSpeculation); got {spec!r}.")
         check_drafter_kind(name, spec)
-        return BenchMethod(name, "dlite", model=spec, drafter_overrides=dlite_overrides(name))
+        lookup = HYBRID_LOOKUP_TOKENS if name == "hybrid" else None
+        return BenchMethod(name, "dlite", model=spec, drafter_overrides=dlite_overrides(name), lookup_tokens=lookup)
     if name == "assisted":
         model, assistant_tokenizer = spec if isinstance(spec, tuple) else (spec, None)
         if model is None:

@@ -7,6 +7,7 @@ their own statistics (rounds, drafts, accepted tokens, drafter time) from `draft
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import platform
@@ -163,15 +164,20 @@ class _Runner:
         for timer in self.assistant_timers.values():
             timer.remove()
 
-    def generate(self, method: BenchMethod, input_ids: torch.Tensor, max_new_tokens: int | None = None):
+    def generate(
+        self, method: BenchMethod, input_ids: torch.Tensor, max_new_tokens: int | None = None, session: Any = None
+    ):
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
-        with method.applied():
+        with method.applied(), session if session is not None else contextlib.nullcontext():
             return self.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
 
-    def measure(self, method: BenchMethod, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Run one greedy generate() and return (sequences, metrics)."""
+    def measure(
+        self, method: BenchMethod, input_ids: torch.Tensor, session: Any = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Run one greedy generate() (inside `session`, a hybrid method's `DraftSession`) and return
+        (sequences, metrics)."""
         gc.collect()
         rss_before = _reset_peak_rss()
         self.timer.reset()
@@ -181,7 +187,7 @@ class _Runner:
         if method.kind == "dlite":
             method.model.last_generation_stats = None
         started = time.perf_counter()
-        sequences = self.generate(method, input_ids)
+        sequences = self.generate(method, input_ids, session=session)
         wall = time.perf_counter() - started
         peak = _rss_kb("VmHWM") if rss_before is not None else None
 
@@ -193,6 +199,7 @@ class _Runner:
         verify = forwards[1:]
         verify_s = sum(t for _, t in verify)
         drafter_s: float | None = None
+        lookup: dict[str, Any] = {}
         if method.kind == "dlite":
             stats = method.model.last_generation_stats
             if stats is None:
@@ -200,7 +207,19 @@ class _Runner:
                     f"Method {method.name!r}: the drafter recorded no generation statistics; was it used as the "
                     "assistant_model?"
                 )
-            rounds, drafted, accepted, drafter_s = stats.rounds, stats.drafted, stats.accepted, stats.drafter_time_s
+            rounds, drafted, accepted = stats.rounds, stats.drafted, stats.accepted
+            drafter_s = stats.drafter_time_s + stats.lookup_time_s  # all the work of proposing drafts
+            if method.lookup_tokens is not None:
+                lookup = {
+                    "lookup_rounds": stats.lookup_rounds,
+                    "lookup_drafted": stats.lookup_drafted,
+                    "lookup_accepted": stats.lookup_accepted,
+                    "lookup_s": stats.lookup_time_s,
+                    "lookup_index_reused": stats.lookup_index_reused,
+                    "dlite_rounds": stats.dlite_rounds,
+                    "dlite_accepted": stats.dlite_accepted,
+                    "dlite_drafter_s": stats.drafter_time_s,
+                }
             draft_calls = stats.rounds + stats.skipped  # a skipped round ran the drafter too (and proposed nothing)
         else:
             rounds = sum(1 for n, _ in verify if n > 1)
@@ -231,6 +250,7 @@ class _Runner:
             "drafter_ms_per_round": 1000 * drafter_s / draft_calls if drafter_s is not None and draft_calls else None,
             "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
             "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
+            **lookup,
         }
         return sequences, metrics
 
@@ -356,6 +376,8 @@ def _run_session(
     stop = "max_turns" if len(turns) < len(session["turns"]) else "end"
     measured = 0
     context_tokens = 0
+    # hybrid methods keep one DraftSession (one suffix index) across the turns of a session, as an agent would
+    draft_sessions = {method.name: method.new_session() for method in runner.methods}
     for index, turn in turns:
         messages = history + list(turn)
         ids = chat_prompt_ids(runner.tokenizer, messages)
@@ -371,7 +393,7 @@ def _run_session(
         reference: torch.Tensor | None = None
         for method in runner.methods:
             bar.set_postfix_str(f"{label} {prompt_id[-28:]} {method.name} ctx={len(ids)}", refresh=False)
-            sequences, metrics = runner.measure(method, input_ids)
+            sequences, metrics = runner.measure(method, input_ids, session=draft_sessions[method.name])
             if reference is None:
                 reference = sequences
             difference = None if method.name == "plain" else _first_difference(reference, sequences, len(ids))

@@ -1,0 +1,264 @@
+"""Replay greedy decoding offline to compare hybrid selection rules on the tuning split, then time the best ones.
+
+For greedy decoding, what a round accepts is fixed by plain greedy's output: the longest common prefix of the
+draft with the tokens plain greedy produced there. So one plain run per turn, plus one teacher-forced target
+forward for the tapped states at every position, lets any selection rule be replayed exactly (the drafter's
+drafts come from teacher-forced states, which match the verification forwards' up to rounding). A round's cost is
+the measured target forward over `q` new tokens at the turn's context, plus the drafter's measured time when it
+drafts; the estimated speedup is plain's cost over the rule's. The tuning split (`tune_hybrid.tuning_workloads`)
+shares no prompt with any benchmark.
+
+Rules: a round drafts the retrieved continuation when the matched suffix has at least `m` tokens, `min(N, f x
+match length)` of them (at least 1); with `gate`, a match shorter than `trust` tokens is drafted only when the
+drafter's first draft agrees with it. Otherwise the drafter drafts (its checkpoint's adaptive decoding).
+
+    .venv/bin/python benchmarks/simulate_hybrid.py --out benchmarks/results/smollm2-135m-hybrid-rules.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _forward_costs(target, context: int, sizes: list[int], repeats: int = 5) -> dict[int, float]:
+    """Median seconds of a target forward over q new tokens on a cache of `context` tokens."""
+    import torch
+    from transformers import DynamicCache
+
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(100, 10000, (1, context), generator=generator)
+    cache = DynamicCache()
+    with torch.no_grad():
+        target(prompt, past_key_values=cache, use_cache=True)
+        costs = {}
+        for q in sizes:
+            times = []
+            for _ in range(repeats):
+                new = torch.randint(100, 10000, (1, q), generator=generator)
+                started = time.perf_counter()
+                target(new, past_key_values=cache, use_cache=True, logits_to_keep=q)
+                times.append(time.perf_counter() - started)
+                cache.crop(-q)
+            costs[q] = statistics.median(times)
+    return costs
+
+
+def _cost(costs: dict[int, float], q: int) -> float:
+    """Linear interpolation of the measured forward costs."""
+    sizes = sorted(costs)
+    if q in costs:
+        return costs[q]
+    lower = max(s for s in sizes if s < q) if any(s < q for s in sizes) else sizes[0]
+    upper = min(s for s in sizes if s > q) if any(s > q for s in sizes) else sizes[-1]
+    if upper == lower:
+        return costs[lower] * q / lower
+    return costs[lower] + (costs[upper] - costs[lower]) * (q - lower) / (upper - lower)
+
+
+class Turn:
+    """One turn's plain output, its tapped states, and the drafter's drafts at every position (cached)."""
+
+    def __init__(self, target, drafter, ids: list[int], plain: list[int]):
+        import torch
+
+        from dlite_hf.training.features import target_features
+
+        self.ids, self.plain, self.drafter = ids, plain, drafter
+        sequence = torch.tensor([ids + plain])
+        with torch.no_grad():
+            self.states, _ = target_features(target, sequence, drafter.config.target_layer_ids)
+        self.tokens = ids + plain
+        self._drafts: dict[int, list[int]] = {}
+        self.draft_s: list[float] = []
+
+    def dlite(self, position: int, budget: int) -> list[int]:
+        """The drafter's drafts after `position` committed tokens (context: the state that predicted the last)."""
+        import torch
+
+        key = position
+        if key not in self._drafts:
+            started = time.perf_counter()
+            tokens, _ = self.drafter.draft(
+                self.states[:, position - 2], torch.tensor([self.tokens[position - 1]]), num_tokens=None
+            )
+            self.draft_s.append(time.perf_counter() - started)
+            self._drafts[key] = tokens[0].tolist()
+        return self._drafts[key][:budget]
+
+
+def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int):
+    """Tau and estimated cost of `rule` over sessions of turns; a session shares one index across its turns."""
+    from dlite_hf.modeling.suffix_index import SuffixIndex
+
+    m, n, f, gate, trust = rule
+    tokens = forwards = 0
+    cost = plain_cost = 0.0
+    for session in turns_by_session:
+        index = SuffixIndex()
+        for turn in session:
+            costs = costs_by_turn[id(turn)]
+            index.start_stream(turn.ids)
+            p = len(turn.ids)
+            end = len(turn.ids) + len(turn.plain)
+            # the prefill commits the first token
+            index.append([turn.tokens[p]])
+            p += 1
+            forwards += 1
+            while p < end:
+                budget = min(end - p, max_new)  # never draft past what plain produced
+                draft: list[int] = []
+                round_cost = lookup_s
+                match = index.lookup(n)
+                use = match.length >= m and match.continuation
+                if use:
+                    length = max(1, min(n, math.ceil(f * match.length)))
+                    draft = match.continuation[:length]
+                if use and gate and match.length < trust:
+                    first = turn.dlite(p, 1)
+                    round_cost += drafter_s
+                    if first[:1] != draft[:1]:
+                        use = False
+                        draft = turn.dlite(p, budget)
+                elif not use:
+                    draft = turn.dlite(p, budget)
+                    round_cost += drafter_s
+                draft = draft[: budget - 1] if budget > 1 else []
+                accepted = 0
+                while accepted < len(draft) and draft[accepted] == turn.tokens[p + accepted]:
+                    accepted += 1
+                committed = min(accepted + 1, end - p)
+                cost += round_cost + _cost(costs, len(draft) + 1)
+                index.append(turn.tokens[p : p + committed])
+                p += committed
+                forwards += 1
+            tokens += len(turn.plain)
+            plain_cost += len(turn.plain) * costs[1]
+    return {"tau": tokens / forwards, "speedup_est": plain_cost / cost if cost else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--drafter", default="drafters/dlite-smollm2-135m")
+    parser.add_argument("--num-prompts", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=6144)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from tune_hybrid import tuning_workloads
+
+    from dlite_hf.assets import resolve_model
+    from dlite_hf.bench.workloads import as_session
+    from dlite_hf.training.regenerate import chat_prompt_ids
+
+    torch.set_num_threads(1)
+    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    folder = resolve_model(args.target)
+    target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    drafter = AutoModel.from_pretrained(args.drafter).bind_target(target)
+    workloads = tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns)
+
+    started = time.time()
+    sessions: dict[str, list[list[Turn]]] = {}
+    for label, items in workloads.items():
+        for item in items:
+            session = as_session(dict(item), label)
+            history: list[dict[str, str]] = []
+            turns = []
+            for index, turn in enumerate(session["turns"][: session.get("max_turns") or None]):
+                messages = history + list(turn)
+                ids = chat_prompt_ids(tokenizer, messages)
+                if session.get("max_tokens") and len(ids) > session["max_tokens"]:
+                    break
+                out = target.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)[
+                    0, len(ids) :
+                ].tolist()
+                turns.append(Turn(target, drafter, ids, out))
+                reply = tokenizer.decode(out, skip_special_tokens=True).strip()
+                history = messages + [{"role": "assistant", "content": reply}]
+                print(f"{label} {session['id']} turn {index}: {len(ids)} + {len(out)} tokens", flush=True)
+            sessions.setdefault(label, []).append(turns)
+    sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]
+    contexts = sorted({min(8192, 512 * max(1, round(len(t.ids) / 512))) for s in sessions.values() for ts in s
+                       for t in ts})  # fmt: skip
+    cost_tables = {c: _forward_costs(target, c, sizes) for c in contexts}
+    costs_by_turn = {
+        id(t): cost_tables[min(8192, 512 * max(1, round(len(t.ids) / 512)))]
+        for s in sessions.values()
+        for ts in s
+        for t in ts
+    }
+    # the drafter's time per call, measured on the real states of the turns
+    for session in itertools.chain.from_iterable(sessions.values()):
+        for turn in session:
+            for p in range(len(turn.ids) + 1, len(turn.tokens) - 1, 7):
+                turn.dlite(p, 7)
+    drafter_s = statistics.median(d for s in itertools.chain.from_iterable(sessions.values()) for t in s
+                                  for d in t.draft_s)  # fmt: skip
+    lookup_s = 10e-6  # benchmarks/lookup_cost.py: a few microseconds a round, at every context length
+
+    rules = [(10**9, 16, 1.0, False, 0)]  # the drafter alone
+    for m, n, f in itertools.product((2, 3, 4, 6, 8), (8, 16, 32), (0.5, 1.0, 2.0, 1e9)):
+        rules.append((m, n, f, False, 0))
+        for trust in (8, 16):
+            rules.append((m, n, f, True, trust))
+    results = []
+    for rule in rules:
+        row = {"rule": dict(zip(("min_match", "lookup_tokens", "length_factor", "gate", "trust"), rule))}
+        for label, turns in sessions.items():
+            row[label] = replay(turns, rule, costs_by_turn, drafter_s, lookup_s, args.max_new_tokens)
+        row["all"] = replay(
+            [t for s in sessions.values() for t in s], rule, costs_by_turn, drafter_s, lookup_s, args.max_new_tokens
+        )
+        results.append(row)
+    results.sort(key=lambda r: -r["all"]["speedup_est"])
+    labels = [*sessions, "all"]
+    print(f"drafter {1000 * drafter_s:.1f} ms/call; forward costs (ms) by context:")
+    for c, table in cost_tables.items():
+        print(f"  {c}: " + ", ".join(f"q={q} {1000 * t:.1f}" for q, t in table.items()))
+    print("| rule | " + " | ".join(labels) + " |")
+    for row in [*results[:15], next(r for r in results if r["rule"]["min_match"] == 10**9)]:
+        rule = row["rule"]
+        name = (
+            "drafter only"
+            if rule["min_match"] == 10**9
+            else f"m{rule['min_match']} N{rule['lookup_tokens']} f{rule['length_factor']:g}"
+            + (f" gate<{rule['trust']}" if rule["gate"] else "")
+        )
+        print(f"| {name} | " + " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.2f}x" for lb in labels))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+                "split": "tuning (train split prompts, tuning coding session)",
+                "threads": 1,
+                "drafter_ms_per_call": 1000 * drafter_s,
+                "forward_ms": {str(c): {str(q): 1000 * t for q, t in tb.items()} for c, tb in cost_tables.items()},
+                "turns": {label: sum(len(s) for s in ss) for label, ss in sessions.items()},
+                "duration_s": time.time() - started,
+                "rules": results,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
