@@ -6,8 +6,8 @@
 #   ABLATION="runs/smollm2/stable3/checkpoint-400 runs/smollm2/nohead3/checkpoint-400" (scripts/train_smollm2.sh)
 #
 # 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k): plain / prompt
-#    lookup / DLite (the checkpoint's adaptive drafting) / DLite with K drafts every round, then plain / the
-#    history-based drafter (the history-aware teacher, drafting with its growing history);
+#    lookup / DLite (the checkpoint's adaptive drafting) / DLite with K drafts every round / the hybrid (DLite plus
+#    a suffix index of the session, one DraftSession per multi-turn session), then plain / the history-based drafter (the history-aware teacher, drafting with its growing history);
 # 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
 #    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
 # 3. ablation (if ABLATION is set): two drafters from the same init, data, steps and seed, with and without the
@@ -23,8 +23,8 @@ COMMON=(--target smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" --no-progress)
 
 MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096
       --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed "${MAIN[@]}" \
-    --name smollm2-135m-main
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
+    "${MAIN[@]}" --name smollm2-135m-main
 # the history-based drafter on the same sessions (its rounds take seconds at 4k: about 3/4 of the old joint run)
 "$BENCH" bench "${COMMON[@]}" --drafter-history "$HISTORY" --methods plain,history "${MAIN[@]}" \
     --name smollm2-135m-main-history
@@ -45,17 +45,18 @@ fi
     --no-progress --methods plain,prompt_lookup,assisted --workloads code,math --num-prompts 2 --max-new-tokens 64 \
     --name qwen2.5-coder-0.5b-assisted
 
-# 5. agentic sessions past 8k tokens (plain / prompt lookup / DLite; the history drafter would take minutes a round)
+# 5. agentic sessions past 8k tokens (plain / prompt lookup / DLite / hybrid; the history drafter would take
+#    minutes a round)
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" \
-    --methods plain,prompt_lookup,dlite --workloads agentic --num-prompts 1 --max-new-tokens 64 \
+    --methods plain,prompt_lookup,dlite,hybrid --workloads agentic --num-prompts 1 --max-new-tokens 64 \
     --agentic-max-tokens 12288 --agentic-max-turns 7 --coding-sessions 1 --bfcl-sessions 0 --name smollm2-135m-agentic-long
 
 # 6. BFCL v4 multi-turn sessions (tool results from BFCL's executable backends), contexts 3k-6k tokens, plus one
 #    ToolTalk conversation (the history drafter is left out: seconds per round at these lengths, see scaling)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed \
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
     --workloads agentic --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 --agentic-max-tokens 8192 \
     --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl
 # 7. the same on BFCL's long-context scenarios (large files and lists in the tool results), to 12k tokens
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite --workloads agentic \
-    --num-prompts 1 --bfcl-sessions 4 --bfcl-category multi_turn_long_context --coding-sessions 0 \
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,hybrid \
+    --workloads agentic --num-prompts 1 --bfcl-sessions 4 --bfcl-category multi_turn_long_context --coding-sessions 0 \
     --max-new-tokens 64 --agentic-max-tokens 12288 --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl-long

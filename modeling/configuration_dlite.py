@@ -121,7 +121,11 @@ class DLiteConfig(PreTrainedConfig):
             Hybrid drafting only (`generate(..., prompt_lookup_num_tokens=N)` with this drafter): a round drafts the
             continuation retrieved from the suffix index of the context when the longest earlier occurrence of the
             context's suffix is at least this many tokens long, and asks the drafter otherwise. Chosen on a tuning
-            split (`benchmarks/tune_hybrid.py`); a `DraftSession(min_match=...)` overrides it for its calls.
+            split (`benchmarks/simulate_hybrid.py`); a `DraftSession(min_match=...)` overrides it for its calls.
+        lookup_length_factor (`float`, defaults to 2.0):
+            Hybrid drafting only: a retrieved draft has at most this many tokens per matched token (a 5-token match
+            drafts up to 10; always at most N and at least 1): a long match predicts a long copy, a short one is
+            verified cheaply. Chosen with `lookup_min_match`.
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).
@@ -160,6 +164,7 @@ class DLiteConfig(PreTrainedConfig):
         draft_skip_threshold: float = 0.0,
         draft_lengths: list[int] | None = None,
         lookup_min_match: int = 4,
+        lookup_length_factor: float = 2.0,
         history_window: int = 0,
         mask_token_id: int | None = None,
         backbone_type: str = "qwen3",
@@ -191,6 +196,7 @@ class DLiteConfig(PreTrainedConfig):
         self.draft_skip_threshold = draft_skip_threshold
         self.draft_lengths = list(draft_lengths) if isinstance(draft_lengths, (list, tuple)) else draft_lengths
         self.lookup_min_match = lookup_min_match
+        self.lookup_length_factor = lookup_length_factor
         self.history_window = history_window
         self.mask_token_id = mask_token_id
         self.backbone_type = backbone_type
@@ -272,6 +278,13 @@ class DLiteConfig(PreTrainedConfig):
                 self.lookup_min_match,
                 "an integer >= 1 (the shortest matched suffix, in tokens, whose retrieved continuation a hybrid "
                 "round drafts)",
+            )
+        factor = self.lookup_length_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+            raise bad(
+                "lookup_length_factor",
+                factor,
+                "a positive number (retrieved draft tokens per matched token, e.g. 2.0)",
             )
         if not isinstance(self.use_sequential_head, bool):
             raise bad("use_sequential_head", self.use_sequential_head, "True or False")

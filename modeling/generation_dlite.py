@@ -8,7 +8,8 @@ accepted position instead, as a history-modelling drafter must.
 
 Hybrid drafting (`prompt_lookup_num_tokens=N` beside the drafter) adds a suffix index of the context
 (`suffix_index.py`): a round whose context suffix occurred before, at least `lookup_min_match` tokens long, drafts
-the up to N tokens that followed it there; every other round asks the drafter. A retrieved draft is
+what followed it there (at most N tokens, and `lookup_length_factor` per matched token); every other round asks the
+drafter. A retrieved draft is
 deterministic, so it is verified as a proposal with q = one-hot: no candidate logits, and transformers compares
 the target's own choice (greedy) or sample (sampling) with it, which is exact speculative sampling for a one-hot q.
 """
@@ -16,6 +17,7 @@ the target's own choice (greedy) or sample (sampling) with it, which is exact sp
 from __future__ import annotations
 
 import functools
+import math
 import inspect
 import threading
 import time
@@ -265,6 +267,7 @@ class DLiteCandidateGenerator(CandidateGenerator):
             self.min_match = (
                 self.session.min_match if self.session.min_match is not None else int(config.lookup_min_match)
             )
+            self.length_factor = float(config.lookup_length_factor)
         layers = find_decoder_layers(target, config.num_target_layers)
         rows = 0 if self.history_window != 0 else max(config.num_draft_tokens, lookup_tokens or 0) + 1
         self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
@@ -317,7 +320,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
         if self.session is not None and budget > 0:
             match = self.session.index.lookup(min(self.lookup_tokens, budget))
             if match.length >= self.min_match and match.continuation:
-                tokens = torch.tensor([match.continuation], dtype=input_ids.dtype, device=input_ids.device)
+                length = max(1, math.ceil(self.length_factor * match.length))
+                tokens = torch.tensor([match.continuation[:length]], dtype=input_ids.dtype, device=input_ids.device)
                 self._source_now = "lookup"
             looked_up = time.perf_counter()
             self.stats.lookup_time_s += looked_up - started

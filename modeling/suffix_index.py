@@ -19,7 +19,11 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-__all__ = ["DraftSession", "LookupMatch", "SuffixIndex"]
+__all__ = ["DEFAULT_LOOKUP_TOKENS", "DraftSession", "LookupMatch", "SuffixIndex"]
+
+# The cap on a retrieved draft (`prompt_lookup_num_tokens`) that dlite-hf's own commands use: chosen on the tuning
+# split by `benchmarks/simulate_hybrid.py` from the measured cost of verifying longer blocks.
+DEFAULT_LOOKUP_TOKENS = 32
 
 
 class LookupMatch(NamedTuple):

@@ -153,7 +153,7 @@ def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny,
         bfcl_sessions=0,
     )  # fmt: skip
     methods = make_methods({"plain": None, "dlite": drafters["dlite"], "hybrid": drafters["dlite"]})
-    assert methods[2].lookup_tokens == 16 and methods[2].generate_kwargs(None)["prompt_lookup_num_tokens"] == 16
+    assert methods[2].lookup_tokens == 32 and methods[2].generate_kwargs(None)["prompt_lookup_num_tokens"] == 32
     result = run_bench(target, tokenizer, methods, workloads, max_new_tokens=12, progress=False, warmup=False)
     assert result["ok"] is True
     hybrid = [r for r in result["records"] if r["method"] == "hybrid"]
@@ -164,7 +164,8 @@ def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny,
     assert sum(r["lookup_accepted"] for r in hybrid) > 0
     assert "lookup_rounds" not in next(r for r in result["records"] if r["method"] == "dlite")
     described = result["methods"]["hybrid"]["hybrid"]
-    assert described["prompt_lookup_num_tokens"] == 16 and described["lookup_min_match"] == 4
+    assert described["prompt_lookup_num_tokens"] == 32 and described["lookup_min_match"] == 4
+    assert described["lookup_length_factor"] == 2.0
 
 
 def _patch_cli(monkeypatch, tiny, tokenizer) -> None:

@@ -11,6 +11,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
+
 DEFAULT_TARGET = "smollm2-135m"
 
 
@@ -65,6 +67,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .prompts import load_prompts
     from .training.regenerate import chat_prompt_ids
 
+    if args.lookup_tokens < 0 or args.lookup_tokens > 256:
+        raise SystemExit(
+            f"--lookup-tokens {args.lookup_tokens} is invalid: expected 0 (DLite drafts only) or 1..256 (hybrid "
+            "drafting: the cap on a draft retrieved from the context)."
+        )
     _set_threads(args.threads)
     target, tokenizer, _ = open_target(args.target)
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
@@ -75,8 +82,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for workload in args.workloads.split(","):
         prompts += [(workload, p) for p in load_prompts(workload, "eval", limit=args.num_prompts)]
     rows = []
+    decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
+    extra = {"prompt_lookup_num_tokens": args.lookup_tokens} if args.lookup_tokens else {}
     print(
-        f"target={args.target} drafter={drafter_dir} threads={torch.get_num_threads()} "
+        f"target={args.target} drafter={drafter_dir} decoding={decoding} threads={torch.get_num_threads()} "
         f"max_new_tokens={args.max_new_tokens}"
     )
     for workload, prompt in prompts:
@@ -85,7 +94,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         plain = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
         plain_s = time.perf_counter() - start
         start = time.perf_counter()
-        fast = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False, assistant_model=drafter)
+        fast = target.generate(
+            ids, max_new_tokens=args.max_new_tokens, do_sample=False, assistant_model=drafter, **extra
+        )
         dlite_s = time.perf_counter() - start
         stats = drafter.last_generation_stats
         n_plain, n_fast = plain.shape[1] - ids.shape[1], fast.shape[1] - ids.shape[1]
@@ -110,6 +121,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     total_dlite = sum(r["new_tokens"] / r["dlite_tok_s"] for r in rows)
     tokens = sum(r["new_tokens"] for r in rows)
     summary = {
+        "decoding": decoding,
         "prompts": len(rows),
         "plain_tok_s": tokens / total_plain,
         "dlite_tok_s": tokens / total_dlite,
@@ -446,6 +458,13 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--num-prompts", type=int, default=2, help="eval prompts per workload")
     compare.add_argument("--max-new-tokens", type=int, default=96)
     compare.add_argument("--threads", type=int, default=1)
+    compare.add_argument(
+        "--lookup-tokens",
+        type=int,
+        default=HYBRID_LOOKUP_TOKENS,
+        help="hybrid drafting: DLite plus drafts retrieved from the context, at most this many a round (default "
+        f"{HYBRID_LOOKUP_TOKENS}, the decoding measured fastest: README); 0 = DLite drafts only",
+    )
     compare.add_argument("--out", default=None, help="write the rows and summary as JSON here")
     compare.set_defaults(func=cmd_compare)
 

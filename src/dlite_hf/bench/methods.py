@@ -7,7 +7,7 @@
                     config says (``draft_confidence_threshold``: stop a round's drafts where the drafter's confidence
                     falls below it; ``draft_skip_threshold``: propose nothing when the first draft is unlikely)
 ``dlite_fixed``     the same drafter drafting K tokens every round (both thresholds 0, the paper's decoding)
-``hybrid``          the DLite drafter plus a suffix index of the session (``prompt_lookup_num_tokens=16`` beside
+``hybrid``          the DLite drafter plus a suffix index of the session (``prompt_lookup_num_tokens=32`` beside
                     ``assistant_model``): a round whose context suffix occurred before (at least
                     ``lookup_min_match`` tokens) drafts what followed it there, every other round asks the drafter;
                     a multi-turn session keeps one ``DraftSession`` (one index) across its turns
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from torch import nn
+
+from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
 
 __all__ = [
     "DLITE_METHODS",
@@ -72,7 +74,7 @@ FIXED_K_OVERRIDES: dict[str, Any] = {
     "draft_lengths": None,
 }
 PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
-HYBRID_LOOKUP_TOKENS = 16  # the hybrid's cap on a retrieved draft (benchmarks/tune_hybrid.py chose it)
+HYBRID_LOOKUP_TOKENS = DEFAULT_LOOKUP_TOKENS  # the hybrid's cap on a retrieved draft
 
 
 @dataclass
@@ -178,6 +180,7 @@ class BenchMethod:
                     "lookup_min_match": self.lookup_min_match
                     if self.lookup_min_match is not None
                     else getattr(config, "lookup_min_match", None),
+                    "lookup_length_factor": getattr(config, "lookup_length_factor", None),
                     "session_per_benchmark_session": True,
                 }
             info["drafter"]["parameters"] = sum(p.numel() for p in self.model.parameters())
