@@ -17,8 +17,8 @@ the target's own choice (greedy) or sample (sampling) with it, which is exact sp
 from __future__ import annotations
 
 import functools
-import math
 import inspect
+import math
 import threading
 import time
 import weakref
