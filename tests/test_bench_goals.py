@@ -78,3 +78,26 @@ def test_markdown_lists_every_goal():
     goals = evaluate_goals([])
     lines = goals_markdown(goals)
     assert len(lines) == 2 + len(goals) and all("not measured" in line for line in lines[2:])
+
+
+def test_hybrid_goals_only_when_the_run_has_the_hybrid():
+    base = [_row("chat", "dlite", 1.2, 2.0), _row("chat", "prompt_lookup", 1.1, 1.5)]
+    assert not [g for g in evaluate_goals(base) if "hybrid" in g["goal"]]
+    summary = [
+        *base,
+        _row("chat", "hybrid", 1.2, 2.1),
+        _row("agentic", "dlite", 1.1, 1.9),
+        _row("agentic", "prompt_lookup", 1.4, 3.8),
+        _row("agentic", "hybrid", 1.7, 3.9),
+        _row("code", "dlite", 1.3, 2.3),
+        _row("code", "prompt_lookup", 0.9, 1.3),
+        _row("code", "hybrid", 1.25, 2.2),
+    ]
+    goals = {g["goal"]: g for g in evaluate_goals(summary) if "hybrid" in g["goal"]}
+    assert goals["chat: hybrid tau >= the best of prompt_lookup and dlite"]["met"] is True
+    assert goals["code: hybrid tau >= the best of prompt_lookup and dlite"]["met"] is False
+    agentic = goals["agentic: hybrid speedup >= 1.25x prompt_lookup's"]
+    assert agentic["met"] is False and "1.70x vs 1.40x" in agentic["measured"]  # 1.70 < 1.25 * 1.40 = 1.75
+    assert goals["chat: hybrid speedup >= dlite speedup"]["met"] is True  # a tie meets it
+    assert goals["code: hybrid speedup >= dlite speedup"]["met"] is False
+    assert "math: hybrid speedup >= dlite speedup" not in goals  # math was not run with the hybrid

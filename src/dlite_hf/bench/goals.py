@@ -16,6 +16,7 @@ GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
 SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt lookup's on these
 MAX_AGENTIC_TAU_DROP = 0.25  # agentic tau within 25% of general tau
 MAX_DRAFTER_MS_SPREAD = 0.15  # drafter ms per round varies by less than 15% across context lengths
+HYBRID_AGENTIC_FACTOR = 1.25  # the hybrid's agentic speedup is at least 1.25x prompt lookup's
 
 
 def _rows(summary: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -89,19 +90,46 @@ def _drafter_ms_goal(rows, method: str, history: str) -> dict[str, Any]:
     return _goal(name, spread < MAX_DRAFTER_MS_SPREAD, text)
 
 
+def _hybrid_goals(rows, hybrid: str, method: str, peer: str) -> list[dict[str, Any]]:
+    """The hybrid issue's goals, for every workload of the run that has the hybrid."""
+    goals = []
+    workloads = list(dict.fromkeys(w for (w, m) in rows if m == hybrid and w != "all"))
+    for workload in workloads:
+        name = f"{workload}: {hybrid} tau >= the best of {peer} and {method}"
+        mine, others = rows[(workload, hybrid)], [rows.get((workload, m)) for m in (peer, method)]
+        if any(o is None for o in others):
+            goals.append(_goal(name, None, f"not measured (run workload {workload} with {peer},{method})"))
+            continue
+        best = max(o["mean_tau"] for o in others)
+        goals.append(_goal(name, mine["mean_tau"] >= best, f"{mine['mean_tau']:.2f} vs {best:.2f}"))
+    for workload in (w for w in workloads if w == "agentic" or w.startswith("agentic")):
+        name = f"{workload}: {hybrid} speedup >= {HYBRID_AGENTIC_FACTOR}x {peer}'s"
+        theirs = rows.get((workload, peer))
+        if theirs is None:
+            goals.append(_goal(name, None, f"not measured (run workload {workload} with {peer})"))
+            continue
+        a, b = rows[(workload, hybrid)]["speedup"], theirs["speedup"]
+        goals.append(_goal(name, a >= HYBRID_AGENTIC_FACTOR * b, f"{a:.2f}x vs {b:.2f}x ({a / b:.2f} of it)"))
+    goals += [_speedup_goal(rows, w, False, hybrid, method) for w in SPEEDUP_WORKLOADS if (w, hybrid) in rows]
+    return goals
+
+
 def evaluate_goals(
     summary: Sequence[Mapping[str, Any]],
     method: str = "dlite",
     peer: str = "prompt_lookup",
     history: str = "history",
     fixed: str = "dlite_fixed",
+    hybrid: str = "hybrid",
 ) -> list[dict[str, Any]]:
     """The performance goals of the benchmark issue, checked on one run's summary rows.
 
     The drafter-ms goal is checked for `method` and, when the run has it at two or more long-context lengths, for
     `fixed` too: the same drafter drafting K every round. With adaptive drafting a call's cost follows how many
     positions the drafter chose to draft (a skipped round runs one head step, a full one K), so only the fixed-K
-    method isolates how the drafting cost depends on the context.
+    method isolates how the drafting cost depends on the context. When the run has `hybrid`, its goals follow:
+    on every workload its tau is at least the best of `peer` and `method`; on agentic workloads its speedup is at
+    least 1.25x `peer`'s; on chat, code and math its speedup is at least `method`'s.
 
     Returns:
         One ``{"goal", "met", "measured"}`` dict per goal; ``met`` is True, False, or None (not measured here).
@@ -114,7 +142,7 @@ def evaluate_goals(
     fixed_goal = _drafter_ms_goal(rows, fixed, history)
     if fixed_goal["met"] is not None:  # only runs with the fixed-K method at two or more lengths
         goals.append(fixed_goal)
-    return goals
+    return goals + _hybrid_goals(rows, hybrid, method, peer)
 
 
 def goals_markdown(goals: Sequence[Mapping[str, Any]]) -> list[str]:
