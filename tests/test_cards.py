@@ -256,3 +256,29 @@ def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
     model = DLiteForSpeculation(config)
     model.save_pretrained(tmp_path)
     assert _num_parameters(tmp_path) == sum(p.numel() for p in model.parameters())
+
+
+def test_card_usage_shows_the_decoding_measured_fastest(tiny_checkpoint, tmp_path):
+    from dlite_hf.card_command import fastest_decoding
+    from dlite_hf.modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
+
+    def document(hybrid_speedup):
+        rows = [
+            {"workload": "all", "method": "plain", "mean_tau": 1.0, "speedup": 1.0},
+            {"workload": "all", "method": "dlite", "mean_tau": 1.8, "speedup": 1.1},
+            {"workload": "all", "method": "hybrid", "mean_tau": 2.4, "speedup": hybrid_speedup},
+        ]
+        return {"meta": {"command": "dlite-hf bench"}, "summary": rows}
+
+    assert fastest_decoding(document(1.3)) == "hybrid" and fastest_decoding(document(1.0)) == "dlite"
+    assert fastest_decoding(BENCH_DOCUMENT) is None  # no hybrid in the run: the card keeps the plain example
+    hybrid_call = f"prompt_lookup_num_tokens={DEFAULT_LOOKUP_TOKENS}"
+    for speedup, shown in ((1.3, True), (1.0, False)):
+        bench = tmp_path / f"bench-{speedup}.json"
+        bench.write_text(json.dumps(document(speedup)))
+        out = tmp_path / f"card-{speedup}.md"
+        assert (
+            cli_main(["card", "--checkpoint", str(tiny_checkpoint), "--bench-result", str(bench), "--out", str(out)])
+            == 0
+        )
+        assert (hybrid_call in out.read_text(encoding="utf-8")) is shown

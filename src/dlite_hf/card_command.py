@@ -156,11 +156,12 @@ def card_from_checkpoint(
     training_file = checkpoint / "dlite_training.json"
     if training_file.is_file():
         training = json.loads(training_file.read_text(encoding="utf-8"))
-    results = source = None
+    results = source = fastest = None
     if bench_result is not None:
         path = Path(bench_result)
         document = json.loads(path.read_text(encoding="utf-8"))
         results = bench_rows(document, methods)
+        fastest = fastest_decoding(document)
         command = document.get("meta", {}).get("command") if isinstance(document, dict) else None
         source = f"`{_display_path(path)}`" + (f", written by `{command}`" if command else "")
     return render_model_card(
@@ -175,7 +176,19 @@ def card_from_checkpoint(
         results_source=source,
         num_parameters=_num_parameters(checkpoint),
         extra_limits=extra_limits,
+        fastest=fastest,
     )
+
+
+def fastest_decoding(document: Any) -> str | None:
+    """``"hybrid"`` when a bench result's ``all`` row has the hybrid faster than the drafter alone, ``"dlite"``
+    when the drafter alone was faster, None when the result does not compare the two."""
+    if not isinstance(document, dict) or not isinstance(document.get("summary"), list):
+        return None
+    speed = {r.get("method"): r.get("speedup") for r in document["summary"] if r.get("workload") == "all"}
+    if speed.get("hybrid") is None or speed.get("dlite") is None:
+        return None
+    return "hybrid" if speed["hybrid"] > speed["dlite"] else "dlite"
 
 
 # --------------------------------------------------------------------------------------------------------------

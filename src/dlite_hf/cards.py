@@ -70,8 +70,12 @@ def render_model_card(
     results_are_paper: bool = False,
     num_parameters: int | None = None,
     extra_limits: list[str] | None = None,
+    fastest: str | None = None,
 ) -> str:
     """Render a card for a drafter with config `config`.
+
+    `fastest`: the decoding the usage example shows, ``"hybrid"`` (DLite plus a suffix index of the context,
+    `prompt_lookup_num_tokens`) or ``"dlite"`` (the default): the one the results measured fastest.
 
     `results` rows are printed as a table; `results_source` says where every number comes from (a bench result
     file, with the command that produced it), or set `results_are_paper=True` for figures quoted from the paper.
@@ -115,7 +119,19 @@ def render_model_card(
             f"{len(config.target_layer_ids)} layers at {past} and drafts {config.num_draft_tokens} tokens that the "
             "target verifies in one forward, so its drafting cost grows with the context."
         )
+    if fastest not in (None, "dlite", "hybrid"):
+        raise ValueError(f"fastest={fastest!r} is invalid: expected None, 'dlite' or 'hybrid'.")
+    usage_generate = "out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)"
+    if fastest == "hybrid":
+        from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
+
+        usage_generate = (
+            "# hybrid drafting (DLite plus a suffix index of the context), the decoding measured fastest (Results)\n"
+            "out = target.generate(\n    **inputs, assistant_model=drafter, "
+            f"prompt_lookup_num_tokens={DEFAULT_LOOKUP_TOKENS}, max_new_tokens=256\n)"
+        )
     values = {
+        "usage_generate": usage_generate,
         "intro_text": intro_text,
         "title": title or f"DLite drafter for {base_model}",
         "base_model": base_model,
