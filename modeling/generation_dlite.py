@@ -164,6 +164,11 @@ class DLiteGenerationStats:
         return self.rounds - self.lookup_rounds
 
     @property
+    def none_rounds(self) -> int:
+        """Forwards after the prefill that verified no draft (plain one-token steps: skipped, or no budget)."""
+        return max(0, self.target_forwards - 1 - self.rounds)
+
+    @property
     def dlite_drafted(self) -> int:
         return self.drafted - self.lookup_drafted
 
@@ -186,6 +191,7 @@ class DLiteGenerationStats:
             "tau": self.tau,
             "acceptance_rate": self.acceptance_rate,
             "dlite_rounds": self.dlite_rounds,
+            "none_rounds": self.none_rounds,
             "dlite_drafted": self.dlite_drafted,
             "dlite_accepted": self.dlite_accepted,
         }

@@ -135,6 +135,9 @@ def test_compare_streams_then_outputs_are_identical_under_greedy(tiny_models):
     assert "tau" in final.dlite_stats and "draft rounds" in final.dlite_stats and "speedup" in final.dlite_stats
     stats = details["dlite"]["stats"]
     assert sum(stats["tokens_per_forward"]) == 12 == stats["new_tokens"]
+    # the DLite column runs the hybrid (the decoding measured fastest), and its statistics say so
+    assert "lookup_rounds" in stats and stats["lookup_time_s"] > 0
+    assert stats["rounds"] == stats["lookup_rounds"] + stats["dlite_rounds"]
     assert details["dlite"]["tokens_per_forward"] == stats["tokens_per_forward"]
     assert details["speedup"] > 0
     assert 'class="dlite-tokens"' in final.dlite_html
@@ -255,6 +258,20 @@ def test_importing_the_package_does_not_import_gradio():
     assert out.returncode == 0, out.stderr
     for flag in ("--target", "--drafter", "--host", "--port", "DLITE_TARGET", "DLITE_DRAFTER"):
         assert flag in out.stdout
+
+
+def test_app_reads_gradio_server_name_and_port(monkeypatch):
+    from dlite_hf.demo import parse_app_args
+
+    assert parse_app_args(argv=[]).port == 7860
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    args = parse_app_args(argv=[])
+    assert args.port == 7861 and args.host == "0.0.0.0"
+    assert parse_app_args(argv=["--port", "7999"]).port == 7999  # the flag wins
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "http")
+    with pytest.raises(SystemExit, match="GRADIO_SERVER_PORT='http' is invalid"):
+        parse_app_args(argv=[])
 
 
 # --------------------------------------------------------------------------------------------------------------

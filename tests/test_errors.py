@@ -237,6 +237,22 @@ def test_config_that_does_not_match_the_weights(saved, loader, field, value, key
     assert key in message and "config.json belongs to these weights" in message, message
 
 
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ({"num_draft_tokens": 0}, "num_draft_tokens=0"),
+        ({"target_layer_ids": [0, 1, 40]}, "target_layer_ids=[0, 1, 40]"),
+        ({"draft_lengths": [99]}, "draft_lengths=[99]"),
+        ({"lookup_min_match": 0}, "lookup_min_match=0"),
+    ],
+)
+def test_load_time_overrides_are_validated(saved, override, field):
+    with pytest.raises(ValueError) as raised:
+        DLiteForSpeculation.from_pretrained(saved, **override)
+    message = str(raised.value)
+    assert f"DLiteConfig.{field} is invalid" in message and "keyword overrides" in message, message
+
+
 def test_intact_checkpoint_still_loads_and_returns_loading_info(saved):
     model, info = DLiteForSpeculation.from_pretrained(saved, output_loading_info=True)
     assert isinstance(model, DLiteForSpeculation)
@@ -288,3 +304,39 @@ def test_install_refuses_a_changed_method(monkeypatch):
     with pytest.raises(RuntimeError, match="changed GenerationMixin._get_candidate_generator"):
         install_generate_hook()
     assert GenerationMixin._get_candidate_generator is changed  # nothing was wrapped
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# command-line values refused before any model loads
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["compare", "--num-prompts", "0"], "--num-prompts 0 is invalid"),
+        (["compare", "--threads", "0"], "--threads 0 is invalid"),
+        (["compare", "--max-new-tokens", "-5"], "--max-new-tokens -5 is invalid"),
+        (["compare", "--lookup-tokens", "300"], "--lookup-tokens 300 is invalid"),
+        (["regenerate", "--out", "unused.jsonl", "--limit", "0"], "--limit 0 is invalid"),
+        (["regenerate", "--out", "unused.jsonl", "--limit", "-1"], "--limit -1 is invalid"),
+        (["regenerate", "--out", "unused.jsonl", "--threads", "0"], "--threads 0 is invalid"),
+        (["bench", "--methods", ""], "No method given"),
+        (["bench", "--methods", "hybrid", "--lookup-tokens", "0"], "--lookup-tokens 0 is invalid"),
+        (["bench", "--methods", "hybrid", "--lookup-min-match", "0"], "--lookup-min-match 0 is invalid"),
+    ],
+)
+def test_cli_refuses_bad_counts_before_loading_anything(argv, expected, monkeypatch, tmp_path):
+    from dlite_hf import assets
+    from dlite_hf.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(assets, "open_target", no_loading)
+    with pytest.raises(SystemExit) as raised:
+        main(argv)
+    assert expected in str(raised.value), raised.value
+    assert not list(tmp_path.iterdir())  # nothing written

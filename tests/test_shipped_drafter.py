@@ -70,4 +70,9 @@ def test_compare_command_reports_tau_per_workload(tmp_path, capsys):
     assert summary["all_identical"] is True and summary["prompts"] == 2
     assert summary["mean_tau_by_workload"] == {r["workload"]: pytest.approx(r["tau"]) for r in rows}
     assert all(r["tau"] > 1.0 for r in rows)  # the shipped drafter accepts drafts on code and math
+    assert summary["decoding"] == "hybrid (prompt_lookup_num_tokens=32)"  # the default: measured fastest
+    assert main([*argv, "--lookup-tokens", "0", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["decoding"] == "DLite"
+    with pytest.raises(SystemExit, match="--lookup-tokens -1 is invalid"):
+        main([*argv, "--lookup-tokens", "-1"])
     assert "identical=True" in capsys.readouterr().out

@@ -26,6 +26,8 @@ def default_drafter_dir() -> Path:
 
 
 def _set_threads(threads: int | None) -> None:
+    if threads is not None and threads < 1:
+        raise SystemExit(f"--threads {threads} is invalid: expected a positive integer (or leave it out).")
     if threads:
         import torch
 
@@ -67,6 +69,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .prompts import load_prompts
     from .training.regenerate import chat_prompt_ids
 
+    for flag in ("num_prompts", "max_new_tokens", "threads"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(
+                f"--{flag.replace('_', '-')} {getattr(args, flag)} is invalid: expected a positive integer."
+            )
     if args.lookup_tokens < 0 or args.lookup_tokens > 256:
         raise SystemExit(
             f"--lookup-tokens {args.lookup_tokens} is invalid: expected 0 (DLite drafts only) or 1..256 (hybrid "
@@ -167,6 +174,10 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     from .prompts import training_mix, write_jsonl
     from .training.regenerate import read_jsonl, regenerate
 
+    if args.limit is not None and args.limit < 1:
+        raise SystemExit(
+            f"--limit {args.limit} is invalid: expected a positive number of prompts (leave it out for all)."
+        )
     _set_threads(args.threads)
     device = _regen_device(args.device)  # --dtype is checked by argparse (choices=REGEN_DTYPES)
     if args.prompts is None:
@@ -175,7 +186,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
             write_jsonl(training_mix(args.per_workload, seed=args.seed), path)
         args.prompts = str(path)
     prompts = read_jsonl(args.prompts)
-    if args.limit:
+    if args.limit is not None:
         prompts = prompts[: args.limit]
     target, tokenizer, _ = open_target(args.target)
     target = target.to(device=device, dtype=getattr(torch, args.dtype))

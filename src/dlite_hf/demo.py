@@ -15,6 +15,7 @@ streamed chunk, so tests call them directly, without a browser or a server.
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import os
@@ -42,6 +43,7 @@ __all__ = [
     "build_demo",
     "load_examples",
     "load_models",
+    "parse_app_args",
 ]
 
 DEFAULT_TARGET = "smollm2-135m"
@@ -880,3 +882,41 @@ def env_default(name: str, fallback: str | None) -> str | None:
     """``$name`` if set and non-empty, else ``fallback`` (used by app.py for DLITE_TARGET / DLITE_DRAFTER)."""
     value = os.environ.get(name, "").strip()
     return value or fallback
+
+
+def _env_port() -> int:
+    value = env_default("GRADIO_SERVER_PORT", "7860")
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise SystemExit(f"GRADIO_SERVER_PORT={value!r} is invalid: expected a port number (1-65535), e.g. 7861.")
+    return int(value)
+
+
+def parse_app_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's flags; unknown arguments are ignored (so `gradio app.py` and hosted runners can import it)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--target",
+        default=env_default(TARGET_ENV, DEFAULT_TARGET),
+        help=f"target model: a registry name or a local folder (env {TARGET_ENV}; default {DEFAULT_TARGET})",
+    )
+    parser.add_argument(
+        "--drafter",
+        default=env_default(DRAFTER_ENV, None),
+        help=f"DLite drafter folder (env {DRAFTER_ENV}; default: the shipped drafters/dlite-smollm2-135m)",
+    )
+    parser.add_argument(
+        "--host",
+        default=env_default("GRADIO_SERVER_NAME", "127.0.0.1"),
+        help="address to listen on (0.0.0.0 for every interface; env GRADIO_SERVER_NAME, gradio's convention)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=_env_port(),
+        help="port (env GRADIO_SERVER_PORT, gradio's convention; default 7860)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice; 1 = stable timings)"
+    )
+    parser.add_argument("--no-warm-up", action="store_true", help="skip the short warm-up generation at start")
+    return parser.parse_known_args(argv)[0]

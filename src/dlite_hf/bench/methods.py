@@ -200,6 +200,8 @@ class BenchMethod:
 def parse_methods(spec: str | Iterable[str]) -> list[str]:
     """Split and validate a method list; ``plain`` is always run first (it is the reference)."""
     names = [m.strip() for m in (spec.split(",") if isinstance(spec, str) else spec) if m.strip()]
+    if not names:
+        raise ValueError(f"No method given ({spec!r}); allowed: {', '.join(METHOD_CHOICES)}.")
     unknown = [m for m in names if m not in METHOD_CHOICES]
     if unknown:
         raise ValueError(f"Unknown method(s) {', '.join(unknown)}; allowed: {', '.join(METHOD_CHOICES)}.")
