@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.dlite-installed
 
-.PHONY: setup assets demo run test lint clean
+.PHONY: setup assets demo run test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ run: assets
 
 test: assets
 	$(PY) -m pytest -q
+
+# the unit tests that need no downloaded model (tiny seeded models built in code); CI runs them within `make test`
+test-fast: setup
+	$(PY) -m pytest -q -m "not real and not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

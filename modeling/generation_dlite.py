@@ -21,6 +21,7 @@ import inspect
 import math
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,13 +32,12 @@ from transformers.generation.candidate_generator import CandidateGenerator
 
 from .suffix_index import DraftSession
 
-# The private method of transformers the hook wraps, and the parameters it is known to take.
+# The private method of transformers the hook wraps, and the parameters it must have (by name; others may come and
+# go, and their order does not matter): what the hook reads, and what a DLite candidate generator needs.
 _HOOKED_METHOD = "_get_candidate_generator"
-_EXPECTED_PARAMETERS = (
-    "self",
+_REQUIRED_PARAMETERS = (
     "generation_config",
     "input_ids",
-    "inputs_tensor",
     "logits_processor",
     "model_kwargs",
     "assistant_model",
@@ -234,6 +234,12 @@ class DLiteCandidateGenerator(CandidateGenerator):
                 "and caps the retrieved draft's length: expected an int in [1, 256] (e.g. 16), or None for DLite "
                 "drafts only."
             )
+        for option in ("assistant_early_exit", "use_mtp"):
+            if getattr(generation_config, option, None) not in (None, False):
+                raise ValueError(
+                    f"generate() got a DLite assistant_model and {option}={getattr(generation_config, option)!r}; "
+                    f"{option} is another speculative method (the target drafts for itself). Pass one of them."
+                )
         if getattr(generation_config, "speculation_type", None) not in (None, "dlite"):
             raise ValueError(
                 f"generate() got a DLite assistant_model with speculation_type={generation_config.speculation_type!r}"
@@ -430,66 +436,71 @@ class DLiteCandidateGenerator(CandidateGenerator):
             stats.lookup_time_s += time.perf_counter() - started
 
 
-def _check_hooked_signature(method: Any) -> None:
-    parameters = tuple(inspect.signature(method).parameters)
-    if parameters != _EXPECTED_PARAMETERS:
-        import transformers
+def _hook_problem(method: Any) -> str | None:
+    """Why `method` cannot be wrapped (a parameter the hook reads is gone), or None if it can."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError) as error:
+        return f"its signature cannot be read ({error})"
+    missing = [name for name in _REQUIRED_PARAMETERS if name not in parameters]
+    if missing:
+        return f"it has no parameter {', '.join(missing)} (it has {', '.join(parameters)})"
+    return None
 
-        raise RuntimeError(
-            f"transformers {transformers.__version__} changed GenerationMixin.{_HOOKED_METHOD}: its parameters are "
-            f"{parameters}, dlite-hf was written for {_EXPECTED_PARAMETERS}. Install a supported transformers "
-            "(see constraints.txt: >=5.23,<5.25) or upgrade dlite-hf."
-        )
 
-
-def install_generate_hook() -> None:
+def install_generate_hook() -> bool:
     """Route `generate(assistant_model=m)` to `m.get_candidate_generator(...)` when `m` provides one.
 
     Idempotent (also across the package copy and a trust_remote_code copy of this file): every other case runs
-    transformers' original `_get_candidate_generator` unchanged.
+    transformers' original `_get_candidate_generator` unchanged. The wrapper dispatches on the assistant's
+    capability (a `get_candidate_generator` method) and reads the parameters it needs by name, so a transformers
+    release that adds, removes or reorders other parameters keeps working. If the method is gone or lost one of
+    those parameters, nothing is wrapped: a warning says so, every other generation mode is untouched, and
+    `generate(assistant_model=<DLite drafter>)` raises transformers' own error for an unknown assistant.
+    Returns whether the hook is installed.
     """
     from transformers.generation.utils import GenerationMixin
 
-    original = getattr(GenerationMixin, _HOOKED_METHOD)
+    original = getattr(GenerationMixin, _HOOKED_METHOD, None)
     if getattr(original, "_dlite_hook", False):
-        return
-    _check_hooked_signature(original)
+        return True
+    problem = "it does not exist" if original is None else _hook_problem(original)
+    if problem is not None:
+        import transformers
+
+        warnings.warn(
+            f"dlite-hf cannot route generate(assistant_model=<DLite drafter>) on transformers "
+            f"{transformers.__version__}: GenerationMixin.{_HOOKED_METHOD} changed ({problem}). Every other "
+            "generation mode works unchanged; for DLite drafting install a tested transformers (constraints.txt) "
+            "or a newer dlite-hf.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def _get_candidate_generator(
-        self,
-        generation_config,
-        input_ids,
-        inputs_tensor,
-        logits_processor,
-        model_kwargs,
-        assistant_model=None,
-        target_tokenizer=None,
-        assistant_tokenizer=None,
-    ):
-        factory = getattr(assistant_model, "get_candidate_generator", None)
-        if assistant_model is not None and callable(factory):
+    def _get_candidate_generator(self, *args, **kwargs):
+        assistant = None
+        try:
+            arguments = signature.bind(self, *args, **kwargs).arguments
+            assistant = arguments.get("assistant_model")
+        except TypeError:  # not a call this wrapper understands: transformers decides
+            arguments = {}
+        factory = getattr(assistant, "get_candidate_generator", None)
+        if assistant is not None and callable(factory):
             return factory(
                 target=self,
-                generation_config=generation_config,
-                input_ids=input_ids,
-                logits_processor=logits_processor,
-                model_kwargs=model_kwargs,
-                target_tokenizer=target_tokenizer,
-                assistant_tokenizer=assistant_tokenizer,
+                generation_config=arguments["generation_config"],
+                input_ids=arguments["input_ids"],
+                logits_processor=arguments.get("logits_processor"),
+                model_kwargs=arguments.get("model_kwargs"),
+                target_tokenizer=arguments.get("target_tokenizer"),
+                assistant_tokenizer=arguments.get("assistant_tokenizer"),
             )
-        return original(
-            self,
-            generation_config,
-            input_ids,
-            inputs_tensor,
-            logits_processor,
-            model_kwargs,
-            assistant_model=assistant_model,
-            target_tokenizer=target_tokenizer,
-            assistant_tokenizer=assistant_tokenizer,
-        )
+        return original(self, *args, **kwargs)
 
     _get_candidate_generator._dlite_hook = True
     _get_candidate_generator._dlite_original = original
     setattr(GenerationMixin, _HOOKED_METHOD, _get_candidate_generator)
+    return True

@@ -102,6 +102,14 @@ def fitted_pair():
     return target, drafter, prompts, sequences, loss
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that needs the real SmolLM2 files (through the `smollm2_dir` fixture) is a `real` test, so
+    `pytest -m "not real"` runs without a downloaded model."""
+    for item in items:
+        if "smollm2_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real)
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir():
     """The real SmolLM2-135M-Instruct, converted by `dlite-hf assets fetch smollm2-135m` (make assets)."""

@@ -12,7 +12,6 @@ from conftest import make_drafter
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf import prompts as P
-from dlite_hf.assets import fetch_model
 from dlite_hf.bench import command as bench_command
 from dlite_hf.bench import runner as bench_runner
 from dlite_hf.bench.methods import BenchMethod, make_methods
@@ -47,9 +46,9 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
+def tokenizer(smollm2_dir):
     """The real SmolLM2 tokenizer (ChatML template), so prompts are templated as for the real target."""
-    return AutoTokenizer.from_pretrained(fetch_model("smollm2-135m", progress=False))
+    return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 @pytest.fixture(scope="module")

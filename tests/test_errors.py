@@ -14,7 +14,7 @@ from transformers.generation.utils import GenerationMixin
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.modeling import generation_dlite
-from dlite_hf.modeling.generation_dlite import _check_hooked_signature, install_generate_hook
+from dlite_hf.modeling.generation_dlite import _hook_problem, install_generate_hook
 
 FIX_HINT = "A drafter only works with the target it was trained on: load the matching drafter"
 
@@ -265,45 +265,72 @@ def test_intact_checkpoint_still_loads_and_returns_loading_info(saved):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_hooked_signature_check():
+def test_hook_reads_parameters_by_name():
     original = GenerationMixin._get_candidate_generator._dlite_original
-    _check_hooked_signature(original)  # the installed transformers is the supported one
-    _check_hooked_signature(GenerationMixin._get_candidate_generator)  # the wrapper keeps the signature
+    assert _hook_problem(original) is None  # the installed transformers
+    assert _hook_problem(GenerationMixin._get_candidate_generator) is None  # the wrapper keeps the signature
 
     def changed(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model):
         return None
 
-    with pytest.raises(RuntimeError) as raised:
-        _check_hooked_signature(changed)
-    message = str(raised.value)
-    assert "changed GenerationMixin._get_candidate_generator" in message, message
-    assert "'assistant_tokenizer'" in message and "Install a supported transformers" in message
+    problem = _hook_problem(changed)
+    assert "no parameter target_tokenizer, assistant_tokenizer" in problem and "(it has self, " in problem
 
-    def renamed(
-        self,
-        config,
-        input_ids,
-        inputs_tensor,
-        logits_processor,
-        model_kwargs,
-        assistant_model=None,
-        target_tokenizer=None,
-        assistant_tokenizer=None,
-    ):
+    def reordered_with_a_new_option(
+        self, input_ids, generation_config, logits_processor, model_kwargs, assistant_model=None,
+        target_tokenizer=None, assistant_tokenizer=None, inputs_tensor=None, new_option=None,
+    ):  # fmt: skip
         return None
 
-    with pytest.raises(RuntimeError, match="'config'"):
-        _check_hooked_signature(renamed)
+    assert _hook_problem(reordered_with_a_new_option) is None  # other parameters may come, go and move
 
 
-def test_install_refuses_a_changed_method(monkeypatch):
+def test_a_changed_method_is_left_alone_with_a_warning(monkeypatch, pair):
+    target, _ = pair
+
     def changed(self, generation_config, input_ids, logits_processor, model_kwargs, assistant_model=None):
         return None
 
     monkeypatch.setattr(GenerationMixin, generation_dlite._HOOKED_METHOD, changed)
-    with pytest.raises(RuntimeError, match="changed GenerationMixin._get_candidate_generator"):
-        install_generate_hook()
+    with pytest.warns(RuntimeWarning, match="cannot route generate") as caught:
+        assert install_generate_hook() is False
+    assert "Every other generation mode works unchanged" in str(caught[0].message)
     assert GenerationMixin._get_candidate_generator is changed  # nothing was wrapped
+    ids = _prompt()
+    assert target.generate(ids, max_new_tokens=3, do_sample=False).shape[1] == ids.shape[1] + 3  # plain still works
+
+
+def test_a_new_optional_parameter_keeps_dlite_working(monkeypatch, pair):
+    target, drafter = pair
+    original = GenerationMixin._get_candidate_generator._dlite_original
+
+    def newer(
+        self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None,
+        target_tokenizer=None, assistant_tokenizer=None, new_option=None,
+    ):  # fmt: skip
+        return original(
+            self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
+            assistant_model=assistant_model, target_tokenizer=target_tokenizer,
+            assistant_tokenizer=assistant_tokenizer,
+        )  # fmt: skip
+
+    monkeypatch.setattr(GenerationMixin, generation_dlite._HOOKED_METHOD, newer)
+    assert install_generate_hook() is True and GenerationMixin._get_candidate_generator._dlite_original is newer
+    ids = _prompt()
+    plain = target.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(target.generate(ids, max_new_tokens=6, do_sample=False, assistant_model=drafter), plain)
+    assert drafter.last_generation_stats.rounds > 0  # the DLite generator ran
+    lookup = target.generate(ids, max_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=3)
+    assert torch.equal(lookup, plain)  # transformers' own prompt lookup still goes through the original
+
+
+@pytest.mark.parametrize("option", [{"assistant_early_exit": 2}, {"use_mtp": True}])
+def test_transformers_own_self_drafting_is_not_pre_empted(pair, option):
+    target, drafter = pair
+    with pytest.raises(ValueError) as raised:
+        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, **option)
+    message = str(raised.value)
+    assert f"{next(iter(option))}=" in message and "Pass one of them" in message, message
 
 
 # ---------------------------------------------------------------------------------------------------------------------
