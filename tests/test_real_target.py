@@ -114,3 +114,33 @@ def test_hybrid_is_lossless_on_real_agentic_turns_and_reuses_the_session(smollm2
             reply = tokenizer.decode(plain[0, ids.shape[1] :], skip_special_tokens=True).strip()
             history = messages + [{"role": "assistant", "content": reply}]
     assert lookup_accepted > 0
+
+
+def test_hybrid_stops_at_stop_strings_inside_a_retrieved_block(smollm2, random_drafter):
+    """A session that already saw the whole reply retrieves it in long blocks; a stop string inside such a block
+    must end the output exactly where plain decoding ends it."""
+    from dlite_hf import DraftSession
+
+    target, tokenizer = smollm2
+    ids = _real_prompts(tokenizer)[2]
+    plain = target.generate(ids, max_new_tokens=40, do_sample=False)
+    words = tokenizer.decode(plain[0, ids.shape[1] :], skip_special_tokens=True).split()
+    checked = 0
+    for stop in dict.fromkeys(words[3:9]):
+        expected = target.generate(ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+        session = DraftSession(min_match=1)
+        with session:
+            session.index.start_stream(plain[0].tolist())  # the reply is in the index: retrieved in one block
+            hybrid = target.generate(
+                ids,
+                max_new_tokens=40,
+                do_sample=False,
+                stop_strings=[stop],
+                tokenizer=tokenizer,
+                assistant_model=random_drafter,
+                prompt_lookup_num_tokens=32,
+            )
+        assert torch.equal(hybrid, expected), stop
+        assert random_drafter.last_generation_stats.lookup_rounds > 0
+        checked += expected.shape[1] < plain.shape[1]
+    assert checked >= 3
