@@ -10,9 +10,13 @@ shares no prompt with any benchmark.
 
 Rules: a round drafts the retrieved continuation when the matched suffix has at least `m` tokens, `min(N, f x
 match length)` of them (at least 1); with `gate`, a match shorter than `trust` tokens is drafted only when the
-drafter's first draft agrees with it. Otherwise the drafter drafts (its checkpoint's adaptive decoding).
+drafter's first draft agrees with it; with `adapt`, a retrieved draft that got nothing accepted raises the
+threshold for the rest of the call to one more than its match, and one that did lowers it by one (not below m).
+Otherwise the drafter drafts (its checkpoint's adaptive decoding). `--replay-data FILE` keeps what the replay needs,
+so a second run compares rules without loading a model.
 
-    .venv/bin/python benchmarks/simulate_hybrid.py --out benchmarks/results/smollm2-135m-hybrid-rules.json
+    .venv/bin/python benchmarks/simulate_hybrid.py --replay-data runs/hybrid-replay.json \
+        --out benchmarks/results/smollm2-135m-hybrid-rules.json
 """
 
 from __future__ import annotations
@@ -66,41 +70,47 @@ def _cost(costs: dict[int, float], q: int) -> float:
 
 
 class Turn:
-    """One turn's plain output, its tapped states, and the drafter's drafts at every position (cached)."""
+    """One turn's plain output and the drafter's drafts after every committed position (from teacher-forced
+    states: one target forward over the prompt and plain's reply)."""
 
-    def __init__(self, target, drafter, ids: list[int], plain: list[int]):
+    def __init__(self, ids: list[int], plain: list[int], drafts: dict[int, list[int]], draft_s: list[float]):
+        self.ids, self.plain, self.tokens = ids, plain, ids + plain
+        self._drafts, self.draft_s = drafts, draft_s
+
+    @classmethod
+    def measure(cls, target, drafter, ids: list[int], plain: list[int]) -> Turn:
         import torch
 
         from dlite_hf.training.features import target_features
 
-        self.ids, self.plain, self.drafter = ids, plain, drafter
-        sequence = torch.tensor([ids + plain])
+        tokens = ids + plain
         with torch.no_grad():
-            self.states, _ = target_features(target, sequence, drafter.config.target_layer_ids)
-        self.tokens = ids + plain
-        self._drafts: dict[int, list[int]] = {}
-        self.draft_s: list[float] = []
+            states, _ = target_features(target, torch.tensor([tokens]), drafter.config.target_layer_ids)
+        drafts, times = {}, []
+        for position in range(len(ids) + 1, len(tokens)):  # every position a round can start from
+            started = time.perf_counter()
+            out, _ = drafter.draft(states[:, position - 2], torch.tensor([tokens[position - 1]]))
+            times.append(time.perf_counter() - started)
+            drafts[position] = out[0].tolist()
+        return cls(ids, plain, drafts, times)
+
+    def to_json(self) -> dict:
+        return {"ids": self.ids, "plain": self.plain, "drafts": {str(k): v for k, v in self._drafts.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Turn:
+        return cls(data["ids"], data["plain"], {int(k): v for k, v in data["drafts"].items()}, [])
 
     def dlite(self, position: int, budget: int) -> list[int]:
         """The drafter's drafts after `position` committed tokens (context: the state that predicted the last)."""
-        import torch
-
-        key = position
-        if key not in self._drafts:
-            started = time.perf_counter()
-            tokens, _ = self.drafter.draft(
-                self.states[:, position - 2], torch.tensor([self.tokens[position - 1]]), num_tokens=None
-            )
-            self.draft_s.append(time.perf_counter() - started)
-            self._drafts[key] = tokens[0].tolist()
-        return self._drafts[key][:budget]
+        return self._drafts.get(position, [])[:budget]
 
 
 def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int):
     """Tau and estimated cost of `rule` over sessions of turns; a session shares one index across its turns."""
     from dlite_hf.modeling.suffix_index import SuffixIndex
 
-    m, n, f, gate, trust = rule
+    m, n, f, gate, trust, adapt = rule
     tokens = forwards = 0
     cost = plain_cost = 0.0
     for session in turns_by_session:
@@ -114,12 +124,13 @@ def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: fl
             index.append([turn.tokens[p]])
             p += 1
             forwards += 1
+            m_now = m  # adapt: a retrieved draft that failed raises the bar for this call, a good one lowers it
             while p < end:
                 budget = min(end - p, max_new)  # never draft past what plain produced
                 draft: list[int] = []
                 round_cost = lookup_s
                 match = index.lookup(n)
-                use = match.length >= m and match.continuation
+                use = match.length >= m_now and match.continuation
                 if use:
                     length = max(1, min(n, math.ceil(f * match.length)))
                     draft = match.continuation[:length]
@@ -137,6 +148,8 @@ def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: fl
                 while accepted < len(draft) and draft[accepted] == turn.tokens[p + accepted]:
                     accepted += 1
                 committed = min(accepted + 1, end - p)
+                if adapt and use and draft:
+                    m_now = max(m_now, match.length + 1) if accepted == 0 else max(m, m_now - 1)
                 cost += round_cost + _cost(costs, len(draft) + 1)
                 index.append(turn.tokens[p : p + committed])
                 p += committed
@@ -146,17 +159,8 @@ def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: fl
     return {"tau": tokens / forwards, "speedup_est": plain_cost / cost if cost else 0.0}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="smollm2-135m")
-    parser.add_argument("--drafter", default="drafters/dlite-smollm2-135m")
-    parser.add_argument("--num-prompts", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--max-tokens", type=int, default=6144)
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-
+def _collect(args) -> tuple[dict, dict, float]:
+    """Plain runs, drafts at every position and forward costs of the tuning split (needs the models)."""
     import torch
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
     from tune_hybrid import tuning_workloads
@@ -172,8 +176,6 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     drafter = AutoModel.from_pretrained(args.drafter).bind_target(target)
     workloads = tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns)
-
-    started = time.time()
     sessions: dict[str, list[list[Turn]]] = {}
     for label, items in workloads.items():
         for item in items:
@@ -185,41 +187,72 @@ def main() -> None:
                 ids = chat_prompt_ids(tokenizer, messages)
                 if session.get("max_tokens") and len(ids) > session["max_tokens"]:
                     break
-                out = target.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)[
-                    0, len(ids) :
-                ].tolist()
-                turns.append(Turn(target, drafter, ids, out))
+                out = target.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)
+                out = out[0, len(ids) :].tolist()
+                turns.append(Turn.measure(target, drafter, ids, out))
                 reply = tokenizer.decode(out, skip_special_tokens=True).strip()
                 history = messages + [{"role": "assistant", "content": reply}]
                 print(f"{label} {session['id']} turn {index}: {len(ids)} + {len(out)} tokens", flush=True)
             sessions.setdefault(label, []).append(turns)
     sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]
-    contexts = sorted({min(8192, 512 * max(1, round(len(t.ids) / 512))) for s in sessions.values() for ts in s
-                       for t in ts})  # fmt: skip
+    contexts = sorted({_context_key(t) for s in sessions.values() for ts in s for t in ts})
     cost_tables = {c: _forward_costs(target, c, sizes) for c in contexts}
-    costs_by_turn = {
-        id(t): cost_tables[min(8192, 512 * max(1, round(len(t.ids) / 512)))]
-        for s in sessions.values()
-        for ts in s
-        for t in ts
-    }
-    # the drafter's time per call, measured on the real states of the turns
-    for session in itertools.chain.from_iterable(sessions.values()):
-        for turn in session:
-            for p in range(len(turn.ids) + 1, len(turn.tokens) - 1, 7):
-                turn.dlite(p, 7)
-    drafter_s = statistics.median(d for s in itertools.chain.from_iterable(sessions.values()) for t in s
-                                  for d in t.draft_s)  # fmt: skip
+    drafter_s = statistics.median(d for s in sessions.values() for ts in s for t in ts for d in t.draft_s)
+    return sessions, cost_tables, drafter_s
+
+
+def _context_key(turn: Turn) -> int:
+    return min(8192, 512 * max(1, round(len(turn.ids) / 512)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--drafter", default="drafters/dlite-smollm2-135m")
+    parser.add_argument("--num-prompts", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=6144)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument(
+        "--replay-data",
+        default=None,
+        help="JSON of the plain runs, drafts and forward costs: written when missing, read (no model loaded) when "
+        "present, so rules can be compared again in seconds",
+    )
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    started = time.time()
+    data = Path(args.replay_data) if args.replay_data else None
+    if data is not None and data.is_file():
+        saved = json.loads(data.read_text())
+        sessions = {k: [[Turn.from_json(t) for t in ts] for ts in v] for k, v in saved["sessions"].items()}
+        cost_tables = {int(c): {int(q): t for q, t in tb.items()} for c, tb in saved["forward_s"].items()}
+        drafter_s = saved["drafter_s"]
+    else:
+        sessions, cost_tables, drafter_s = _collect(args)
+        if data is not None:
+            data.write_text(
+                json.dumps(
+                    {
+                        "sessions": {k: [[t.to_json() for t in ts] for ts in v] for k, v in sessions.items()},
+                        "forward_s": cost_tables,
+                        "drafter_s": drafter_s,
+                    }
+                )
+            )
+    costs_by_turn = {id(t): cost_tables[_context_key(t)] for s in sessions.values() for ts in s for t in ts}
     lookup_s = 10e-6  # benchmarks/lookup_cost.py: a few microseconds a round, at every context length
 
-    rules = [(10**9, 16, 1.0, False, 0)]  # the drafter alone
+    rules = [(10**9, 16, 1.0, False, 0, False)]  # the drafter alone
     for m, n, f in itertools.product((2, 3, 4, 6, 8), (8, 16, 32), (0.5, 1.0, 2.0, 1e9)):
-        rules.append((m, n, f, False, 0))
+        rules.append((m, n, f, False, 0, False))
+        rules.append((m, n, f, False, 0, True))
         for trust in (8, 16):
-            rules.append((m, n, f, True, trust))
+            rules.append((m, n, f, True, trust, False))
     results = []
     for rule in rules:
-        row = {"rule": dict(zip(("min_match", "lookup_tokens", "length_factor", "gate", "trust"), rule))}
+        row = {"rule": dict(zip(("min_match", "lookup_tokens", "length_factor", "gate", "trust", "adapt"), rule))}
         for label, turns in sessions.items():
             row[label] = replay(turns, rule, costs_by_turn, drafter_s, lookup_s, args.max_new_tokens)
         row["all"] = replay(
@@ -239,6 +272,7 @@ def main() -> None:
             if rule["min_match"] == 10**9
             else f"m{rule['min_match']} N{rule['lookup_tokens']} f{rule['length_factor']:g}"
             + (f" gate<{rule['trust']}" if rule["gate"] else "")
+            + (" adaptive" if rule["adapt"] else "")
         )
         print(f"| {name} | " + " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.2f}x" for lb in labels))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
