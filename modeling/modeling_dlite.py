@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_dlite import DLiteConfig, check_threshold
 from .generation_dlite import DLiteCandidateGenerator, install_generate_hook
+from .suffix_index import DraftSession
 
 
 def _backbone_blocks(backbone_type: str):
@@ -633,6 +634,12 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             if unsure and (lengths is None or len(tokens) in lengths):
                 break
         return torch.stack(tokens, 1), torch.stack(all_logits, 1)
+
+    @staticmethod
+    def draft_session(min_match: int | None = None) -> DraftSession:
+        """A new `DraftSession` for hybrid drafting (`with drafter.draft_session() as session: ...`): the same class
+        as `dlite_hf.DraftSession`, reachable from a drafter loaded with trust_remote_code without dlite-hf."""
+        return DraftSession(min_match=min_match)
 
     def get_candidate_generator(self, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
         """Called by the generate() hook when this drafter is passed as `assistant_model`."""

@@ -168,6 +168,17 @@ class SuffixIndex:
         return LookupMatch(length, continuation)
 
 
+def _active_sessions() -> list:
+    """This thread's stack of entered sessions. It lives on the thread object, not on the class, so every copy of
+    this file (the installed package's and a trust_remote_code copy beside a checkpoint) sees the same sessions."""
+    thread = threading.current_thread()
+    stack = getattr(thread, "_dlite_draft_sessions", None)
+    if stack is None:
+        stack = []
+        thread._dlite_draft_sessions = stack
+    return stack
+
+
 class DraftSession:
     """The token index of one agent session, kept across `generate()` calls for hybrid drafting.
 
@@ -185,8 +196,6 @@ class DraftSession:
         index: the :class:`SuffixIndex`.
         last_generation_stats: the statistics of the last `generate()` call made inside the session.
     """
-
-    _active = threading.local()
 
     def __init__(self, min_match: int | None = None):
         if min_match is not None and (isinstance(min_match, bool) or not isinstance(min_match, int) or min_match < 1):
@@ -212,14 +221,12 @@ class DraftSession:
                 )
             self._owner = me
             self._depth += 1
-        stack = getattr(DraftSession._active, "stack", None)
-        if stack is None:
-            stack = DraftSession._active.stack = []
+        stack = _active_sessions()
         stack.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        stack = getattr(DraftSession._active, "stack", None)
+        stack = _active_sessions()
         if not stack or stack[-1] is not self:
             raise RuntimeError("DraftSession contexts were exited out of order.")
         stack.pop()
@@ -231,5 +238,5 @@ class DraftSession:
     @classmethod
     def current(cls) -> DraftSession | None:
         """The innermost session entered on this thread, or None."""
-        stack = getattr(cls._active, "stack", None)
+        stack = _active_sessions()
         return stack[-1] if stack else None

@@ -133,6 +133,11 @@ _REMOTE_SCRIPT = textwrap.dedent(
     assisted = target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=drafter)
     hook = GenerationMixin._get_candidate_generator
     stats = drafter.last_generation_stats
+    session = drafter.draft_session(min_match=2)  # hybrid drafting, with no dlite_hf in the process
+    with session:
+        hybrid = [target.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=drafter,
+                                  prompt_lookup_num_tokens=8) for _ in range(2)]
+    hybrid_stats = session.last_generation_stats
     print("RESULT " + json.dumps({
         "blocked": blocked,
         "dlite_hf_modules": sorted(m for m in sys.modules if m == "dlite_hf" or m.startswith("dlite_hf.")),
@@ -142,6 +147,9 @@ _REMOTE_SCRIPT = textwrap.dedent(
         "assisted": assisted[0].tolist(),
         "drafted": stats.drafted,
         "target_forwards": stats.target_forwards,
+        "hybrid": [h[0].tolist() for h in hybrid],
+        "hybrid_reused": hybrid_stats.lookup_index_reused,
+        "hybrid_lookup_rounds": hybrid_stats.lookup_rounds,
         "hook": bool(getattr(hook, "_dlite_hook", False)),
         "single_wrapper": not getattr(hook._dlite_original, "_dlite_hook", False),
         "checksums": {k: float(v.double().sum()) for k, v in drafter.state_dict().items()},
@@ -190,6 +198,8 @@ def test_trust_remote_code_without_dlite_hf(saved, target, tmp_path):
     assert out["plain"] == expected
     assert out["assisted"] == expected
     assert out["drafted"] > 0 and out["target_forwards"] >= 1  # the DLite candidate generator really ran
+    assert out["hybrid"] == [expected, expected]  # the hybrid through the remote code, twice in one session ...
+    assert out["hybrid_reused"] == len(prompt) and out["hybrid_lookup_rounds"] > 0  # ... the second call reused it
     checksums = {k: float(v.double().sum()) for k, v in drafter.state_dict().items()}
     assert out["checksums"].keys() == checksums.keys()
     for key, value in checksums.items():

@@ -127,3 +127,21 @@ def test_draft_session_is_per_thread_and_validates():
     assert DraftSession.current() is None
     with session:  # free again once left
         pass
+
+
+def test_sessions_are_seen_by_every_copy_of_the_module(tmp_path):
+    """A trust_remote_code copy of suffix_index.py (another module object) sees the package's active session."""
+    import importlib.util
+    from pathlib import Path
+
+    import dlite_hf.modeling.suffix_index as package_copy
+
+    copy = tmp_path / "suffix_index_copy.py"
+    copy.write_text(Path(package_copy.__file__).read_text())
+    spec = importlib.util.spec_from_file_location("suffix_index_copy", copy)
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    assert other.DraftSession is not DraftSession
+    with DraftSession() as session:
+        assert other.DraftSession.current() is session
+    assert other.DraftSession.current() is None
