@@ -206,6 +206,20 @@ class DLiteConfig(PreTrainedConfig):
         super().__init__(**kwargs)
         self.validate_dlite()
 
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
+        """`PreTrainedConfig.from_dict`, then the DLite checks again: keyword overrides
+        (`from_pretrained(DIR, num_draft_tokens=...)`, also through `AutoModel`) are set after `__init__` ran them."""
+        result = super().from_dict(config_dict, **kwargs)
+        config = result[0] if isinstance(result, tuple) else result
+        try:
+            config.validate_dlite()
+        except ValueError as error:
+            raise ValueError(
+                f"{error} (check the keyword overrides passed to from_pretrained and the checkpoint's config.json)"
+            ) from None
+        return result
+
     @property
     def num_tapped_layers(self) -> int:
         """L, the number of target layers read (input positions of the hidden-state part of a block)."""

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .suffix_index import DraftSession
+from .suffix_index import DraftSession, check_lookup_tokens
 
 # The private method of transformers the hook wraps, and the parameters it must have (by name; others may come and
 # go, and their order does not matter): what the hook reads, and what a DLite candidate generator needs.
@@ -226,14 +226,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
                 "Limits). Call generate() once per prompt."
             )
         lookup_tokens = generation_config.prompt_lookup_num_tokens
-        if lookup_tokens is not None and (
-            isinstance(lookup_tokens, bool) or not isinstance(lookup_tokens, int) or not 1 <= lookup_tokens <= 256
-        ):
-            raise ValueError(
-                f"prompt_lookup_num_tokens={lookup_tokens!r} with a DLite assistant_model turns on hybrid drafting "
-                "and caps the retrieved draft's length: expected an int in [1, 256] (e.g. 16), or None for DLite "
-                "drafts only."
-            )
+        if lookup_tokens is not None:
+            check_lookup_tokens(lookup_tokens)
         for option in ("assistant_early_exit", "use_mtp"):
             if getattr(generation_config, option, None) not in (None, False):
                 raise ValueError(

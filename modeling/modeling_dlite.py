@@ -156,13 +156,6 @@ class DLitePreTrainedModel(PreTrainedModel):
                     "file looks truncated or corrupt; re-download it or save the drafter again."
                 ) from error
             raise
-        try:  # keyword overrides (from_pretrained(DIR, num_draft_tokens=...)) are set after the config's own check
-            model.config.validate_dlite()
-        except ValueError as error:
-            raise ValueError(
-                f"{error} (loading {pretrained_model_name_or_path!r}: check the keyword overrides passed to "
-                "from_pretrained and the checkpoint's config.json)"
-            ) from None
         problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
         if problems or info.get("error_msgs"):
             details = "; ".join(f"{k}: {v[:8]}{' ...' if len(v) > 8 else ''}" for k, v in problems.items())

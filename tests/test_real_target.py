@@ -39,6 +39,13 @@ def _real_prompts(tokenizer):
     return [torch.tensor([chat_prompt_ids(tokenizer, p["messages"])]) for p in prompts]
 
 
+def _stopped(target, tokenizer, ids, stop, **assistant):
+    """Greedy decoding of `ids` to 40 new tokens that stops at the stop string `stop` (`assistant`: how to draft)."""
+    return target.generate(
+        ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer, **assistant
+    )
+
+
 def test_random_drafter_is_lossless_on_real_prompts(smollm2, random_drafter):
     target, tokenizer = smollm2
     checked = 0
@@ -66,15 +73,8 @@ def test_text_iterator_streamer_and_stop_strings(smollm2, random_drafter):
 
     words = text.split()
     stop = words[min(5, len(words) - 1)]
-    plain_stop = target.generate(ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
-    fast_stop = target.generate(
-        ids,
-        max_new_tokens=40,
-        do_sample=False,
-        stop_strings=[stop],
-        tokenizer=tokenizer,
-        assistant_model=random_drafter,
-    )
+    plain_stop = _stopped(target, tokenizer, ids, stop)
+    fast_stop = _stopped(target, tokenizer, ids, stop, assistant_model=random_drafter)
     assert torch.equal(plain_stop, fast_stop)
     assert plain_stop.shape[1] < plain.shape[1]
 
@@ -127,18 +127,12 @@ def test_hybrid_stops_at_stop_strings_inside_a_retrieved_block(smollm2, random_d
     words = tokenizer.decode(plain[0, ids.shape[1] :], skip_special_tokens=True).split()
     checked = 0
     for stop in dict.fromkeys(words[3:9]):
-        expected = target.generate(ids, max_new_tokens=40, do_sample=False, stop_strings=[stop], tokenizer=tokenizer)
+        expected = _stopped(target, tokenizer, ids, stop)
         session = DraftSession(min_match=1)
         with session:
             session.index.start_stream(plain[0].tolist())  # the reply is in the index: retrieved in one block
-            hybrid = target.generate(
-                ids,
-                max_new_tokens=40,
-                do_sample=False,
-                stop_strings=[stop],
-                tokenizer=tokenizer,
-                assistant_model=random_drafter,
-                prompt_lookup_num_tokens=32,
+            hybrid = _stopped(
+                target, tokenizer, ids, stop, assistant_model=random_drafter, prompt_lookup_num_tokens=32
             )
         assert torch.equal(hybrid, expected), stop
         assert random_drafter.last_generation_stats.lookup_rounds > 0

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
+from .modeling.suffix_index import check_lookup_tokens
 
 DEFAULT_TARGET = "smollm2-135m"
 
@@ -69,16 +70,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .prompts import load_prompts
     from .training.regenerate import chat_prompt_ids
 
-    for flag in ("num_prompts", "max_new_tokens", "threads"):
+    for flag in ("num_prompts", "max_new_tokens"):
         if getattr(args, flag) < 1:
             raise SystemExit(
                 f"--{flag.replace('_', '-')} {getattr(args, flag)} is invalid: expected a positive integer."
             )
-    if args.lookup_tokens < 0 or args.lookup_tokens > 256:
-        raise SystemExit(
-            f"--lookup-tokens {args.lookup_tokens} is invalid: expected 0 (DLite drafts only) or 1..256 (hybrid "
-            "drafting: the cap on a draft retrieved from the context)."
-        )
+    if args.lookup_tokens:  # 0: DLite drafts only
+        try:
+            check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
+        except ValueError as error:
+            raise SystemExit(f"{error} (--lookup-tokens 0: DLite drafts only)") from None
     _set_threads(args.threads)
     target, tokenizer, _ = open_target(args.target)
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()

@@ -214,16 +214,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
             except ValueError as error:
                 raise SystemExit(str(error)) from error
-    for flag in ("lookup_tokens", "lookup_min_match"):
+    from ..modeling.suffix_index import check_lookup_tokens, check_min_match
+
+    for flag, check in (("lookup_tokens", check_lookup_tokens), ("lookup_min_match", check_min_match)):
         value = getattr(args, flag)
-        limit = 256 if flag == "lookup_tokens" else None
-        if value is not None and (value < 1 or (limit is not None and value > limit)):
-            raise SystemExit(
-                f"--{flag.replace('_', '-')} {value} is invalid: expected an integer "
-                + ("in [1, 256]" if limit else ">= 1")
-                + "."
-            )
-        if value is not None and "hybrid" not in methods:
+        if value is None:
+            continue
+        try:
+            check(value, f"--{flag.replace('_', '-')} {value}")
+        except ValueError as error:
+            raise SystemExit(str(error)) from None
+        if "hybrid" not in methods:
             print(f"note: --{flag.replace('_', '-')} is ignored: method hybrid is not in --methods.", file=sys.stderr)
     if any(m in methods for m in ("dlite", "dlite_fixed", "hybrid")) and not args.drafter:
         args.drafter = _default_drafter()

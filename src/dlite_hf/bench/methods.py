@@ -29,7 +29,7 @@ from typing import Any
 
 from torch import nn
 
-from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
+from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS, DraftSession
 
 __all__ = [
     "DLITE_METHODS",
@@ -111,8 +111,6 @@ class BenchMethod:
         """A fresh `DraftSession` for one benchmark session (hybrid methods), or None."""
         if self.lookup_tokens is None:
             return None
-        from ..modeling.suffix_index import DraftSession
-
         return DraftSession(min_match=self.lookup_min_match)
 
     @contextlib.contextmanager
