@@ -1,9 +1,11 @@
 """DLite speed demo: the target alone vs the target with a DLite drafter, side by side, streaming.
 
-    python app.py [--target smollm2-135m|DIR] [--drafter DIR] [--host 127.0.0.1] [--port 7860] [--threads N]
+    python app.py [--target smollm2-135m|DIR] [--drafter DIR] [--dtype bfloat16|float32|float16|auto]
+                  [--host 127.0.0.1] [--port 7860] [--threads N]
 
 Defaults: the target `smollm2-135m` (fetched by `make assets`) and the shipped drafter
-`drafters/dlite-smollm2-135m`; the environment variables DLITE_TARGET and DLITE_DRAFTER set them too (flags win).
+`drafters/dlite-smollm2-135m`, in bfloat16 (the mode measured fastest here; the page says which mode it runs in);
+the environment variables DLITE_TARGET, DLITE_DRAFTER and DLITE_DTYPE set them too (flags win).
 A missing target or drafter is explained in the page, with the command that fixes it. The handlers live in
 `dlite_hf.demo`; this file only reads the settings (`parse_app_args`: the flags, or the environment variables
 above and gradio's GRADIO_SERVER_NAME / GRADIO_SERVER_PORT), builds the page and launches it.
@@ -18,7 +20,7 @@ if args.threads:
     import torch
 
     torch.set_num_threads(args.threads)
-demo = build_demo(args.target, args.drafter, warm_up=not args.no_warm_up)
+demo = build_demo(args.target, args.drafter, warm_up=not args.no_warm_up, dtype=args.dtype)
 
 if __name__ == "__main__":
     # Concurrency 1: one generation at a time, so two visitors never share the cores (timings) or the models.

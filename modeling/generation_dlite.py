@@ -242,6 +242,13 @@ class DLiteCandidateGenerator(CandidateGenerator):
         # A vocabulary mismatch makes transformers ask for `tokenizer`/`assistant_tokenizer`; check the pair first so
         # the user who follows that advice learns the real problem (wrong target) instead of "remove the tokenizer".
         drafter.check_target(target)
+        target_dtype = target.get_output_embeddings().weight.dtype
+        if drafter.dtype != target_dtype:
+            raise ValueError(
+                f"The DLite drafter is in {drafter.dtype} but the target is in {target_dtype}. The drafter runs in "
+                "the target's dtype (a float32 drafter beside a reduced-precision target only drafts slower): load "
+                f"it with `from_pretrained(..., dtype={target_dtype})`, or call `drafter.to({target_dtype})`."
+            )
         if kwargs.get("assistant_tokenizer") is not None:
             raise ValueError(
                 "generate() got `assistant_tokenizer` with a DLite assistant_model. DLite drafts in the target's own "

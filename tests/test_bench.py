@@ -169,8 +169,8 @@ def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny,
 
 def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
     target, drafters = tiny
-    monkeypatch.setattr(bench_command, "_load_target", lambda name: (target, tokenizer, "/tiny"))
-    monkeypatch.setattr(bench_command, "_load_drafter", lambda path: drafters[path])
+    monkeypatch.setattr(bench_command, "_load_target", lambda name, dtype: (target.to(getattr(torch, dtype)), tokenizer, "/tiny"))
+    monkeypatch.setattr(bench_command, "_load_drafter", lambda path, dtype: drafters[path].to(dtype))
 
 
 def _cli(tmp_path, *extra: str) -> list[str]:
@@ -291,7 +291,7 @@ def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monke
     ],
 )
 def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):
-    def no_load(name):
+    def no_load(name, dtype):
         raise AssertionError("flags must be checked before any model is loaded")
 
     monkeypatch.setattr(bench_command, "_load_target", no_load)

@@ -86,7 +86,7 @@ def test_hybrid_is_lossless_on_real_agentic_turns_and_reuses_the_session(smollm2
 
     from dlite_hf import DraftSession
     from dlite_hf.bench.workloads import CODING_TASKS, coding_session, tooltalk_sessions
-    from dlite_hf.cli import default_drafter_dir
+    from dlite_hf.defaults import default_drafter_dir
 
     target, tokenizer = smollm2
     drafter = AutoModel.from_pretrained(default_drafter_dir())

@@ -11,6 +11,7 @@ reject when the candidate generator returns logits other than the ones the draft
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 
 import pytest
@@ -250,3 +251,34 @@ def test_hybrid_with_a_wrong_proposal_distribution_is_detected(pair, monkeypatch
     counts, _ = draw(target, drafter, N_POWER, seed_base=40_000, prompt=HYBRID_PROMPT, hybrid=True, **settings)
     p_values = [chi_square_test(counts[token], marginals[token])[2] for token in (1, 2)]
     assert min(p_values) < ALPHA, p_values
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# bfloat16: the same tests with the target and the drafter in bfloat16
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bf16_pair(pair):
+    """The pair in bfloat16. The exact marginals come from the bfloat16 weights upcast to float64: what the
+    bfloat16 target computes up to rounding, which 1,500 samples cannot resolve."""
+    target, drafter = pair
+    target = copy.deepcopy(target).to(torch.bfloat16)
+    drafter = copy.deepcopy(drafter).to(torch.bfloat16)
+    return target, drafter.bind_target(target)
+
+
+@pytest.mark.parametrize("setting", [*SETTINGS, "hybrid"])
+def test_bfloat16_sampling_follows_the_target_distribution(bf16_pair, setting):
+    target, drafter = bf16_pair
+    hybrid = setting == "hybrid"
+    settings = SETTINGS["t1" if hybrid else setting]
+    prompt = HYBRID_PROMPT if hybrid else PROMPT
+    marginals = exact_marginals(copy.deepcopy(target).double(), **settings, prompt=prompt)
+    counts, totals = draw(target, drafter, N_SAMPLES, seed_base=50_000, prompt=prompt, hybrid=hybrid, **settings)
+    assert {p.dtype for p in drafter.parameters()} == {torch.bfloat16}
+    acceptance = totals["accepted"] / totals["drafted"]
+    assert 0.1 < acceptance < 0.9, acceptance
+    if hybrid:
+        assert 0.1 * N_SAMPLES < totals["lookup_rounds"] < 0.9 * N_SAMPLES, totals
+    assert_follows(counts, marginals, f"bfloat16 {setting}")

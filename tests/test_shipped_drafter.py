@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModel
 
 from dlite_hf import DLiteForSpeculation
-from dlite_hf.cli import default_drafter_dir
+from dlite_hf.defaults import default_drafter_dir
 from dlite_hf.prompts import load_prompts
 from dlite_hf.training.regenerate import chat_prompt_ids
 

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .defaults import check_dtype
+
 try:  # POSIX only; elsewhere concurrent fetches of the same asset are simply not serialized.
     import fcntl
 except ImportError:  # pragma: no cover
@@ -499,13 +501,16 @@ def resolve_model(name_or_path: str, progress: bool = True) -> Path:
     )
 
 
-def load_target(folder: str | Path, adapter: str | None = None) -> tuple[Any, Any]:
-    """The target LM of a local folder in float32 eval mode, and its tokenizer; `adapter`: a PEFT adapter folder
-    applied on top (a LoRA-fine-tuned target). The one loader of the CLI, the benchmark and the demo."""
+def load_target(folder: str | Path, adapter: str | None = None, dtype: str = "float32") -> tuple[Any, Any]:
+    """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
+    top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
+    the token-exact mode). The one loader of the CLI, the benchmark and the demo."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    check_dtype(dtype)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+    model = model.eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if adapter:
         from peft import PeftModel
@@ -514,11 +519,12 @@ def load_target(folder: str | Path, adapter: str | None = None) -> tuple[Any, An
     return model, tokenizer
 
 
-def open_target(name_or_path: str, adapter: str | None = None) -> tuple[Any, Any, Path]:
+def open_target(name_or_path: str, adapter: str | None = None, dtype: str = "float32") -> tuple[Any, Any, Path]:
     """`(model, tokenizer, folder)` of a registry name (fetched once) or a local folder: :func:`resolve_model`
-    then :func:`load_target`."""
+    then :func:`load_target` (in `dtype`)."""
+    check_dtype(dtype)
     folder = resolve_model(name_or_path)
-    model, tokenizer = load_target(folder, adapter)
+    model, tokenizer = load_target(folder, adapter, dtype)
     return model, tokenizer, folder
 
 

@@ -31,11 +31,13 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from .defaults import DEFAULT_DTYPE, DEFAULT_TARGET, DTYPE_CHOICES, check_dtype, default_drafter_dir
 from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
 
 __all__ = [
     "DEFAULT_TARGET",
     "DRAFTER_ENV",
+    "DTYPE_ENV",
     "TARGET_ENV",
     "CompareUpdate",
     "DemoModels",
@@ -46,9 +48,9 @@ __all__ = [
     "parse_app_args",
 ]
 
-DEFAULT_TARGET = "smollm2-135m"
 TARGET_ENV = "DLITE_TARGET"
 DRAFTER_ENV = "DLITE_DRAFTER"
+DTYPE_ENV = "DLITE_DTYPE"
 FETCH_COMMAND = "make assets"
 GREEDY, SAMPLING = "greedy", "sampling"
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
@@ -88,6 +90,7 @@ class DemoModels:
         target / tokenizer: the target LM and its tokenizer (with a chat template).
         drafter: a `DLiteForSpeculation` checked against the target, or ``None``.
         target_name / drafter_path: what was asked for (shown in the page).
+        dtype: what both models compute in (``--dtype``; the page says which mode that is).
         target_error / drafter_error: why a piece is missing, and the command or flag that fixes it.
     """
 
@@ -96,6 +99,7 @@ class DemoModels:
     drafter: Any = None
     target_name: str = DEFAULT_TARGET
     drafter_path: str | None = None
+    dtype: str = DEFAULT_DTYPE
     target_error: str | None = None
     drafter_error: str | None = None
 
@@ -132,17 +136,19 @@ def missing_drafter_message(path: Path, default: bool) -> str:
     )
 
 
-def load_models(target: str = DEFAULT_TARGET, drafter: str | Path | None = None, *, fetch: bool = False) -> DemoModels:
-    """Load the target (registry name or folder) and the drafter (folder; default: the shipped one).
+def load_models(
+    target: str = DEFAULT_TARGET, drafter: str | Path | None = None, *, fetch: bool = False, dtype: str = DEFAULT_DTYPE
+) -> DemoModels:
+    """Load the target (registry name or folder) and the drafter (folder; default: the shipped one), both in
+    ``dtype`` (one of :data:`dlite_hf.defaults.DTYPE_CHOICES`; an unknown one raises `ValueError`).
 
     Never raises for a missing or mismatched asset: the returned :class:`DemoModels` carries the message instead.
     A registry target that is not in the cache is downloaded only with ``fetch=True`` (the page must not stall
     for minutes on first load; ``make assets`` does it up front).
     """
     from .assets import MODELS, AssetError, fetch_model, load_target
-    from .cli import default_drafter_dir
 
-    models = DemoModels(target_name=str(target))
+    models = DemoModels(target_name=str(target), dtype=check_dtype(dtype))
     folder: Path | None = None
     if Path(target).expanduser().is_dir():
         folder = Path(target).expanduser()
@@ -163,7 +169,7 @@ def load_models(target: str = DEFAULT_TARGET, drafter: str | Path | None = None,
         )
     if folder is not None:
         try:
-            models.target, models.tokenizer = load_target(folder)
+            models.target, models.tokenizer = load_target(folder, dtype=dtype)
         except (OSError, ValueError) as error:
             models.target = models.tokenizer = None
             models.target_error = f"Could not load the target from `{folder}`: {error}"
@@ -182,7 +188,7 @@ def _load_drafter(path: Path, models: DemoModels) -> Any:
     from . import DLiteForSpeculation
 
     try:
-        drafter = DLiteForSpeculation.from_pretrained(path).eval()
+        drafter = DLiteForSpeculation.from_pretrained(path, dtype=models.target.dtype).eval()
         drafter.check_target(models.target)
     except (OSError, ValueError) as error:
         models.drafter_error = f"Could not use the drafter at `{path}`: {error}"
@@ -719,8 +725,21 @@ def _describe(models: DemoModels) -> str:
             f"R = {config.head_rank}, {models.drafter.num_parameters() / 1e6:.1f}M parameters; "
             f"{_training_record(models.drafter_path)})"
         )
+    lines.append(f"**Mode** {dtype_mode(models)}")
     lines.append(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU cores")
     return " · ".join(lines)
+
+
+def dtype_mode(models: DemoModels) -> str:
+    """What the page says about the dtype: which losslessness guarantee greedy decoding has in it."""
+    dtype = str(models.target.dtype).removeprefix("torch.") if models.target is not None else models.dtype
+    if dtype == "float32":
+        return "float32: greedy output token-identical to the target alone"
+    return (
+        f"{dtype}: greedy output matches the target alone except at near-ties (two top tokens within rounding "
+        "of each other, where the verification forward's kernels round differently; see the README, Results); "
+        "`--dtype float32` is the token-exact mode"
+    )
 
 
 def _training_record(drafter_path: str | None) -> str:
@@ -755,8 +774,10 @@ def build_demo(
     models: DemoModels | None = None,
     examples: dict[str, list[dict[str, str]]] | None = None,
     warm_up: bool = False,
+    dtype: str = DEFAULT_DTYPE,
 ) -> Any:
-    """The gradio page (a `gr.Blocks`). Pass ``models`` (and ``examples``) to use already-loaded models.
+    """The gradio page (a `gr.Blocks`). Pass ``models`` (and ``examples``) to use already-loaded models;
+    ``dtype``: the models' dtype otherwise.
 
     Every event has an ``api_name``: ``compare`` (generator, queued with concurrency 1), ``stop``,
     ``select_example``, ``clear_context``, ``toggle_lookup``.
@@ -764,7 +785,7 @@ def build_demo(
     import gradio as gr
 
     if models is None:
-        models = load_models(target, drafter)
+        models = load_models(target, drafter, dtype=dtype)
     examples_note = None
     if examples is None and models.target is None:
         examples, examples_note = {}, "Example prompts appear once the target model is available."
@@ -903,6 +924,13 @@ def parse_app_args(description: str | None = None, argv: list[str] | None = None
         "--drafter",
         default=env_default(DRAFTER_ENV, None),
         help=f"DLite drafter folder (env {DRAFTER_ENV}; default: the shipped drafters/dlite-smollm2-135m)",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=env_default(DTYPE_ENV, DEFAULT_DTYPE),
+        choices=DTYPE_CHOICES,
+        help=f"the models' dtype (env {DTYPE_ENV}; default {DEFAULT_DTYPE}, measured fastest here; float32 is the "
+        "token-exact mode, auto the checkpoint's own dtype)",
     )
     parser.add_argument(
         "--host",

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..defaults import DTYPE_CHOICES
 from .bfcl import BFCL_CATEGORIES
 from .methods import METHOD_CHOICES, parse_methods
 from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
@@ -110,6 +111,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
     parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="every model's dtype (the drafters and the assistant follow the target). float32: outputs must be "
+        "token-identical to plain; bfloat16/float16: each divergence must be a float32-verified near-tie "
+        "(dlite_hf.neartie); auto: the checkpoint's dtype",
+    )
+    parser.add_argument(
         "--sdpa-gqa",
         action="store_true",
         help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
@@ -127,19 +136,20 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- loading
-def _load_target(name_or_path: str) -> tuple[Any, Any, Path]:
-    """(model, tokenizer, folder) of a registry name or local folder (monkeypatched by the tests)."""
+def _load_target(name_or_path: str, dtype: str = "float32") -> tuple[Any, Any, Path]:
+    """(model, tokenizer, folder) of a registry name or local folder, in `dtype` (monkeypatched by the tests)."""
     from ..assets import open_target
 
-    return open_target(name_or_path)
+    return open_target(name_or_path, dtype=dtype)
 
 
-def _load_drafter(path: str) -> Any:
+def _load_drafter(path: str, dtype: Any) -> Any:
+    """A drafter checkpoint in `dtype` (the target's torch dtype)."""
     from .. import DLiteForSpeculation
 
     if not Path(path).exists():
         raise SystemExit(f"No drafter at {path}.")
-    return DLiteForSpeculation.from_pretrained(path).eval()
+    return DLiteForSpeculation.from_pretrained(path, dtype=dtype).eval()
 
 
 def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:
@@ -148,7 +158,7 @@ def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:
 
 
 def _default_drafter() -> str | None:
-    from ..cli import default_drafter_dir
+    from ..defaults import default_drafter_dir
 
     folder = default_drafter_dir()
     return str(folder) if folder.exists() else None
@@ -188,7 +198,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         parts += ["--bfcl-sessions", str(args.bfcl_sessions)]
         if args.bfcl_sessions:
             parts += ["--bfcl-category", args.bfcl_category]
-    parts += ["--threads", str(args.threads), "--out", args.out]
+    parts += ["--threads", str(args.threads), "--dtype", args.dtype, "--out", args.out]
     if args.sdpa_gqa:
         parts.append("--sdpa-gqa")
     if args.name:
@@ -255,14 +265,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
         os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    target, tokenizer, folder = _load_target(args.target)
+    target, tokenizer, folder = _load_target(args.target, args.dtype)
     specs: list[BenchMethod] = []
     drafters: dict[str, Any] = {}
     for name in methods:
         if name in ("plain", "prompt_lookup"):
             specs.append(BenchMethod(name, name))
         elif name == "assisted":
-            assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant)
+            assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype)
             if Path(assistant_folder).resolve() == Path(folder).resolve():
                 raise SystemExit(
                     "--assistant is the target itself; assisted decoding needs a different, smaller model."
@@ -272,7 +282,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             path = getattr(args, CHECKPOINT_FLAGS[name][2:].replace("-", "_"))
             if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
-                drafters[path] = _load_drafter(path)
+                drafters[path] = _load_drafter(path, target.dtype)
             drafter = drafters[path]
             try:
                 check_drafter_kind(name, drafter, where=path)

@@ -32,6 +32,7 @@ def _summary_row(workload: str, method: str, rows: list[dict[str, Any]], plain: 
     paired = [r for r in plain if r["prompt_id"] in keys]
     plain_wall, plain_decode = _sum(paired, "wall_s"), _sum(paired, "decode_s")
     mismatches = sum(1 for r in rows if not r["identical_to_plain"])
+    failures = sum(1 for r in rows if not r.get("lossless_ok", r["identical_to_plain"]))
     rss = [r["peak_rss_delta_mb"] for r in rows if r.get("peak_rss_delta_mb") is not None]
     return {
         "workload": workload,
@@ -56,7 +57,10 @@ def _summary_row(workload: str, method: str, rows: list[dict[str, Any]], plain: 
         "rounds": int(rounds),
         "peak_rss_delta_mb_max": max(rss) if rss else None,
         "mismatches": mismatches,
-        "lossless": mismatches == 0,
+        "exact_match_rate": 1 - mismatches / len(rows),
+        "near_ties": mismatches - failures,
+        "lossless_failures": failures,
+        "lossless": failures == 0,
     }
 
 
@@ -80,6 +84,15 @@ def _fmt(value: Any, spec: str = ".2f", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
+def _lossless_cell(row: Mapping[str, Any]) -> str:
+    failures = row.get("lossless_failures", row["mismatches"])
+    if failures:
+        return f"**NO ({failures}/{row['prompts']})**"
+    if row["method"] == "plain" or not row["mismatches"]:
+        return "yes"
+    return f"near-ties ({row['mismatches']}/{row['prompts']} differ)"
+
+
 def markdown_table(result: Mapping[str, Any]) -> str:
     """The run as markdown: setup lines, then one row per workload x method."""
     meta = result["meta"]
@@ -90,6 +103,13 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         f"- command: `{meta.get('command', '(Python API)')}`",
         f"- machine: {machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} CPUs, "
         f"{machine.get('memory_gb', '?')} GB; load average at start {machine.get('load_average_at_start')}",
+        f"- dtype {meta.get('dtype', 'float32')}"
+        + (
+            f" (near-tie-exact: a divergence from plain passes only if float32 re-scoring shows a top-2 margin "
+            f"below epsilon = {meta['near_tie_epsilon']} logits, `dlite_hf.neartie`)"
+            if meta.get("near_tie_epsilon")
+            else " (token-exact)"
+        ),
         f"- threads {meta.get('threads')}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) "
         f"{'yes' if meta.get('sdpa_force_gqa') else 'no'}, torch {meta.get('torch')}, "
         f"transformers {meta.get('transformers')}, "
@@ -105,7 +125,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in result["summary"]:
-        lossless = "yes" if row["lossless"] else f"**NO ({row['mismatches']}/{row['prompts']})**"
+        lossless = _lossless_cell(row)
         lines.append(
             f"| {row['workload']} | {row['method']} | {row['prompts']} | {row['mean_prompt_tokens']:.0f} "
             f"| {row['mean_tau']:.2f} | {row['tok_s']:.2f} | {row['speedup']:.2f}x | {row['decode_speedup']:.2f}x "
@@ -117,6 +137,16 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         lines += [
             f"- {m['method']} on {m['workload']} {m['prompt_id']}: first difference at new token {m['first_mismatch']}"
             for m in result["mismatches"]
+        ]
+    if result.get("divergences"):
+        count = len(result["divergences"])
+        lines += ["", f"{count} output(s) diverge from plain; each divergence re-scored in float32:", ""]
+        lines += ["| method | workload | prompt | first divergence | top-2 margin | max gap after | ok |"]
+        lines += ["|---|---|---|---:|---:|---:|---|"]
+        lines += [
+            f"| {d['method']} | {d['workload']} | {d['prompt_id']} | {d['first_mismatch']} "
+            f"| {_fmt(d['top2_margin'], '.3f')} | {_fmt(d['max_gap'], '.3f')} | {'yes' if d['ok'] else '**NO**'} |"
+            for d in result["divergences"]
         ]
     if result.get("goals"):
         from .goals import goals_markdown

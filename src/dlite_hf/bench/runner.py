@@ -20,13 +20,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..neartie import NearTieReport, check_near_ties, epsilon_for, float32_reference
 from ..training.regenerate import chat_prompt_ids
 from .methods import BenchMethod, make_methods
 from .workloads import as_session
 
 __all__ = ["SCHEMA_VERSION", "ForwardTimer", "environment_info", "run_bench"]
 
-SCHEMA_VERSION = 2  # 2: records gained draft_calls; drafter ms per round divides by it
+SCHEMA_VERSION = 3  # 2: records gained draft_calls; 3: reduced precision (meta dtype, records near_tie, divergences)
 _WARMUP_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
@@ -158,6 +159,18 @@ class _Runner:
         self.greedy = {"do_sample": False, "num_beams": 1, "max_new_tokens": max_new_tokens}
         if pad is not None:
             self.greedy["pad_token_id"] = pad
+        # float32 is the token-exact mode; in reduced precision a divergence from plain must be a near-tie
+        self.dtype = str(target.get_output_embeddings().weight.dtype).removeprefix("torch.")
+        self.epsilon = epsilon_for(self.dtype)
+        self._reference: nn.Module | None = None
+
+    def near_tie(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
+        """The near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)."""
+        if self.dtype == "float32":
+            return None
+        if self._reference is None:  # a float32 copy, made on the first divergence only
+            self._reference = float32_reference(self.target)
+        return check_near_ties(self._reference, prompt_length, plain, other, self.epsilon)
 
     def close(self) -> None:
         self.timer.remove()
@@ -306,7 +319,9 @@ def run_bench(
 
     Returns:
         The results document (see ``benchmarks/README.md`` for the schema); ``result["ok"]`` is False when any
-        output differed from plain greedy. With ``out_dir``, ``result["files"]`` lists the files written.
+        output differed from plain greedy (in float32), or differed other than through a float32-verified near-tie
+        (in bfloat16 / float16, :mod:`dlite_hf.neartie`; every divergence is listed in ``result["divergences"]``).
+        With ``out_dir``, ``result["files"]`` lists the files written.
     """
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")
@@ -317,6 +332,7 @@ def run_bench(
     info = {**environment_info(), **dict(meta or {})}
     info.update(started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), max_new_tokens=max_new_tokens)
     info.setdefault("target", getattr(target.config, "_name_or_path", "") or type(target).__name__)
+    info.update(dtype=runner.dtype, near_tie_epsilon=runner.epsilon if runner.dtype != "float32" else None)
     records: list[dict[str, Any]] = []
     mismatches: list[dict[str, Any]] = []
     session_log: list[dict[str, Any]] = []
@@ -353,6 +369,11 @@ def run_bench(
         "summary": summary,
         "goals": evaluate_goals(summary),
         "mismatches": mismatches,
+        "divergences": [
+            {k: r[k] for k in ("workload", "prompt_id", "method", "first_mismatch", "new_tokens")} | r["near_tie"]
+            for r in records
+            if r.get("near_tie")
+        ],
         "ok": not mismatches,
     }
     if out_dir is not None:
@@ -397,6 +418,7 @@ def _run_session(
             if reference is None:
                 reference = sequences
             difference = None if method.name == "plain" else _first_difference(reference, sequences, len(ids))
+            verdict = None if difference is None else runner.near_tie(len(ids), reference, sequences)
             record = {
                 "workload": label,
                 "session_id": session["id"],
@@ -407,18 +429,23 @@ def _run_session(
                 **metrics,
                 "identical_to_plain": difference is None,
                 "first_mismatch": difference,
+                "near_tie": verdict.to_dict() if verdict is not None else None,
+                "lossless_ok": difference is None or (verdict is not None and verdict.ok),
             }
             records.append(record)
-            if difference is not None:
+            if not record["lossless_ok"]:
                 mismatch = {
                     k: record[k] for k in ("workload", "prompt_id", "turn", "method", "first_mismatch", "new_tokens")
                 }
                 mismatch["plain_new_tokens"] = int(reference.shape[1] - len(ids))
+                if verdict is not None:
+                    mismatch["reason"] = verdict.reason
                 mismatches.append(mismatch)
+                why = f": {verdict.reason}" if verdict is not None else ""
                 bar.write(
                     f"LOSSLESS CHECK FAILED: {method.name} on {label} {prompt_id}: greedy output differs from plain "
                     f"at new token {difference} ({mismatch['new_tokens']} vs {mismatch['plain_new_tokens']} new "
-                    "tokens).",
+                    f"tokens){why}.",
                     file=sys.stderr,
                 )
             bar.update(1)

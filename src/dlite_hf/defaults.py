@@ -1,0 +1,42 @@
+"""The defaults the command line, the benchmark and the demo share: the target, its shipped drafter, the dtype.
+
+A leaf module (it imports nothing from the package), so every front end can read it without import cycles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["DEFAULT_DTYPE", "DEFAULT_TARGET", "DTYPE_CHOICES", "check_dtype", "default_drafter_dir"]
+
+DEFAULT_TARGET = "smollm2-135m"
+"""The registry name of the default target (see :data:`dlite_hf.assets.MODELS`)."""
+
+DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")
+"""What `--dtype` accepts everywhere: a torch floating dtype, or `auto` (the checkpoint's own `config.dtype`)."""
+
+DEFAULT_DTYPE = "bfloat16"
+"""The dtype `dlite-hf compare`, `make run` and the demo serve in: the mode measured fastest end to end on the
+development machine (`benchmarks/results/smollm2-135m-main-bf16.json` beside `smollm2-135m-main.json`;
+`tests/test_dtypes.py` checks that the committed results still say so). bfloat16 greedy decoding is near-tie-exact
+(every divergence from plain bfloat16 greedy is a float32-verified near-tie); pass `--dtype float32` for the
+token-exact mode."""
+
+
+def check_dtype(name: str, shown: str = "dtype") -> str:
+    """Return `name` if it is one of :data:`DTYPE_CHOICES`; raise `ValueError` saying what was given otherwise."""
+    if name not in DTYPE_CHOICES:
+        raise ValueError(
+            f"{shown}={name!r} is not a supported dtype: expected one of {', '.join(DTYPE_CHOICES)} (auto: the "
+            "checkpoint's own dtype, from its config.json)."
+        )
+    return name
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def default_drafter_dir() -> Path:
+    """The drafter shipped in the repository for the default target."""
+    return _repo_root() / "drafters" / "dlite-smollm2-135m"

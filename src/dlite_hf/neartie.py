@@ -1,0 +1,173 @@
+"""Losslessness in reduced precision: prove that every divergence from plain greedy decoding is a near-tie.
+
+In float32, speculative greedy decoding is token-identical to plain greedy decoding (the tests and the benchmarks
+check exact equality). In bfloat16 or float16 it is not, and cannot be: a verification forward over n tokens runs
+other kernels than a 1-token decode step (a GEMM instead of a GEMV, another attention split), so the target's
+logits are rounded differently, and where its two best tokens are within rounding of each other the two runs may
+pick different ones. From there on the texts differ, both being greedy continuations of the same target.
+
+This module tells that apart from a bug. Given the prompt, the plain output and the speculative output, it
+re-scores both continuations teacher-forced with a float32 copy of the target (the same reduced-precision weights,
+upcast exactly, so only the arithmetic differs), and checks:
+
+1. at the first divergence (where both runs saw the same context), both chosen tokens are within ``epsilon`` of the
+   target's float32 maximum logit, so the target's top-2 logit margin there is below ``epsilon``: a near-tie;
+2. from that position on, every token the speculative run committed is the target's float32 argmax under its own
+   context, or within ``epsilon`` of it.
+
+A verification that accepts a draft the target would not have chosen fails check 1 or 2 by the draft's logit gap
+(several logits for a typical wrong token), unless the draft happens to be a near-tie itself. Positions before the
+divergence are plain's own choices, so they are not re-checked. ``epsilon`` is stated per dtype
+(:data:`NEAR_TIE_EPSILON`), from the calibration in ``benchmarks/near_tie_epsilon.py``: the largest difference
+between a reduced-precision and the float32 logit of the same token, over the top tokens of real decoding, doubled
+(a wrong pick needs both logits off, in opposite directions), and rounded up.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["NEAR_TIE_EPSILON", "NearTieReport", "check_near_ties", "epsilon_for", "float32_reference", "logit_gaps"]
+
+NEAR_TIE_EPSILON = {"bfloat16": 1.75, "float16": 0.25, "float32": 0.0}
+"""Logit units: how far a committed token may sit below the float32 maximum before the divergence is a bug."""
+
+
+@dataclass(frozen=True)
+class NearTieReport:
+    """The verdict on one speculative output against plain greedy decoding (positions count new tokens).
+
+    Attributes:
+        identical: the two outputs are the same tokens.
+        first_divergence: where they first differ (None when identical).
+        plain_token / speculative_token: the tokens each run chose there (None past the end of a shorter output).
+        divergence_margin: float32 |logit(plain token) - logit(speculative token)| at the first divergence.
+        top2_margin: the target's float32 top-2 logit margin at the first divergence.
+        max_gap: the largest float32 (max logit - committed logit) over the speculative run's tokens from the first
+            divergence on; 0 when every one of them is the float32 argmax.
+        worst_position: where ``max_gap`` occurs.
+        epsilon: the bound the checks use.
+        ok: both checks passed (always True when ``identical``).
+        reason: why not, in words ("" when ok).
+    """
+
+    identical: bool
+    first_divergence: int | None
+    plain_token: int | None
+    speculative_token: int | None
+    divergence_margin: float | None
+    top2_margin: float | None
+    max_gap: float
+    worst_position: int | None
+    epsilon: float
+    ok: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def float32_reference(model: nn.Module) -> nn.Module:
+    """A float32 copy of ``model`` with the same (upcast, hence exact) weights: the re-scoring reference. The
+    model itself is returned when it is float32 already."""
+    if all(p.dtype == torch.float32 for p in model.parameters()):
+        return model
+    return copy.deepcopy(model).float().eval()
+
+
+@torch.no_grad()
+def logit_gaps(reference: nn.Module, sequence: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced float32 scores of the tokens ``sequence[0, start:]``.
+
+    Returns ``(gaps, top2)``, both ``[n]`` float32: ``gaps[i]`` = max logit - logit of token ``start + i`` at its
+    position, ``top2[i]`` = the top-2 logit margin there.
+    """
+    if sequence.dim() != 2 or sequence.shape[0] != 1:
+        raise ValueError(f"expected one sequence of shape [1, T], got {tuple(sequence.shape)}.")
+    if not 1 <= start <= sequence.shape[1]:
+        raise ValueError(f"start={start} must be in 1..{sequence.shape[1]} (the prompt is at least one token).")
+    device = next(reference.parameters()).device
+    logits = reference(sequence.to(device)).logits[0, start - 1 : -1].float()
+    chosen = logits.gather(1, sequence[0, start:].to(device)[:, None])[:, 0]
+    top = logits.topk(2, dim=-1).values
+    return (top[:, 0] - chosen).cpu(), (top[:, 0] - top[:, 1]).cpu()
+
+
+def check_near_ties(
+    reference: nn.Module,
+    prompt_length: int,
+    plain: torch.Tensor,
+    speculative: torch.Tensor,
+    epsilon: float,
+) -> NearTieReport:
+    """Check that ``speculative`` differs from ``plain`` (both ``[1, prompt + new]``, greedy outputs of the same
+    target on the same prompt) only through near-ties; see the module docstring.
+
+    Args:
+        reference: the float32 target (:func:`float32_reference` of the reduced-precision one).
+        prompt_length: the number of prompt tokens both sequences start with.
+        plain / speculative: the two outputs.
+        epsilon: the near-tie bound in logits (:data:`NEAR_TIE_EPSILON` of the dtype decoded in).
+    """
+    if epsilon < 0:
+        raise ValueError(f"epsilon={epsilon} must be >= 0 (logit units).")
+    if not torch.equal(plain[:, :prompt_length].cpu(), speculative[:, :prompt_length].cpu()):
+        raise ValueError("plain and speculative outputs do not start with the same prompt.")
+    a, b = plain[0, prompt_length:].tolist(), speculative[0, prompt_length:].tolist()
+    divergence = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if divergence is None and len(a) == len(b):
+        return NearTieReport(True, None, None, None, None, None, 0.0, None, epsilon, True, "")
+    if divergence is None:  # one output is a prefix of the other: they stopped at different points
+        divergence = min(len(a), len(b))
+        stopped = "plain" if len(a) < len(b) else "speculative"
+        return NearTieReport(
+            False, divergence, a[divergence] if divergence < len(a) else None,
+            b[divergence] if divergence < len(b) else None, None, None, 0.0, None, epsilon, False,
+            f"the {stopped} output stopped at new token {divergence} while the other went on (same tokens until "
+            "then): a stopping difference, not a near-tie",
+        )  # fmt: skip
+    plain_gaps, top2 = logit_gaps(reference, plain, prompt_length)
+    spec_gaps, _ = logit_gaps(reference, speculative, prompt_length)
+    gap_plain, gap_spec = float(plain_gaps[divergence]), float(spec_gaps[divergence])
+    margin = abs(gap_plain - gap_spec)  # both gaps are from the same logits row: the same context
+    tail = spec_gaps[divergence:]
+    worst = int(tail.argmax()) + divergence
+    max_gap = float(tail.max())
+    reasons = []
+    if max(gap_plain, gap_spec) > epsilon:
+        reasons.append(
+            f"at the first divergence (new token {divergence}) plain chose {a[divergence]} and the speculative run "
+            f"{b[divergence]}, {gap_plain:.3f} and {gap_spec:.3f} logits below the float32 maximum: not both within "
+            f"epsilon={epsilon}"
+        )
+    if max_gap > epsilon:
+        reasons.append(
+            f"the speculative run committed token {b[worst]} at new token {worst}, {max_gap:.3f} logits below the "
+            f"float32 argmax of its own context (epsilon={epsilon})"
+        )
+    return NearTieReport(
+        identical=False,
+        first_divergence=divergence,
+        plain_token=a[divergence],
+        speculative_token=b[divergence],
+        divergence_margin=margin,
+        top2_margin=float(top2[divergence]),
+        max_gap=max_gap,
+        worst_position=worst,
+        epsilon=epsilon,
+        ok=not reasons,
+        reason="; ".join(reasons),
+    )
+
+
+def epsilon_for(dtype: torch.dtype | str) -> float:
+    """:data:`NEAR_TIE_EPSILON` of a torch dtype (or its name)."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in NEAR_TIE_EPSILON:
+        raise ValueError(f"no near-tie epsilon for dtype {name!r}: expected one of {', '.join(NEAR_TIE_EPSILON)}.")
+    return NEAR_TIE_EPSILON[name]
