@@ -1,11 +1,13 @@
 """DLite speed demo: the target alone vs the target with a DLite drafter, side by side, streaming.
 
     python app.py [--target smollm2-135m|DIR] [--drafter DIR] [--dtype bfloat16|float32|float16|auto]
+                  [--attention packed_gqa|sdpa]
                   [--host 127.0.0.1] [--port 7860] [--threads N]
 
 Defaults: the target `smollm2-135m` (fetched by `make assets`) and the shipped drafter
 `drafters/dlite-smollm2-135m`, in bfloat16 (the mode measured fastest here; the page says which mode it runs in);
-the environment variables DLITE_TARGET, DLITE_DRAFTER and DLITE_DTYPE set them too (flags win).
+the target with the packed grouped-query attention of `dlite_hf.attention`; the environment variables
+DLITE_TARGET, DLITE_DRAFTER, DLITE_DTYPE and DLITE_ATTENTION set them too (flags win).
 A missing target or drafter is explained in the page, with the command that fixes it. The handlers live in
 `dlite_hf.demo`; this file only reads the settings (`parse_app_args`: the flags, or the environment variables
 above and gradio's GRADIO_SERVER_NAME / GRADIO_SERVER_PORT), builds the page and launches it.
@@ -20,7 +22,7 @@ if args.threads:
     import torch
 
     torch.set_num_threads(args.threads)
-demo = build_demo(args.target, args.drafter, warm_up=not args.no_warm_up, dtype=args.dtype)
+demo = build_demo(args.target, args.drafter, warm_up=not args.no_warm_up, dtype=args.dtype, attention=args.attention)
 
 if __name__ == "__main__":
     # Concurrency 1: one generation at a time, so two visitors never share the cores (timings) or the models.

@@ -30,7 +30,33 @@ import torch
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .suffix_index import DraftSession, check_lookup_tokens
+from .configuration_dlite import check_threshold
+from .suffix_index import DraftSession, check_lookup_tokens, check_min_match
+
+DECODING_OPTIONS = ("draft_confidence_threshold", "draft_skip_threshold", "lookup_min_match", "lookup_length_factor")
+"""Drafter config fields a single generate() call may override, through its `GenerationConfig`:
+`target.generate(ids, generation_config=GenerationConfig(draft_confidence_threshold=0.5, ...), assistant_model=d)`.
+The shared drafter's config is never changed (transformers carries such custom entries on the call's config)."""
+
+
+def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
+    """The :data:`DECODING_OPTIONS` of one call: the call's `generation_config` value where set, else the drafter
+    config's. A value set per call is validated here, with its origin in the message."""
+    options = {}
+    for name in DECODING_OPTIONS:
+        value = getattr(generation_config, name, None)
+        if value is None:
+            options[name] = getattr(config, name)
+            continue
+        shown = f"GenerationConfig.{name}={value!r}"
+        if name.endswith("_threshold"):
+            check_threshold(name, value, where="GenerationConfig.")
+        elif name == "lookup_min_match":
+            check_min_match(value, shown)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{shown} is invalid: expected a number > 0 (retrieved draft tokens per matched token).")
+        options[name] = value
+    return options
 
 # The private method of transformers the hook wraps, and the parameters it must have (by name; others may come and
 # go, and their order does not matter): what the hook reads, and what a DLite candidate generator needs.
@@ -272,15 +298,20 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
         self.history_window = config.history_window
+        self.options = decoding_options(generation_config, config)
         # hybrid drafting: the session's suffix index (a fresh one per call outside `with DraftSession():`)
         self.lookup_tokens = lookup_tokens
         self.session: DraftSession | None = None
         if lookup_tokens is not None:
             self.session = DraftSession.current() or DraftSession()
-            self.min_match = (
-                self.session.min_match if self.session.min_match is not None else int(config.lookup_min_match)
+            # precedence: this call's GenerationConfig, then the session's, then the drafter config's
+            per_call = getattr(generation_config, "lookup_min_match", None) is not None
+            self.min_match = int(
+                self.options["lookup_min_match"]
+                if per_call or self.session.min_match is None
+                else self.session.min_match
             )
-            self.length_factor = float(config.lookup_length_factor)
+            self.length_factor = float(self.options["lookup_length_factor"])
         layers = find_decoder_layers(target, config.num_target_layers)
         rows = 0 if self.history_window != 0 else max(config.num_draft_tokens, lookup_tokens or 0) + 1
         self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
@@ -391,6 +422,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
             num_tokens=budget,
             do_sample=self.do_sample,
             logits_processor=self.logits_processor,
+            confidence_threshold=self.options["draft_confidence_threshold"],
+            skip_threshold=self.options["draft_skip_threshold"],
             prefix_ids=input_ids.to(self.device),
             **history_kwargs,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlite_hf.training.anchors import IGNORE_INDEX, block_labels, history_attention_mask, sample_anchors
+from dlite_hf.training.anchors import IGNORE_INDEX, block_labels, sample_anchors
 
 
 def _candidates(loss_mask: torch.Tensor) -> list[set[int]]:
@@ -138,45 +138,3 @@ def test_block_labels_rejects_mismatched_shapes():
         block_labels(input_ids, anchors, 0, torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="anchors"):
         block_labels(input_ids, torch.ones(3, 1, dtype=torch.long), 3, torch.ones(2, 5, dtype=torch.bool))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# history_attention_mask
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _rows(mask: torch.Tensor) -> list[list[int]]:
-    return [torch.nonzero(row).flatten().tolist() for row in mask[0]]
-
-
-def test_history_mask_full_window():
-    anchors = torch.tensor([[1, 2, 6, 9]])
-    mask = history_attention_mask(anchors, 10, window=-1)
-    assert mask.shape == (1, 4, 10) and mask.dtype == torch.bool
-    # anchor a sees j <= a - 2 (a - 1 is its context)
-    assert _rows(mask) == [[], [0], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 7]]
-
-
-def test_history_mask_no_window():
-    anchors = torch.tensor([[1, 2, 6, 9]])
-    assert not history_attention_mask(anchors, 10, window=0).any()
-
-
-def test_history_mask_window_of_three():
-    anchors = torch.tensor([[1, 2, 4, 6, 9]])
-    mask = history_attention_mask(anchors, 10, window=3)
-    # anchor a sees a-1-3 .. a-2
-    assert _rows(mask) == [[], [0], [0, 1, 2], [2, 3, 4], [5, 6, 7]]
-
-
-def test_history_mask_respects_anchor_valid():
-    anchors = torch.tensor([[5, 7]])
-    mask = history_attention_mask(anchors, 8, window=-1, anchor_valid=torch.tensor([[True, False]]))
-    assert _rows(mask) == [[0, 1, 2, 3], []]
-
-
-@pytest.mark.parametrize(("kwargs", "field"), [({"window": -2}, "window"), ({"seq_len": 0}, "seq_len")])
-def test_history_mask_rejects_bad_args(kwargs, field):
-    args = {"anchors": torch.tensor([[3]]), "seq_len": 5, "window": 1} | kwargs
-    with pytest.raises(ValueError, match=field):
-        history_attention_mask(**args)

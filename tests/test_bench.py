@@ -169,8 +169,8 @@ def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny,
 
 def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
     target, drafters = tiny
-    monkeypatch.setattr(bench_command, "_load_target", lambda name, dtype: (target.to(getattr(torch, dtype)), tokenizer, "/tiny"))
-    monkeypatch.setattr(bench_command, "_load_drafter", lambda path, dtype: drafters[path].to(dtype))
+    monkeypatch.setattr(bench_command, "_load_target", lambda name, dtype, attention: (target, tokenizer, "/tiny"))
+    monkeypatch.setattr(bench_command, "_load_drafter", lambda path, dtype: drafters[path])
 
 
 def _cli(tmp_path, *extra: str) -> list[str]:
@@ -237,23 +237,16 @@ def test_confidence_threshold_and_fixed_k_methods(tiny, tokenizer, tmp_path, mon
     # a random drafter over 49k tokens is never 50% sure of its first draft: one draft per round; fixed K drafts more
     assert records["dlite"]["drafted"] == records["dlite"]["rounds"] >= 1
     assert records["dlite_fixed"]["drafted"] > records["dlite_fixed"]["rounds"]
-    assert drafter.config.draft_confidence_threshold == 0.0  # the override lasted only for the method's calls
+    assert drafter.config.draft_confidence_threshold == 0.0  # per call: the shared config was never changed
 
-    method = BenchMethod("bad", "dlite", drafter, drafter_overrides={"draft_confidence_threshold": 2.0})
-    with pytest.raises(ValueError, match="draft_confidence_threshold=2.0 is invalid"), method.applied():
-        pass
-    assert drafter.config.draft_confidence_threshold == 0.0
-    with (
-        pytest.raises(ValueError, match="unknown config fields"),
-        BenchMethod("bad", "dlite", drafter, drafter_overrides={"draft_threshold": 0.1}).applied(),
-    ):
-        pass
+    with pytest.raises(ValueError, match=r"GenerationConfig.draft_confidence_threshold=2.0 is invalid"):
+        BenchMethod("bad", "dlite", drafter, drafter_overrides={"draft_confidence_threshold": 2.0})
+    with pytest.raises(ValueError, match=r"names \['draft_threshold'\], which a generate\(\) call cannot set"):
+        BenchMethod("bad", "dlite", drafter, drafter_overrides={"draft_threshold": 0.1})
     fixed = make_methods({"dlite_fixed": drafter})[1]
-    assert fixed.drafter_overrides == {
-        "draft_confidence_threshold": 0.0,
-        "draft_skip_threshold": 0.0,
-        "draft_lengths": None,
-    }
+    assert fixed.drafter_overrides == {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
+    config = fixed.generation_config(do_sample=False, max_new_tokens=3)
+    assert config.draft_confidence_threshold == 0.0 and config.max_new_tokens == 3
 
 
 def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monkeypatch):
@@ -291,7 +284,7 @@ def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monke
     ],
 )
 def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):
-    def no_load(name, dtype):
+    def no_load(name, dtype, attention):
         raise AssertionError("flags must be checked before any model is loaded")
 
     monkeypatch.setattr(bench_command, "_load_target", no_load)

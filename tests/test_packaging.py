@@ -47,3 +47,55 @@ def test_shipped_drafter_links_to_the_single_source():
     for name in FILES:
         path = ROOT / "drafters" / "dlite-smollm2-135m" / name
         assert path.is_symlink() and path.resolve() == (ROOT / "modeling" / name).resolve()
+
+
+def _module_level_imports(path: Path, module: str, is_package: bool) -> set[str]:
+    """The dlite_hf modules `module` imports when it is imported (top-level statements; lazy imports excluded)."""
+    import ast
+
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found |= {f"{base}.{alias.name}" for alias in node.names} | {base}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name.startswith("dlite_hf")}
+
+
+def test_no_import_cycles_between_the_package_modules():
+    """Every module imports only modules that do not import it back (directly or through others) at import time."""
+    sources = {"dlite_hf": ROOT / "src" / "dlite_hf", "dlite_hf.modeling": ROOT / "modeling"}
+    modules = {}
+    for prefix, folder in sources.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            name = ".".join([prefix, *parts]).removesuffix(".__init__")
+            if prefix == "dlite_hf" and parts[0] == "modeling":
+                continue
+            modules[name] = path
+    graph = {
+        name: {dep for dep in _module_level_imports(path, name, path.name == "__init__.py") if dep in modules} - {name}
+        for name, path in modules.items()
+    }
+    assert {"dlite_hf.cli", "dlite_hf.bench.command", "dlite_hf.modeling.generation_dlite"} <= graph.keys()
+    assert "dlite_hf.defaults" in graph["dlite_hf.demo"]  # the check sees real edges
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for dep in graph[node]:
+                if dep == start:
+                    return [*path, start]
+                if dep not in seen:
+                    seen.add(dep)
+                    stack.append((dep, [*path, dep]))
+        return None
+
+    cycles = [cycle for cycle in map(cycle_from, graph) if cycle]
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)

@@ -14,7 +14,6 @@ def test_defaults(tmp_path):
     args = DLiteTrainingArguments(output_dir=str(tmp_path), stage="stable")
     assert args.stage == "stable"
     assert args.num_anchors == 16
-    assert args.num_draft_tokens_override is None
     assert args.loss_decay_gamma == 4.0 and args.loss_decay_form == "divide"
     assert args.lambda_ce == 0.1 and args.lambda_tv == 1.0
     assert args.teacher_path is None
@@ -45,7 +44,6 @@ def test_teacher_path_rejected_outside_warmup(tmp_path, stage):
     [
         ("stage", "pretrain"),
         ("num_anchors", 0),
-        ("num_draft_tokens_override", 0),
         ("loss_decay_gamma", 0.0),
         ("loss_decay_gamma", float("nan")),
         ("loss_decay_form", "exp"),
@@ -84,7 +82,6 @@ def test_hf_argument_parser_round_trip(tmp_path):
         "--stage", "warmup",
         "--teacher_path", "out/teacher",
         "--num_anchors", "8",
-        "--num_draft_tokens_override", "5",
         "--loss_decay_gamma", "2.5",
         "--loss_decay_form", "multiply",
         "--lambda_ce", "0.2",
@@ -102,7 +99,7 @@ def test_hf_argument_parser_round_trip(tmp_path):
     (args,) = parser.parse_args_into_dataclasses(cli)
     assert isinstance(args, DLiteTrainingArguments)
     assert args.stage == "warmup" and args.teacher_path == "out/teacher"
-    assert args.num_anchors == 8 and args.num_draft_tokens_override == 5
+    assert args.num_anchors == 8
     assert args.loss_decay_gamma == 2.5 and args.loss_decay_form == "multiply"
     assert args.lambda_ce == 0.2 and args.lambda_tv == 0.5
     assert args.max_length == 256 and args.vocab_chunk_size == 4
@@ -116,7 +113,7 @@ def test_hf_argument_parser_round_trip(tmp_path):
     as_dict = {k: v for k, v in args.to_dict().items() if k in init_fields} | {"report_to": "none"}
     (again,) = parser.parse_dict(as_dict)
     assert again.stage == args.stage and again.lora_target_modules == args.lora_target_modules
-    assert again.num_draft_tokens_override == 5 and again.loss_decay_form == "multiply"
+    assert again.num_anchors == 8 and again.loss_decay_form == "multiply"
 
 
 def test_hf_argument_parser_rejects_unknown_stage(tmp_path):

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .defaults import check_dtype
+from .defaults import check_attention, check_dtype
 
 try:  # POSIX only; elsewhere concurrent fetches of the same asset are simply not serialized.
     import fcntl
@@ -501,15 +501,23 @@ def resolve_model(name_or_path: str, progress: bool = True) -> Path:
     )
 
 
-def load_target(folder: str | Path, adapter: str | None = None, dtype: str = "float32") -> tuple[Any, Any]:
+def load_target(
+    folder: str | Path, adapter: str | None = None, dtype: str = "float32", attention: str = "sdpa"
+) -> tuple[Any, Any]:
     """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
     top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
-    the token-exact mode). The one loader of the CLI, the benchmark and the demo."""
+    the token-exact mode); `attention`: one of :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`:
+    :mod:`dlite_hf.attention`). The one loader of the CLI, the benchmark and the demo."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_dtype(dtype)
+    check_attention(attention)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+    if attention == "packed_gqa":
+        from .attention import use_packed_gqa_attention
+
+        use_packed_gqa_attention(model)
     model = model.eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if adapter:
@@ -519,12 +527,15 @@ def load_target(folder: str | Path, adapter: str | None = None, dtype: str = "fl
     return model, tokenizer
 
 
-def open_target(name_or_path: str, adapter: str | None = None, dtype: str = "float32") -> tuple[Any, Any, Path]:
+def open_target(
+    name_or_path: str, adapter: str | None = None, dtype: str = "float32", attention: str = "sdpa"
+) -> tuple[Any, Any, Path]:
     """`(model, tokenizer, folder)` of a registry name (fetched once) or a local folder: :func:`resolve_model`
-    then :func:`load_target` (in `dtype`)."""
+    then :func:`load_target` (in `dtype`, with `attention`)."""
     check_dtype(dtype)
+    check_attention(attention)
     folder = resolve_model(name_or_path)
-    model, tokenizer = load_target(folder, adapter, dtype)
+    model, tokenizer = load_target(folder, adapter, dtype, attention)
     return model, tokenizer, folder
 
 

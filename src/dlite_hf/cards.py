@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import json
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined
@@ -164,7 +162,3 @@ def render_model_card(
     }
     environment = Environment(undefined=StrictUndefined, keep_trailing_newline=True)
     return environment.from_string(_template()).render(**values)
-
-
-def load_results(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))

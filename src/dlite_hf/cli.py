@@ -11,7 +11,14 @@ import logging
 import sys
 from pathlib import Path
 
-from .defaults import DEFAULT_DTYPE, DEFAULT_TARGET, DTYPE_CHOICES, default_drafter_dir
+from .defaults import (
+    ATTENTION_CHOICES,
+    DEFAULT_ATTENTION,
+    DEFAULT_DTYPE,
+    DEFAULT_TARGET,
+    DTYPE_CHOICES,
+    default_drafter_dir,
+)
 from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
 from .modeling.suffix_index import check_lookup_tokens
 
@@ -76,7 +83,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
     if not drafter_dir.exists():
         raise SystemExit(f"No drafter at {drafter_dir}. Pass --drafter PATH (a folder saved by dlite-hf train).")
-    target, tokenizer, _ = open_target(args.target, dtype=args.dtype)
+    target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
     drafter = DLiteForSpeculation.from_pretrained(drafter_dir, dtype=target.dtype).eval()
     prompts = []
     for workload in args.workloads.split(","):
@@ -88,7 +95,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     extra = {"prompt_lookup_num_tokens": args.lookup_tokens} if args.lookup_tokens else {}
     print(
         f"target={args.target} drafter={drafter_dir} decoding={decoding} dtype={dtype} "
-        f"({'token-exact' if dtype == 'float32' else 'near-tie-exact'}) threads={torch.get_num_threads()} "
+        f"({'token-exact' if dtype == 'float32' else 'near-tie-exact'}) attention={args.attention} "
+        f"threads={torch.get_num_threads()} "
         f"max_new_tokens={args.max_new_tokens}"
     )
     for workload, prompt in prompts:
@@ -145,6 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         },
         "speedup": total_plain / total_dlite,
         "dtype": dtype,
+        "attention": args.attention,
         "all_identical": all(r["identical"] for r in rows),
         "exact_match_rate": sum(r["identical"] for r in rows) / len(rows),
         "lossless_ok": all(r["lossless_ok"] for r in rows),
@@ -402,7 +411,9 @@ def run_train(argv: list[str]) -> Path:
             raise SystemExit("--lora adapts a released drafter: pass --init <drafter folder>.")
         from peft import LoraConfig, get_peft_model
 
-        targets = args.lora_target_modules or ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"]
+        from .training.arguments import LORA_DEFAULT_TARGETS
+
+        targets = args.lora_target_modules or list(LORA_DEFAULT_TARGETS)
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
     dataset = RegeneratedDataset(script.data, max_length=args.max_length)
     drafter = model.get_base_model() if args.lora else model
@@ -493,6 +504,13 @@ def build_parser() -> argparse.ArgumentParser:
         "token-exact; in bfloat16/float16 each divergence from plain must be a float32-verified near-tie",
     )
     compare.add_argument(
+        "--attention",
+        default=DEFAULT_ATTENTION,
+        choices=ATTENTION_CHOICES,
+        help=f"the target's attention (default {DEFAULT_ATTENTION}: dlite_hf.attention, measured fastest here; "
+        "sdpa: transformers' own)",
+    )
+    compare.add_argument(
         "--lookup-tokens",
         type=int,
         default=HYBRID_LOOKUP_TOKENS,
@@ -516,8 +534,10 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--threads", type=int, default=None)
     regen.add_argument("--device", default="auto", help="auto (a CUDA GPU when there is one), cpu, cuda, cuda:N")
     regen.add_argument(
-        "--dtype", default="float32", choices=DTYPE_CHOICES, help="target weights' dtype while generating (auto: the "
-        "checkpoint's)"
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="target weights' dtype while generating (auto: the checkpoint's)",
     )
     regen.set_defaults(func=cmd_regenerate)
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DEFAULT_DTYPE", "DEFAULT_TARGET", "DTYPE_CHOICES", "check_dtype", "default_drafter_dir"]
+__all__ = [
+    "ATTENTION_CHOICES",
+    "DEFAULT_ATTENTION",
+    "DEFAULT_DTYPE",
+    "DEFAULT_TARGET",
+    "DTYPE_CHOICES",
+    "check_attention",
+    "check_dtype",
+    "default_drafter_dir",
+]
 
 DEFAULT_TARGET = "smollm2-135m"
 """The registry name of the default target (see :data:`dlite_hf.assets.MODELS`)."""
@@ -29,6 +38,24 @@ def check_dtype(name: str, shown: str = "dtype") -> str:
         raise ValueError(
             f"{shown}={name!r} is not a supported dtype: expected one of {', '.join(DTYPE_CHOICES)} (auto: the "
             "checkpoint's own dtype, from its config.json)."
+        )
+    return name
+
+
+ATTENTION_CHOICES = ("sdpa", "packed_gqa")
+"""What `--attention` accepts: transformers' `sdpa`, or `packed_gqa` (`dlite_hf.attention`: the same SDPA kernel
+with a grouped-query model's query heads packed into rows, much faster for short queries in bfloat16 on CPU)."""
+
+DEFAULT_ATTENTION = "packed_gqa"
+"""The attention `dlite-hf compare`, `make run` and the demo load the target with (measured fastest: README)."""
+
+
+def check_attention(name: str, shown: str = "attention") -> str:
+    """Return `name` if it is one of :data:`ATTENTION_CHOICES`; raise `ValueError` saying what was given otherwise."""
+    if name not in ATTENTION_CHOICES:
+        raise ValueError(
+            f"{shown}={name!r} is not a supported attention: expected one of {', '.join(ATTENTION_CHOICES)} "
+            "(packed_gqa: dlite_hf.attention, opt-in)."
         )
     return name
 

@@ -31,13 +31,23 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from .defaults import DEFAULT_DTYPE, DEFAULT_TARGET, DTYPE_CHOICES, check_dtype, default_drafter_dir
+from .defaults import (
+    ATTENTION_CHOICES,
+    DEFAULT_ATTENTION,
+    DEFAULT_DTYPE,
+    DEFAULT_TARGET,
+    DTYPE_CHOICES,
+    check_attention,
+    check_dtype,
+    default_drafter_dir,
+)
 from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
 
 __all__ = [
     "DEFAULT_TARGET",
     "DRAFTER_ENV",
     "DTYPE_ENV",
+    "ATTENTION_ENV",
     "TARGET_ENV",
     "CompareUpdate",
     "DemoModels",
@@ -51,6 +61,7 @@ __all__ = [
 TARGET_ENV = "DLITE_TARGET"
 DRAFTER_ENV = "DLITE_DRAFTER"
 DTYPE_ENV = "DLITE_DTYPE"
+ATTENTION_ENV = "DLITE_ATTENTION"
 FETCH_COMMAND = "make assets"
 GREEDY, SAMPLING = "greedy", "sampling"
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
@@ -91,6 +102,7 @@ class DemoModels:
         drafter: a `DLiteForSpeculation` checked against the target, or ``None``.
         target_name / drafter_path: what was asked for (shown in the page).
         dtype: what both models compute in (``--dtype``; the page says which mode that is).
+        attention: the target's attention implementation (``--attention``).
         target_error / drafter_error: why a piece is missing, and the command or flag that fixes it.
     """
 
@@ -100,6 +112,7 @@ class DemoModels:
     target_name: str = DEFAULT_TARGET
     drafter_path: str | None = None
     dtype: str = DEFAULT_DTYPE
+    attention: str = DEFAULT_ATTENTION
     target_error: str | None = None
     drafter_error: str | None = None
 
@@ -137,10 +150,16 @@ def missing_drafter_message(path: Path, default: bool) -> str:
 
 
 def load_models(
-    target: str = DEFAULT_TARGET, drafter: str | Path | None = None, *, fetch: bool = False, dtype: str = DEFAULT_DTYPE
+    target: str = DEFAULT_TARGET,
+    drafter: str | Path | None = None,
+    *,
+    fetch: bool = False,
+    dtype: str = DEFAULT_DTYPE,
+    attention: str = DEFAULT_ATTENTION,
 ) -> DemoModels:
     """Load the target (registry name or folder) and the drafter (folder; default: the shipped one), both in
-    ``dtype`` (one of :data:`dlite_hf.defaults.DTYPE_CHOICES`; an unknown one raises `ValueError`).
+    ``dtype`` (one of :data:`dlite_hf.defaults.DTYPE_CHOICES`), the target with ``attention`` (one of
+    :data:`dlite_hf.defaults.ATTENTION_CHOICES`); an unknown dtype or attention raises `ValueError`.
 
     Never raises for a missing or mismatched asset: the returned :class:`DemoModels` carries the message instead.
     A registry target that is not in the cache is downloaded only with ``fetch=True`` (the page must not stall
@@ -148,7 +167,7 @@ def load_models(
     """
     from .assets import MODELS, AssetError, fetch_model, load_target
 
-    models = DemoModels(target_name=str(target), dtype=check_dtype(dtype))
+    models = DemoModels(target_name=str(target), dtype=check_dtype(dtype), attention=check_attention(attention))
     folder: Path | None = None
     if Path(target).expanduser().is_dir():
         folder = Path(target).expanduser()
@@ -169,7 +188,7 @@ def load_models(
         )
     if folder is not None:
         try:
-            models.target, models.tokenizer = load_target(folder, dtype=dtype)
+            models.target, models.tokenizer = load_target(folder, dtype=dtype, attention=attention)
         except (OSError, ValueError) as error:
             models.target = models.tokenizer = None
             models.target_error = f"Could not load the target from `{folder}`: {error}"
@@ -725,7 +744,7 @@ def _describe(models: DemoModels) -> str:
             f"R = {config.head_rank}, {models.drafter.num_parameters() / 1e6:.1f}M parameters; "
             f"{_training_record(models.drafter_path)})"
         )
-    lines.append(f"**Mode** {dtype_mode(models)}")
+    lines.append(f"**Mode** {dtype_mode(models)}; attention `{models.attention}`")
     lines.append(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU cores")
     return " · ".join(lines)
 
@@ -775,9 +794,10 @@ def build_demo(
     examples: dict[str, list[dict[str, str]]] | None = None,
     warm_up: bool = False,
     dtype: str = DEFAULT_DTYPE,
+    attention: str = DEFAULT_ATTENTION,
 ) -> Any:
     """The gradio page (a `gr.Blocks`). Pass ``models`` (and ``examples``) to use already-loaded models;
-    ``dtype``: the models' dtype otherwise.
+    ``dtype`` and ``attention``: how to load them otherwise.
 
     Every event has an ``api_name``: ``compare`` (generator, queued with concurrency 1), ``stop``,
     ``select_example``, ``clear_context``, ``toggle_lookup``.
@@ -785,7 +805,7 @@ def build_demo(
     import gradio as gr
 
     if models is None:
-        models = load_models(target, drafter, dtype=dtype)
+        models = load_models(target, drafter, dtype=dtype, attention=attention)
     examples_note = None
     if examples is None and models.target is None:
         examples, examples_note = {}, "Example prompts appear once the target model is available."
@@ -931,6 +951,13 @@ def parse_app_args(description: str | None = None, argv: list[str] | None = None
         choices=DTYPE_CHOICES,
         help=f"the models' dtype (env {DTYPE_ENV}; default {DEFAULT_DTYPE}, measured fastest here; float32 is the "
         "token-exact mode, auto the checkpoint's own dtype)",
+    )
+    parser.add_argument(
+        "--attention",
+        default=env_default(ATTENTION_ENV, DEFAULT_ATTENTION),
+        choices=ATTENTION_CHOICES,
+        help=f"the target's attention (env {ATTENTION_ENV}; default {DEFAULT_ATTENTION}: dlite_hf.attention, "
+        "measured fastest here; sdpa: transformers' own)",
     )
     parser.add_argument(
         "--host",

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..defaults import DTYPE_CHOICES
+from ..defaults import ATTENTION_CHOICES, DTYPE_CHOICES
 from .bfcl import BFCL_CATEGORIES
 from .methods import METHOD_CHOICES, parse_methods
 from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
@@ -119,6 +119,13 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "(dlite_hf.neartie); auto: the checkpoint's dtype",
     )
     parser.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=ATTENTION_CHOICES,
+        help="the target's (and the assistant's) attention, the same for every method: sdpa (transformers' default) "
+        "or packed_gqa (dlite_hf.attention: grouped-query heads packed into rows, faster for short queries on CPU)",
+    )
+    parser.add_argument(
         "--sdpa-gqa",
         action="store_true",
         help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
@@ -136,11 +143,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- loading
-def _load_target(name_or_path: str, dtype: str = "float32") -> tuple[Any, Any, Path]:
-    """(model, tokenizer, folder) of a registry name or local folder, in `dtype` (monkeypatched by the tests)."""
+def _load_target(name_or_path: str, dtype: str = "float32", attention: str = "sdpa") -> tuple[Any, Any, Path]:
+    """(model, tokenizer, folder) of a registry name or local folder, in `dtype`, with `attention` (monkeypatched by
+    the tests)."""
     from ..assets import open_target
 
-    return open_target(name_or_path, dtype=dtype)
+    return open_target(name_or_path, dtype=dtype, attention=attention)
 
 
 def _load_drafter(path: str, dtype: Any) -> Any:
@@ -198,7 +206,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         parts += ["--bfcl-sessions", str(args.bfcl_sessions)]
         if args.bfcl_sessions:
             parts += ["--bfcl-category", args.bfcl_category]
-    parts += ["--threads", str(args.threads), "--dtype", args.dtype, "--out", args.out]
+    parts += ["--threads", str(args.threads), "--dtype", args.dtype, "--attention", args.attention, "--out", args.out]
     if args.sdpa_gqa:
         parts.append("--sdpa-gqa")
     if args.name:
@@ -265,14 +273,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
         os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    target, tokenizer, folder = _load_target(args.target, args.dtype)
+    target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention)
     specs: list[BenchMethod] = []
     drafters: dict[str, Any] = {}
     for name in methods:
         if name in ("plain", "prompt_lookup"):
             specs.append(BenchMethod(name, name))
         elif name == "assisted":
-            assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype)
+            assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype, args.attention)
             if Path(assistant_folder).resolve() == Path(folder).resolve():
                 raise SystemExit(
                     "--assistant is the target itself; assisted decoding needs a different, smaller model."

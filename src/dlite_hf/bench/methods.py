@@ -21,14 +21,16 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from torch import nn
+from transformers import GenerationConfig
 
+from ..modeling.generation_dlite import DECODING_OPTIONS, decoding_options
 from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS, DraftSession
 
 __all__ = [
@@ -67,12 +69,9 @@ METHOD_CHOICES: tuple[str, ...] = (
     "assisted",
 )
 DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_fixed", "hybrid", "dlite_nohead", "history")
-# method dlite_fixed: K drafts every round, never skipped (the paper's decoding)
-FIXED_K_OVERRIDES: dict[str, Any] = {
-    "draft_confidence_threshold": 0.0,
-    "draft_skip_threshold": 0.0,
-    "draft_lengths": None,
-}
+# method dlite_fixed: K drafts every round, never skipped (the paper's decoding); with no confidence threshold a
+# round never stops early, so the drafter's draft_lengths do not apply
+FIXED_K_OVERRIDES: dict[str, Any] = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
 PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
 HYBRID_LOOKUP_TOKENS = DEFAULT_LOOKUP_TOKENS  # the hybrid's cap on a retrieved draft
 
@@ -88,9 +87,9 @@ class BenchMethod:
         assistant_tokenizer: ``assisted`` across vocabularies only: the assistant's tokenizer.
         checkpoint: where the model came from (recorded in the results).
         extra_kwargs: more `generate()` arguments (recorded in the results).
-        drafter_overrides: ``dlite`` only: drafter config fields set for this method's generate() calls and
-            restored after each (e.g. ``{"draft_confidence_threshold": 0.0}``), so one drafter object can serve
-            several methods; validated like the config itself.
+        drafter_overrides: ``dlite`` only: drafter decoding options of this method's generate() calls (e.g.
+            ``{"draft_confidence_threshold": 0.0}``; see `DECODING_OPTIONS`), passed per call in its
+            `GenerationConfig`, so one drafter object serves several methods; validated when the method is made.
         lookup_tokens: ``dlite`` only: hybrid drafting, the cap on a retrieved draft (``prompt_lookup_num_tokens``);
             None for DLite drafts only.
         lookup_min_match: hybrid only: the `DraftSession(min_match=...)` of its sessions (None: the drafter's
@@ -113,27 +112,25 @@ class BenchMethod:
             return None
         return DraftSession(min_match=self.lookup_min_match)
 
-    @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
-        """Set :attr:`drafter_overrides` on the drafter's config for the duration of the block."""
+    def __post_init__(self) -> None:
         if not self.drafter_overrides:
-            yield
             return
         config = getattr(self.model, "config", None)
         if self.kind != "dlite" or config is None:
             raise ValueError(f"Method {self.name!r}: drafter_overrides apply to DLite drafters only.")
-        unknown = [key for key in self.drafter_overrides if not hasattr(config, key)]
+        unknown = sorted(set(self.drafter_overrides) - set(DECODING_OPTIONS))
         if unknown:
-            raise ValueError(f"Method {self.name!r}: drafter_overrides names unknown config fields {unknown}.")
-        saved = {key: getattr(config, key) for key in self.drafter_overrides}
-        try:
-            for key, value in self.drafter_overrides.items():
-                setattr(config, key, value)
-            config.validate_dlite()
-            yield
-        finally:
-            for key, value in saved.items():
-                setattr(config, key, value)
+            raise ValueError(
+                f"Method {self.name!r}: drafter_overrides names {unknown}, which a generate() call cannot set; "
+                f"expected some of {', '.join(DECODING_OPTIONS)}."
+            )
+        decoding_options(SimpleNamespace(**self.drafter_overrides), config)  # validated now, not mid-run
+
+    def generation_config(self, **settings: Any) -> GenerationConfig:
+        """The `GenerationConfig` of one of this method's generate() calls: `settings` (greedy, max_new_tokens, ...)
+        plus :attr:`drafter_overrides`, which the DLite candidate generator reads per call (the drafter's config,
+        shared by the methods, is never changed)."""
+        return GenerationConfig(**settings, **self.drafter_overrides)
 
     def generate_kwargs(self, tokenizer: Any) -> dict[str, Any]:
         """Arguments of `target.generate()` for this method (besides the inputs and the greedy settings)."""

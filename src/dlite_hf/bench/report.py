@@ -110,6 +110,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
             if meta.get("near_tie_epsilon")
             else " (token-exact)"
         ),
+        f"- attention {meta.get('attention', 'sdpa')}",
         f"- threads {meta.get('threads')}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) "
         f"{'yes' if meta.get('sdpa_force_gqa') else 'no'}, torch {meta.get('torch')}, "
         f"transformers {meta.get('transformers')}, "

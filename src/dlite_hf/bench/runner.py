@@ -183,8 +183,12 @@ class _Runner:
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
-        with method.applied(), session if session is not None else contextlib.nullcontext():
-            return self.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        models = {k: kwargs.pop(k) for k in ("assistant_model", "tokenizer", "assistant_tokenizer") if k in kwargs}
+        config = method.generation_config(**kwargs)  # everything else: this call's decoding options
+        with session if session is not None else contextlib.nullcontext():
+            return self.target.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **models
+            )
 
     def measure(
         self, method: BenchMethod, input_ids: torch.Tensor, session: Any = None
@@ -333,6 +337,7 @@ def run_bench(
     info.update(started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), max_new_tokens=max_new_tokens)
     info.setdefault("target", getattr(target.config, "_name_or_path", "") or type(target).__name__)
     info.update(dtype=runner.dtype, near_tie_epsilon=runner.epsilon if runner.dtype != "float32" else None)
+    info["attention"] = getattr(target.config, "_attn_implementation", None)
     records: list[dict[str, Any]] = []
     mismatches: list[dict[str, Any]] = []
     session_log: list[dict[str, Any]] = []

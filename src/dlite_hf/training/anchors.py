@@ -4,7 +4,8 @@ An *anchor* at position ``a`` of a sequence ``x_0 .. x_{T-1}`` defines one train
 target's tapped hidden states at position ``a - 1`` and the anchor token ``x_a`` (the block's context), and
 predicts ``x_{a+1} .. x_{a+K}`` at its K draft positions. Since the target's states at ``a - 1`` already encode the
 prefix ``x_{<a}``, a history-free drafter needs nothing else; the history-aware teacher and the sliding-window
-ablations may additionally attend to earlier positions (:func:`history_attention_mask`).
+ablations may additionally attend to earlier positions (their mask is built by the model,
+`DLiteForSpeculation.forward` with `history_window != 0`).
 
 Shapes: ``B`` sequences of length ``T``, ``A`` anchors per sequence, ``K`` draft tokens per block.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["IGNORE_INDEX", "block_labels", "history_attention_mask", "sample_anchors"]
+__all__ = ["IGNORE_INDEX", "block_labels", "sample_anchors"]
 
 IGNORE_INDEX = -100  # transformers' convention: `labels.ne(-100)` counts the items that carry a loss
 
@@ -134,46 +135,3 @@ def block_labels(
         valid = valid & anchor_valid.bool().unsqueeze(-1)
     labels = torch.where(valid, tokens, torch.full_like(tokens, ignore_index))
     return labels, valid
-
-
-def history_attention_mask(
-    anchors: torch.Tensor,
-    seq_len: int,
-    window: int,
-    anchor_valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Which earlier positions ``j`` each block may attend to (the history-aware teacher and window ablations).
-
-    A block anchored at ``a`` always has position ``a - 1`` as its context, so its history is ``j <= a - 2``:
-
-    - ``window == -1``: all of it, ``0 <= j <= a - 2`` (the history-aware teacher);
-    - ``window == 0``: none (DLite, history-free);
-    - ``window > 0``: the last ``window`` positions, ``a - 1 - window <= j <= a - 2``.
-
-    Args:
-        anchors: ``[B, A]`` long.
-        seq_len: T (>= 1).
-        window: -1, 0 or a positive int.
-        anchor_valid: optional ``[B, A]`` bool; padding blocks see nothing.
-
-    Returns:
-        ``[B, A, T]`` bool, True where block ``(b, a)`` may attend to position ``j``.
-    """
-    if not isinstance(anchors, torch.Tensor) or anchors.dim() != 2:
-        raise ValueError(f"anchors must be a [B, A] tensor, got {getattr(anchors, 'shape', type(anchors))}.")
-    _check_positive_int("seq_len", seq_len)
-    if isinstance(window, bool) or not isinstance(window, int) or window < -1:
-        raise ValueError(f"window={window!r} is invalid: expected -1 (full history), 0 (none) or an int > 0.")
-    if anchor_valid is not None and tuple(anchor_valid.shape) != tuple(anchors.shape):
-        raise ValueError(f"anchor_valid shape {tuple(anchor_valid.shape)} must equal anchors shape {anchors.shape}.")
-
-    j = torch.arange(seq_len, device=anchors.device).view(1, 1, seq_len)
-    a = anchors.long().unsqueeze(-1)  # [B, A, 1]
-    allowed = j <= a - 2
-    if window == 0:
-        allowed = torch.zeros_like(allowed)
-    elif window > 0:
-        allowed = allowed & (j >= a - 1 - window)
-    if anchor_valid is not None:
-        allowed = allowed & anchor_valid.bool().unsqueeze(-1)
-    return allowed

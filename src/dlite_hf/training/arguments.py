@@ -10,9 +10,11 @@ from transformers import TrainingArguments
 
 from .losses import DEFAULT_CHUNK_SIZE, POSITION_WEIGHT_FORMS
 
-__all__ = ["STAGES", "DLiteTrainingArguments"]
+__all__ = ["LORA_DEFAULT_TARGETS", "STAGES", "DLiteTrainingArguments"]
 
 STAGES = ("teacher", "warmup", "stable")
+LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")
+"""The drafter modules LoRA adapts when `lora_target_modules` is unset (the backbone's projections)."""
 
 
 def _invalid(name: str, value: Any, allowed: str) -> ValueError:
@@ -59,8 +61,6 @@ class DLiteTrainingArguments(TrainingArguments):
 
         num_anchors (`int`, *optional*, defaults to `16`):
             Anchor blocks sampled per sequence; one target forward serves all of them.
-        num_draft_tokens_override (`int` or `None`, *optional*, defaults to `None`):
-            K used in training; `None` takes the drafter config's `num_draft_tokens`.
         max_length (`int`, *optional*, defaults to `1024`):
             Maximum sequence length (prompt + response) fed to the target; longer sequences are truncated. At
             least 3 (an anchor needs a position before it and a label after it).
@@ -82,7 +82,8 @@ class DLiteTrainingArguments(TrainingArguments):
         lora_r (`int`, *optional*, defaults to `16`), lora_alpha (`int`, *optional*, defaults to `32`):
             LoRA rank and scaling numerator (both >= 1).
         lora_target_modules (`list[str]` or `None`, *optional*, defaults to `None`):
-            Module names to adapt; `None` lets PEFT adapt every linear layer (`"all-linear"`).
+            Module names to adapt; `None` adapts the drafter backbone's attention and MLP projections
+            (`LORA_DEFAULT_TARGETS`: q/k/v/o_proj, gate_proj, up_proj).
 
     > [!NOTE]
     > These parameters have default values different from [`~transformers.TrainingArguments`]:
@@ -160,10 +161,6 @@ class DLiteTrainingArguments(TrainingArguments):
         default=16,
         metadata={"help": "Anchor blocks sampled per sequence (>= 1); one target forward serves all of them."},
     )
-    num_draft_tokens_override: int | None = field(
-        default=None,
-        metadata={"help": "K used in training (>= 1); unset takes the drafter config's num_draft_tokens."},
-    )
     max_length: int = field(
         default=1024,
         metadata={"help": "Maximum sequence length fed to the target (>= 3); longer sequences are truncated."},
@@ -203,7 +200,10 @@ class DLiteTrainingArguments(TrainingArguments):
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha, the scaling numerator (>= 1)."})
     lora_target_modules: list[str] | None = field(
         default=None,
-        metadata={"help": "Module names to adapt with LoRA; unset adapts every linear layer ('all-linear')."},
+        metadata={
+            "help": "Module names to adapt with LoRA; unset adapts the backbone's q/k/v/o_proj, gate_proj and "
+            "up_proj (LORA_DEFAULT_TARGETS)."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -241,10 +241,6 @@ class DLiteTrainingArguments(TrainingArguments):
             value = getattr(self, name)
             if not _is_int(value) or value < minimum:
                 raise _invalid(name, value, f"an int >= {minimum}")
-        if self.num_draft_tokens_override is not None and (
-            not _is_int(self.num_draft_tokens_override) or self.num_draft_tokens_override < 1
-        ):
-            raise _invalid("num_draft_tokens_override", self.num_draft_tokens_override, "None or an int >= 1")
         if not _is_int(self.history_window) or self.history_window < -1:
             raise _invalid("history_window", self.history_window, "-1 (all), 0 (none) or an int > 0")
         if self.feature_cache_dir is not None and (
@@ -259,7 +255,7 @@ class DLiteTrainingArguments(TrainingArguments):
             if not _is_int(value) or value < 1:
                 raise _invalid(name, value, "an int >= 1")
         if self.lora_target_modules is not None:
-            if isinstance(self.lora_target_modules, str):  # PEFT accepts one name or "all-linear"
+            if isinstance(self.lora_target_modules, str):  # one module name
                 self.lora_target_modules = [self.lora_target_modules]
             modules = self.lora_target_modules
             if (
