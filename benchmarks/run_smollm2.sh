@@ -12,7 +12,7 @@
 #    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
 # 3. ablation (if ABLATION is set): two drafters from the same init, data, steps and seed, with and without the
 #    sequential head, on the general workloads.
-# Exits non-zero if any greedy output differs from plain greedy.
+# Exits non-zero if any greedy output differs from plain greedy (in bfloat16: other than at a float32-verified near-tie).
 set -euo pipefail
 
 DRAFTER=${1:-drafters/dlite-smollm2-135m}
@@ -25,6 +25,23 @@ MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tok
       --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0)
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
     "${MAIN[@]}" --name smollm2-135m-main
+# the same in bfloat16 (near-tie-exact: every divergence re-scored in float32), and both dtypes with the packed
+# grouped-query attention of dlite_hf.attention (the README's table: bfloat16 + packed_gqa, the fastest mode);
+# the development machine ran each pair side by side, one core each (taskset -c 0 / -c 1)
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
+    "${MAIN[@]}" --dtype bfloat16 --name smollm2-135m-main-bf16
+for DTYPE in float32 bfloat16; do
+    SUFFIX=$([[ $DTYPE == float32 ]] && echo packed || echo bf16-packed)
+    "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
+        "${MAIN[@]}" --dtype "$DTYPE" --attention packed_gqa --name "smollm2-135m-main-$SUFFIX"
+done
+# what a verification forward costs, by dtype and attention, and where it goes; the near-tie epsilon's calibration;
+# the drafter's tau on bfloat16 features against float32 ones, on one fixed text
+python benchmarks/verify_cost.py --threads 1 --dtypes float32,bfloat16 --attentions sdpa,packed_gqa \
+    --contexts 512,2048,8192,16384 --tokens 1,2,4,8,16 --repeats 5 --breakdown --bookkeeping --linear-variants \
+    --out "$OUT/smollm2-135m-verify-cost.json"
+python benchmarks/near_tie_epsilon.py --threads 1 --per-workload 6 --out "$OUT/smollm2-135m-near-tie-epsilon.json"
+python benchmarks/dtype_tau.py --threads 1 --per-workload 4 --max-new-tokens 96 --out "$OUT/smollm2-135m-dtype-tau.json"
 # the history-based drafter on the same sessions (its rounds take seconds at 4k: about 3/4 of the old joint run)
 "$BENCH" bench "${COMMON[@]}" --drafter-history "$HISTORY" --methods plain,history "${MAIN[@]}" \
     --name smollm2-135m-main-history

@@ -182,6 +182,24 @@ def _bookkeeping(model, contexts, repeats, generator) -> list[dict]:
     return rows
 
 
+def _lm_head_rows(model, counts: list[int], repeats: int) -> list[dict]:
+    """The lm_head alone on n rows (ms, median): where a multi-token forward's extra cost comes from."""
+    import torch
+
+    head = model.get_output_embeddings()
+    rows = []
+    for n in counts:
+        hidden = torch.randn(1, n, head.in_features).to(head.weight.dtype)
+        head(hidden)  # warm-up
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            head(hidden)
+            samples.append(1000 * (time.perf_counter() - start))
+        rows.append({"rows": n, "ms": statistics.median(samples)})
+    return rows
+
+
 def _linear_variants(model, repeats) -> list[dict]:
     import torch
     import torch.nn.functional as F  # noqa: N812
@@ -241,6 +259,11 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="per-component times at q=1 and q=8")
     parser.add_argument("--bookkeeping", action="store_true", help="generate()'s time outside forwards")
     parser.add_argument("--linear-variants", action="store_true", help="float32 layouts vs bfloat16 F.linear")
+    parser.add_argument(
+        "--lm-head-rows",
+        default="",
+        help="also time the target's lm_head alone on this many rows each (e.g. 1,2,4,8), per dtype",
+    )
     parser.add_argument("--out", default=None, help="write the JSON here")
     args = parser.parse_args()
 
@@ -265,6 +288,8 @@ def main() -> None:
             if args.bookkeeping:
                 entry["bookkeeping"] = _bookkeeping(model, [c for c in contexts if c <= 2048], args.repeats,
                                                     generator)  # fmt: skip
+            if args.lm_head_rows:
+                entry["lm_head"] = _lm_head_rows(model, [int(n) for n in args.lm_head_rows.split(",")], args.repeats)
             result["dtypes"][label] = entry
             print(json.dumps({label: entry}), flush=True)
             if args.linear_variants and dtype == "float32" and "linear_variants" not in result:

@@ -25,12 +25,13 @@ RECORD_KEYS = {
     "workload", "session_id", "turn", "prompt_id", "source", "method", "prompt_tokens", "new_tokens",
     "target_forwards", "rounds", "draft_calls", "drafted", "accepted", "tau", "wall_s", "prefill_s", "decode_s",
     "tok_s", "decode_tok_s", "target_s", "drafter_s", "overhead_s", "target_ms_per_round", "drafter_ms_per_round",
-    "drafter_share", "peak_rss_delta_mb", "identical_to_plain", "first_mismatch",
+    "drafter_share", "peak_rss_delta_mb", "identical_to_plain", "first_mismatch", "near_tie", "lossless_ok",
 }  # fmt: skip
 SUMMARY_KEYS = {
     "workload", "method", "prompts", "mean_prompt_tokens", "new_tokens", "target_forwards", "wall_s", "prefill_s",
     "tok_s", "mean_tau", "tau_pooled", "speedup", "decode_speedup", "acceptance_rate", "drafter_ms_per_round",
     "target_ms_per_round", "drafter_share", "rounds", "peak_rss_delta_mb_max", "mismatches", "lossless",
+    "exact_match_rate", "near_ties", "lossless_failures",
 }  # fmt: skip
 META_KEYS = {"machine", "threads", "python", "torch", "transformers", "dlite_hf", "max_new_tokens", "started_utc"}
 ALL_METHODS = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history")
@@ -82,7 +83,9 @@ def tiny():
 
 
 def _check_result(result: dict, methods: tuple[str, ...], workloads: list[str]) -> None:
-    assert result["schema_version"] == 2 and result["ok"] is True and result["mismatches"] == []
+    assert result["schema_version"] == 3 and result["ok"] is True and result["mismatches"] == []
+    assert result["meta"]["dtype"] == "float32" and result["meta"]["near_tie_epsilon"] is None
+    assert result["divergences"] == [] and all(r["near_tie"] is None and r["lossless_ok"] for r in result["records"])
     assert META_KEYS <= set(result["meta"]) and result["meta"]["threads"] == torch.get_num_threads()
     assert list(result["methods"]) == list(methods) and result["workloads"] == workloads
     for record in result["records"]:

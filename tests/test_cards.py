@@ -282,3 +282,15 @@ def test_card_usage_shows_the_decoding_measured_fastest(tiny_checkpoint, tmp_pat
             == 0
         )
         assert (hybrid_call in out.read_text(encoding="utf-8")) is shown
+
+
+def test_the_usage_example_loads_the_models_in_the_measured_mode():
+    from dlite_hf.cards import _usage_load
+
+    fast = _usage_load("org/target", "org/drafter", "bfloat16", "packed_gqa")
+    assert "dtype=torch.bfloat16, attn_implementation=dlite_hf.attention.register()" in fast
+    assert 'AutoModel.from_pretrained("org/drafter", dtype=torch.bfloat16)' in fast and fast.startswith("import torch")
+    plain = _usage_load("org/target", "org/drafter", None, None)
+    assert "torch" not in plain and 'from_pretrained("org/target")' in plain and "trust_remote_code=True" in plain
+    with pytest.raises(ValueError, match="dtype='int8' is invalid"):
+        _usage_load("org/target", "org/drafter", "int8", None)

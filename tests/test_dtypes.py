@@ -247,13 +247,56 @@ def test_the_checker_fails_a_verification_that_accepts_wrong_drafts(bf16_pair):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_the_default_dtype_is_the_mode_the_committed_benchmark_measured_fastest():
-    """`make run` and the demo default to DEFAULT_DTYPE: the main benchmark in each dtype (two runs side by side,
-    one core each) must show its fastest method there at the highest tokens/s over every workload."""
+def test_the_default_mode_is_the_one_the_committed_benchmark_measured_fastest():
+    """`make run` and the demo default to DEFAULT_DTYPE with DEFAULT_ATTENTION: of the main benchmark in four modes
+    (each pair of dtypes run side by side, one core each), that mode's fastest method has the highest tokens/s
+    over every workload."""
+    from dlite_hf.defaults import DEFAULT_ATTENTION
+
+    runs = {
+        ("float32", "sdpa"): "smollm2-135m-main.json",
+        ("bfloat16", "sdpa"): "smollm2-135m-main-bf16.json",
+        ("float32", "packed_gqa"): "smollm2-135m-main-packed.json",
+        ("bfloat16", "packed_gqa"): "smollm2-135m-main-bf16-packed.json",
+    }
     best = {}
-    for dtype, name in (("float32", "smollm2-135m-main.json"), ("bfloat16", "smollm2-135m-main-bf16.json")):
+    for (dtype, attention), name in runs.items():
         result = json.loads((RESULTS / name).read_text())
-        assert result["meta"].get("dtype", "float32") == dtype
-        rows = [r for r in result["summary"] if r["workload"] == "all"]
-        best[dtype] = max(r["tok_s"] for r in rows)
-    assert max(best, key=best.get) == DEFAULT_DTYPE, best
+        assert result["meta"]["dtype"] == dtype and result["ok"] is True
+        recorded = result["meta"].get("attention") or "sdpa"  # runs before the field existed used sdpa
+        assert (recorded == "sdpa") == (attention == "sdpa"), (name, recorded)
+        best[dtype, attention] = max(r["tok_s"] for r in result["summary"] if r["workload"] == "all")
+    assert max(best, key=best.get) == (DEFAULT_DTYPE, DEFAULT_ATTENTION), best
+
+
+def test_the_benchmark_checks_every_bfloat16_divergence_and_fails_a_broken_verifier():
+    from dlite_hf.bench.methods import BenchMethod
+    from dlite_hf.bench.runner import _Runner
+
+    target = make_tiny_target("qwen3", seed=4).to(torch.bfloat16)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(8.0)  # peaked: a wrong token sits logits below the best
+    drafter = make_drafter(target, seed=4).to(torch.bfloat16)
+    runner = _Runner(target, None, [BenchMethod("dlite", "dlite", drafter)], max_new_tokens=24)
+    assert runner.dtype == "bfloat16" and runner.epsilon == NEAR_TIE_EPSILON["bfloat16"]
+    prompt = torch.tensor([[3, 5, 7, 9, 11, 13]])
+    plain = target.generate(prompt, max_new_tokens=24, do_sample=False)
+
+    def accept_every_draft(module, args, kwargs, output):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and output.logits.shape[1] == ids.shape[1] > 1:
+            for i in range(ids.shape[1] - 1):
+                output.logits[0, i, ids[0, i + 1]] = output.logits[0, i].max() + 10
+        return output
+
+    handle = target.register_forward_hook(accept_every_draft, with_kwargs=True)
+    try:
+        broken = target.generate(prompt, max_new_tokens=24, do_sample=False, assistant_model=drafter)
+    finally:
+        handle.remove()
+    verdict = runner.near_tie(prompt.shape[1], plain, broken)
+    assert verdict is not None and not verdict.ok and verdict.max_gap > runner.epsilon
+    runner.close()
+    fp32 = _Runner(make_tiny_target("qwen3", seed=4), None, [], max_new_tokens=4)
+    assert fp32.near_tie(6, plain, broken) is None  # float32: any difference is a failure, no near-tie excuse
+    fp32.close()

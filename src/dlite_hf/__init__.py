@@ -36,9 +36,16 @@ __all__ = [
 ]
 
 
+_LAZY_MODULES = ("attention", "neartie")  # `dlite_hf.attention.register()` works after a bare `import dlite_hf`
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"dlite_hf.{name}")
     raise AttributeError(f"module 'dlite_hf' has no attribute {name!r}")

@@ -156,12 +156,17 @@ def card_from_checkpoint(
     training_file = checkpoint / "dlite_training.json"
     if training_file.is_file():
         training = json.loads(training_file.read_text(encoding="utf-8"))
-    results = source = fastest = None
+    results = source = fastest = dtype = attention = None
     if bench_result is not None:
         path = Path(bench_result)
         document = json.loads(path.read_text(encoding="utf-8"))
         results = bench_rows(document, methods)
         fastest = fastest_decoding(document)
+        meta = document.get("meta", {}) if isinstance(document, dict) else {}
+        dtype, attention = meta.get("dtype"), meta.get("attention")
+        from .attention import PACKED_GQA_SDPA
+
+        attention = "packed_gqa" if attention == PACKED_GQA_SDPA else attention
         command = document.get("meta", {}).get("command") if isinstance(document, dict) else None
         source = f"`{_display_path(path)}`" + (f", written by `{command}`" if command else "")
     return render_model_card(
@@ -177,6 +182,8 @@ def card_from_checkpoint(
         num_parameters=_num_parameters(checkpoint),
         extra_limits=extra_limits,
         fastest=fastest,
+        dtype=dtype,
+        attention=attention,
     )
 
 

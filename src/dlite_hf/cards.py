@@ -53,6 +53,34 @@ def _setting(value: Any) -> str:
     return str(value)
 
 
+def _usage_load(base_model: str, repo_id: str, dtype: str | None, attention: str | None) -> str:
+    """The usage example's loading lines, in the mode the card's results were measured in."""
+    if dtype not in (None, "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype={dtype!r} is invalid: expected None, 'float32', 'bfloat16' or 'float16'.")
+    if attention not in (None, "sdpa", "packed_gqa"):
+        raise ValueError(f"attention={attention!r} is invalid: expected None, 'sdpa' or 'packed_gqa'.")
+    reduced = dtype not in (None, "float32")
+    extra = f", dtype=torch.{dtype}" if reduced else ""
+    lines = ["import torch"] if reduced else []
+    if attention == "packed_gqa":
+        lines.append("import dlite_hf  # without it: drop attn_implementation and pass trust_remote_code=True below")
+    else:
+        lines.append("import dlite_hf  # or pass trust_remote_code=True below, without installing dlite-hf")
+    lines += ["from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer", ""]
+    if attention == "packed_gqa":
+        lines += [
+            "# dlite_hf.attention: SDPA with grouped-query heads packed into rows, the attention of the Results",
+            f'target = AutoModelForCausalLM.from_pretrained(\n    "{base_model}"{extra}, '
+            "attn_implementation=dlite_hf.attention.register()\n)",
+        ]
+    else:
+        lines.append(f'target = AutoModelForCausalLM.from_pretrained("{base_model}"{extra})')
+    lines.append(f'tokenizer = AutoTokenizer.from_pretrained("{base_model}")')
+    comment = "DLiteForSpeculation, in the target's dtype" if reduced else "DLiteForSpeculation"
+    lines.append(f'drafter = AutoModel.from_pretrained("{repo_id}"{extra})  # {comment}')
+    return "\n".join(lines) + "\n"
+
+
 def render_model_card(
     config: Any,
     *,
@@ -69,11 +97,15 @@ def render_model_card(
     num_parameters: int | None = None,
     extra_limits: list[str] | None = None,
     fastest: str | None = None,
+    dtype: str | None = None,
+    attention: str | None = None,
 ) -> str:
     """Render a card for a drafter with config `config`.
 
     `fastest`: the decoding the usage example shows, ``"hybrid"`` (DLite plus a suffix index of the context,
-    `prompt_lookup_num_tokens`) or ``"dlite"`` (the default): the one the results measured fastest.
+    `prompt_lookup_num_tokens`) or ``"dlite"`` (the default): the one the results measured fastest. `dtype` and
+    `attention`: the mode the results were measured in (the usage example loads the models so), or None (float32,
+    transformers' attention).
 
     `results` rows are printed as a table; `results_source` says where every number comes from (a bench result
     file, with the command that produced it), or set `results_are_paper=True` for figures quoted from the paper.
@@ -128,12 +160,14 @@ def render_model_card(
             "out = target.generate(\n    **inputs, assistant_model=drafter, "
             f"prompt_lookup_num_tokens={DEFAULT_LOOKUP_TOKENS}, max_new_tokens=256\n)"
         )
+    repo_id = repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}"
     values = {
+        "usage_load": _usage_load(str(base_model), repo_id, dtype, attention),
         "usage_generate": usage_generate,
         "intro_text": intro_text,
         "title": title or f"DLite drafter for {base_model}",
         "base_model": base_model,
-        "repo_id": repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}",
+        "repo_id": repo_id,
         "license": license,
         "num_tapped": len(config.target_layer_ids),
         "k": config.num_draft_tokens,
