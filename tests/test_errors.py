@@ -367,3 +367,22 @@ def test_cli_refuses_bad_counts_before_loading_anything(argv, expected, monkeypa
         main(argv)
     assert expected in str(raised.value), raised.value
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"id": "a", "messages": []}\n{"id": "b", \n', r"line 2: not valid JSON"),
+        ('{"id": "a"}\n\n[1, 2]\n', r"line 3: got a JSON list, expected an object"),
+    ],
+)
+def test_malformed_jsonl_names_the_file_and_line(tmp_path, text, message):
+    from dlite_hf.training.regenerate import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as raised:
+        read_jsonl(path)
+    assert str(path) in str(raised.value)
+    with pytest.raises(FileNotFoundError, match="No JSONL file at"):
+        read_jsonl(tmp_path / "missing.jsonl")

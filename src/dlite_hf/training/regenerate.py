@@ -23,8 +23,33 @@ logger = logging.getLogger(__name__)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per non-empty line.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: a line is not JSON or not an object; the message names the file and line.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"No JSONL file at {path}: pass the path of a file with one JSON object per line.")
+    rows = []
     with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno}); expected one JSON "
+                    "object per line. Fix or delete that line."
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path}, line {number}: got a JSON {type(row).__name__}, expected an object (a row such as "
+                    '{"id": ..., "messages": [...]}).'
+                )
+            rows.append(row)
+    return rows
 
 
 def completed_ids(out_path: Path) -> set[str]:
