@@ -8,7 +8,7 @@ import json.decoder
 
 import pytest
 import torch
-from conftest import make_drafter
+from tiny_models import make_drafter
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf import prompts as P

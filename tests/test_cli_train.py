@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import write_tiny_training_run
+from tiny_models import write_tiny_training_run
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.cli import run_train

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import write_tiny_training_run
+from tiny_models import write_tiny_training_run
 
 LAUNCHERS = {
     "torchrun": ["-m", "torch.distributed.run", "--nproc_per_node", "2"],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
+from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.cli import main

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target, write_tiny_training_run
+from tiny_models import make_drafter, make_tiny_target, write_tiny_training_run
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.defaults import DEFAULT_DTYPE, DTYPE_CHOICES, check_dtype

@@ -7,8 +7,8 @@ import os
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
 from safetensors.torch import load_file, save_file
+from tiny_models import make_drafter, make_tiny_target
 from transformers import AutoModel, Qwen3Config, Qwen3ForCausalLM
 from transformers.generation.utils import GenerationMixin
 

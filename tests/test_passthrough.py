@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
+from tiny_models import make_drafter, make_tiny_target
 from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 from transformers.generation.utils import GenerationMixin
 

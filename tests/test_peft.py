@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from conftest import make_drafter, make_tiny_target
 from peft import LoraConfig, PeftModel, get_peft_model
+from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf.training.arguments import DLiteTrainingArguments
 from dlite_hf.training.data import RegeneratedDataset

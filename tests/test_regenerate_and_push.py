@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
+from tiny_models import make_drafter, make_tiny_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card

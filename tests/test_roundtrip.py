@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
+from tiny_models import make_drafter, make_tiny_target
 from transformers import AutoConfig, AutoModel
 
 import dlite_hf

@@ -16,7 +16,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
+from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteCandidateGenerator, DraftSession
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_drafter, make_tiny_target
 from safetensors import safe_open
+from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.training.arguments import DLiteTrainingArguments
