@@ -365,3 +365,37 @@ def test_headless_chromium_screenshot_after_a_run(running_app, tmp_path):
     data = (tmp_path / "demo.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     assert "Identical" in result["verdict"]
+
+
+def test_bfloat16_greedy_divergences_are_shown_as_near_ties_not_bugs(tokenizer):
+    """In reduced precision the page re-scores a divergent column in float32 instead of calling it a bug."""
+    import copy
+
+    from dlite_hf.demo import verdict
+    from dlite_hf.neartie import NearTieReport
+
+    target = make_tiny_target().to(torch.bfloat16)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(4.0)
+    models = DemoModels(
+        target=target, tokenizer=tokenizer, drafter=copy.deepcopy(make_random_drafter(target)).to(torch.bfloat16)
+    )
+    runner = DemoRunner(models, EXAMPLES)
+    final = _final(list(runner.compare("Write a haiku about tea.", max_new_tokens=16, prompt_lookup=True)))
+    for method in ("dlite", "prompt_lookup"):
+        column = final.details[method]
+        differs = column["token_ids"] != final.details["plain"]["token_ids"]
+        assert ("near_tie" in column) == differs  # re-scored exactly when it differs
+        if differs:
+            assert column["near_tie"]["ok"], column["near_tie"]["reason"]
+    assert "bug" not in final.verdict
+
+    def done(method, ids, report=None):
+        return ColumnRun(method, method, ids=ids, done=True, near_tie=report)
+
+    tie = NearTieReport(False, 2, 5, 6, 0.1, 0.1, 0.1, 2, 1.75, True, "")
+    wrong = NearTieReport(False, 2, 5, 6, 3.0, 3.0, 3.0, 2, 1.75, False, "not within epsilon")
+    columns = [done("plain", [1, 2, 5]), done("dlite", [1, 2, 6], tie), done("lookup", [1, 2, 6], wrong)]
+    shown = verdict(columns, "greedy")
+    assert "Near-tie" in shown and "0.100 logits apart" in shown
+    assert "not at a near-tie: not within epsilon" in shown and "bug" in shown

@@ -303,6 +303,7 @@ class ColumnRun:
     skipped: str | None = None  # why the column did not run
     error: str | None = None
     stats: dict[str, Any] | None = None  # DLiteGenerationStats.to_dict() for the DLite column
+    near_tie: Any = None  # reduced-precision greedy runs that differ from plain: dlite_hf.neartie.NearTieReport
     _shown: int = 0
 
     @property
@@ -522,10 +523,23 @@ def verdict(columns: list[ColumnRun], decoding: str) -> str:
     parts = []
     for column in others:
         diff = _first_difference(plain.ids, column.ids)
+        report = column.near_tie
         if diff is None:
             parts.append(
                 f"✔ **Identical:** {column.title} produced exactly the target's own greedy tokens "
                 f"({len(column.ids)} of {len(plain.ids)})."
+            )
+        elif report is not None and report.ok:
+            parts.append(
+                f"≈ **Near-tie** ({column.title}): identical to new token {diff}, where the target's two best tokens "
+                f"are {report.top2_margin:.3f} logits apart in float32 and reduced-precision rounding picked the "
+                f"other one; every token after it is the target's choice within {report.epsilon} logits "
+                "(re-scored in float32). Expected in bfloat16; `--dtype float32` is token-exact."
+            )
+        elif report is not None:
+            parts.append(
+                f"✘ **Outputs differ** ({column.title}) from new token {diff}, and not at a near-tie: "
+                f"{report.reason}. This is a bug; please report it with the prompt."
             )
         else:
             parts.append(
@@ -561,6 +575,7 @@ class DemoRunner:
         self.examples = dict(examples or {})
         self._lock = threading.Lock()  # one generation at a time, whatever the caller (see the module docstring)
         self._stops: dict[str, threading.Event] = {}
+        self._reference: Any = None  # reduced precision: the float32 copy of the target that re-scores divergences
 
     # ------------------------------------------------------------------------------------------ examples, stop
     def select_example(self, label: str | None) -> tuple[str, dict[str, Any] | None, str]:
@@ -666,10 +681,27 @@ class DemoRunner:
                     continue
                 for _ in stream_run(models, column, input_ids, settings, stop):
                     yield self._update(columns, decoding)
+            if decoding == GREEDY:
+                self._check_near_ties(input_ids, plain, [dlite, lookup])
             yield self._update(columns, decoding)
         finally:
             self._stops.pop(session, None)
             self._lock.release()
+
+    def _check_near_ties(self, input_ids: torch.Tensor, plain: ColumnRun, others: list[ColumnRun]) -> None:
+        """In reduced precision, re-score every greedy column that differs from the target alone in float32."""
+        from .neartie import check_near_ties, epsilon_for, float32_reference
+
+        dtype = self.models.target.get_output_embeddings().weight.dtype
+        if dtype == torch.float32 or not plain.done:
+            return
+        for column in others:
+            if column.skipped or not column.done or column.error or column.ids == plain.ids:
+                continue
+            if self._reference is None:  # a float32 copy of the target, made on the first divergence
+                self._reference = float32_reference(self.models.target)
+            full = [torch.cat([input_ids, torch.tensor([c.ids], dtype=input_ids.dtype)], 1) for c in (plain, column)]
+            column.near_tie = check_near_ties(self._reference, input_ids.shape[1], *full, epsilon_for(dtype))
 
     def _update(self, columns: list[ColumnRun], decoding: str, message_override: str | None = None) -> CompareUpdate:
         plain, dlite, lookup = columns
@@ -689,6 +721,7 @@ class DemoRunner:
                     "tokens_per_forward": list(c.sizes),
                     "token_ids": list(c.ids),
                     **({"stats": c.stats} if c.stats else {}),
+                    **({"near_tie": c.near_tie.to_dict()} if c.near_tie is not None else {}),
                 }
                 for c in columns
             },
