@@ -384,3 +384,20 @@ def test_weights_sha256_names_the_weights_a_table_was_measured_with(tiny, tmp_pa
     expected = hashlib.sha256((tmp_path / "drafter" / "model.safetensors").read_bytes()).hexdigest()
     assert weights_sha256(str(tmp_path / "drafter")) == expected
     assert weights_sha256(str(tmp_path / "missing")) is None and weights_sha256(None) is None
+
+
+def test_cli_measures_a_users_prompt_file(tiny, tokenizer, tmp_path, monkeypatch):
+    import json as json_module
+
+    _patch_cli(monkeypatch, tiny, tokenizer)
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json_module.dumps({"id": "mine-1", "messages": [{"role": "user", "content": "Say hi."}]}) + "\n")
+    argv = _cli(tmp_path, "--prompts", str(path))
+    del argv[argv.index("--workloads") : argv.index("--workloads") + 2]  # only the file
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "cli.json").read_text())
+    assert result["workloads"] == ["prompts"] and {r["prompt_id"] for r in result["records"]} == {"mine-1"}
+    assert f"--prompts {path}" in result["meta"]["command"] and "--workloads" not in result["meta"]["command"]
+    path.write_text('{"messages": []}\n')
+    with pytest.raises(SystemExit, match=r"--prompts .*prompt 1: expected a non-empty `messages` list"):
+        main(argv)

@@ -386,3 +386,17 @@ def test_malformed_jsonl_names_the_file_and_line(tmp_path, text, message):
     assert str(path) in str(raised.value)
     with pytest.raises(FileNotFoundError, match="No JSONL file at"):
         read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_compare_checks_a_prompt_file_before_loading_a_model(tmp_path, monkeypatch):
+    from dlite_hf import assets
+    from dlite_hf.cli import main
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before --prompts was checked")
+
+    monkeypatch.setattr(assets, "open_target", no_loading)
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "a", "messages": [{"role": "user", "content": 3}]}\n')
+    with pytest.raises(SystemExit, match=r"--prompts .*mine.jsonl, prompt 1: each message needs a `role`"):
+        main(["compare", "--prompts", str(path)])

@@ -183,3 +183,32 @@ def test_long_prompt_length_matches_request(n_tokens: int) -> None:
         ids = tokenizer.apply_chat_template(prompt["messages"], add_generation_prompt=True, return_dict=True)
         assert n_tokens - max(4, n_tokens // 100) <= len(ids["input_ids"]) <= n_tokens
         assert "</essays>" in prompt["messages"][0]["content"]
+
+
+def test_a_users_prompt_file_loads_and_bad_rows_say_what_is_wrong(tmp_path):
+    import json
+
+    from dlite_hf.prompts import USER_PROMPTS_WORKLOAD, load_prompt_file
+
+    path = tmp_path / "mine.jsonl"
+    rows = [
+        {"id": "q1", "messages": [{"role": "user", "content": "Hi"}]},
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prompts = load_prompt_file(path)
+    assert [p["id"] for p in prompts] == ["q1", "mine/2"]
+    assert {p["workload"] for p in prompts} == {USER_PROMPTS_WORKLOAD} and prompts[1]["messages"] == rows[1][
+        "messages"
+    ]
+    bad = {
+        '{"id": "x"}\n': "expected a non-empty `messages` list",
+        '{"messages": [{"role": "bot", "content": "x"}]}\n': "each message needs a `role` in system, user",
+        '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n': "last message",
+        '{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n' * 2: "ids must be unique",
+        "\n": "holds no prompts",
+    }
+    for text, message in bad.items():
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_prompt_file(path)

@@ -66,11 +66,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from . import DLiteForSpeculation
     from .assets import open_target
     from .neartie import check_near_ties, epsilon_for, float32_reference
-    from .prompts import load_prompts
+    from .prompts import load_prompt_file, load_prompts
     from .training.regenerate import chat_prompt_ids
 
     for flag in ("num_prompts", "max_new_tokens"):
-        if getattr(args, flag) < 1:
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise SystemExit(
                 f"--{flag.replace('_', '-')} {getattr(args, flag)} is invalid: expected a positive integer."
             )
@@ -79,6 +79,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
         except ValueError as error:
             raise SystemExit(f"{error} (--lookup-tokens 0: DLite drafts only)") from None
+    user_prompts = None
+    if args.prompts:  # checked before any model loads
+        try:
+            user_prompts = load_prompt_file(args.prompts)
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"--prompts {args.prompts}: {error}") from None
     _set_threads(args.threads)
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
     if not drafter_dir.exists():
@@ -86,8 +92,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
     drafter = DLiteForSpeculation.from_pretrained(drafter_dir, dtype=target.dtype).eval()
     prompts = []
-    for workload in args.workloads.split(","):
-        prompts += [(workload, p) for p in load_prompts(workload, "eval", limit=args.num_prompts)]
+    if user_prompts is not None:  # the user's own prompts: all of them unless --num-prompts caps them
+        prompts = [(p["workload"], p) for p in user_prompts][: args.num_prompts]
+    else:
+        for workload in args.workloads.split(","):
+            prompts += [(workload, p) for p in load_prompts(workload, "eval", limit=args.num_prompts or 2)]
     reference = None  # the float32 re-scoring copy, made on the first divergence in reduced precision
     dtype = str(target.dtype).removeprefix("torch.")
     rows = []
@@ -493,7 +502,15 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--target", default=DEFAULT_TARGET)
     compare.add_argument("--drafter", default=None, help="drafter folder (default: the shipped one)")
     compare.add_argument("--workloads", default="chat,code,math")
-    compare.add_argument("--num-prompts", type=int, default=2, help="eval prompts per workload")
+    compare.add_argument(
+        "--num-prompts", type=int, default=None, help="eval prompts per workload (default 2; with --prompts: all)"
+    )
+    compare.add_argument(
+        "--prompts",
+        default=None,
+        help="your own prompts instead of --workloads: a JSONL file, one row per prompt with `messages` (the chat "
+        "format) and optionally `id`",
+    )
     compare.add_argument("--max-new-tokens", type=int, default=96)
     compare.add_argument("--threads", type=int, default=1)
     compare.add_argument(

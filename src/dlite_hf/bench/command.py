@@ -83,7 +83,16 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "tokens (default: the drafter's lookup_min_match)",
     )
     parser.add_argument(
-        "--workloads", default=DEFAULT_WORKLOADS, help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)}"
+        "--workloads",
+        default=None,
+        help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)} (default {DEFAULT_WORKLOADS}; with --prompts: "
+        "none unless given)",
+    )
+    parser.add_argument(
+        "--prompts",
+        default=None,
+        help="your own prompts as one more workload, 'prompts': a JSONL file, one row per prompt with `messages` "
+        "(the chat format) and optionally `id`; every row is measured",
     )
     parser.add_argument(
         "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHOD_CHOICES)}"
@@ -193,7 +202,11 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
     for flag in ("drafter", "drafter_nohead", "drafter_history", "assistant"):
         if getattr(args, flag):
             parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
-    parts += ["--workloads", ",".join(workloads), "--methods", ",".join(methods)]
+    if workloads:
+        parts += ["--workloads", ",".join(workloads)]
+    if args.prompts:
+        parts += ["--prompts", args.prompts]
+    parts += ["--methods", ",".join(methods)]
     for flag in (*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match"):
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
@@ -219,11 +232,21 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
 # ----------------------------------------------------------------------------------------------- command
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark; exit status 1 if any greedy output differs from plain (unless --allow-mismatch)."""
+    if args.workloads is None:
+        args.workloads = "" if args.prompts else DEFAULT_WORKLOADS
     try:
         methods = parse_methods(args.methods)
-        workloads = parse_workloads(args.workloads)
+        workloads = parse_workloads(args.workloads) if args.workloads or not args.prompts else []
     except ValueError as error:
         raise SystemExit(str(error)) from error
+    user_prompts = None
+    if args.prompts:
+        from ..prompts import load_prompt_file
+
+        try:
+            user_prompts = load_prompt_file(args.prompts)
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"--prompts {args.prompts}: {error}") from None
     from ..modeling.configuration_dlite import check_threshold
 
     for flag, field in THRESHOLD_FLAGS.items():  # before any model loads
@@ -306,19 +329,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 }
             specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid))
     try:
-        sessions = build_workloads(
-            workloads,
-            tokenizer,
-            num_prompts=args.num_prompts,
-            long_lengths=lengths or (1024,),
-            agentic_max_tokens=args.agentic_max_tokens,
-            agentic_max_turns=args.agentic_max_turns,
-            coding_sessions=args.coding_sessions,
-            bfcl_sessions=args.bfcl_sessions,
-            bfcl_category=args.bfcl_category,
+        sessions = (
+            {}
+            if not workloads
+            else build_workloads(
+                workloads,
+                tokenizer,
+                num_prompts=args.num_prompts,
+                long_lengths=lengths or (1024,),
+                agentic_max_tokens=args.agentic_max_tokens,
+                agentic_max_turns=args.agentic_max_turns,
+                coding_sessions=args.coding_sessions,
+                bfcl_sessions=args.bfcl_sessions,
+                bfcl_category=args.bfcl_category,
+            )
         )
     except ValueError as error:
         raise SystemExit(str(error)) from error
+    if user_prompts is not None:
+        from ..prompts import USER_PROMPTS_WORKLOAD
+
+        sessions[USER_PROMPTS_WORKLOAD] = user_prompts
     max_positions = getattr(target.config, "max_position_embeddings", None)
     longest = max([*lengths, args.agentic_max_tokens if "agentic" in workloads else 0]) + args.max_new_tokens
     if max_positions and longest > max_positions:
