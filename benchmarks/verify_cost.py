@@ -69,10 +69,10 @@ class _Breakdown:
         for layer in layers:
             self._watch(layer.self_attn, "attention")
             self._watch(layer.mlp, "mlp")
+            in_attention = {id(m) for m in layer.self_attn.modules()}
             for module in layer.modules():
                 if isinstance(module, nn.Linear):
-                    self._watch(module, "linear_attention" if module in set(layer.self_attn.modules()) else
-                                "linear_mlp")  # fmt: skip
+                    self._watch(module, "linear_attention" if id(module) in in_attention else "linear_mlp")
             for name in ("input_layernorm", "post_attention_layernorm"):
                 self._watch(getattr(layer, name), "norms")
         self._watch(decoder.norm, "norms")

@@ -11,6 +11,8 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
+from .suffix_index import check_length_factor, check_min_match
+
 THRESHOLD_MEANINGS = {
     "draft_confidence_threshold": "0 drafts K tokens every round, e.g. 0.1 stops where the drafts' joint probability "
     "under the drafter falls below 10%",
@@ -282,24 +284,9 @@ class DLiteConfig(PreTrainedConfig):
                 f"None or a strictly increasing list of draft counts in [1, {self.num_draft_tokens}] "
                 "(num_draft_tokens), e.g. [3, 7]",
             )
-        if (
-            not isinstance(self.lookup_min_match, int)
-            or isinstance(self.lookup_min_match, bool)
-            or self.lookup_min_match < 1
-        ):
-            raise bad(
-                "lookup_min_match",
-                self.lookup_min_match,
-                "an integer >= 1 (the shortest matched suffix, in tokens, whose retrieved continuation a hybrid "
-                "round drafts)",
-            )
+        check_min_match(self.lookup_min_match, f"DLiteConfig.lookup_min_match={self.lookup_min_match!r}")
         factor = self.lookup_length_factor
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-            raise bad(
-                "lookup_length_factor",
-                factor,
-                "a positive number (retrieved draft tokens per matched token, e.g. 2.0)",
-            )
+        check_length_factor(factor, f"DLiteConfig.lookup_length_factor={factor!r}")
         if not isinstance(self.use_sequential_head, bool):
             raise bad("use_sequential_head", self.use_sequential_head, "True or False")
         if not isinstance(self.history_window, int) or self.history_window < -1:

@@ -31,7 +31,7 @@ from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from .configuration_dlite import check_threshold
-from .suffix_index import DraftSession, check_lookup_tokens, check_min_match
+from .suffix_index import DraftSession, check_length_factor, check_lookup_tokens, check_min_match
 
 DECODING_OPTIONS = ("draft_confidence_threshold", "draft_skip_threshold", "lookup_min_match", "lookup_length_factor")
 """Drafter config fields a single generate() call may override, through its `GenerationConfig`:
@@ -53,10 +53,11 @@ def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
             check_threshold(name, value, where="GenerationConfig.")
         elif name == "lookup_min_match":
             check_min_match(value, shown)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{shown} is invalid: expected a number > 0 (retrieved draft tokens per matched token).")
+        else:
+            check_length_factor(value, shown)
         options[name] = value
     return options
+
 
 # The private method of transformers the hook wraps, and the parameters it must have (by name; others may come and
 # go, and their order does not matter): what the hook reads, and what a DLite candidate generator needs.

@@ -59,6 +59,14 @@ def check_min_match(value: object, shown: str) -> None:
         )
 
 
+def check_length_factor(value: object, shown: str) -> None:
+    """Raise `ValueError` unless `value` is a valid cap on retrieved draft tokens per matched token."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            f"{shown} is invalid: expected a number > 0 (retrieved draft tokens per matched token, e.g. 2.0)."
+        )
+
+
 class LookupMatch(NamedTuple):
     """The longest earlier occurrence of the current stream's suffix, and what followed it there."""
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.integrations import sdpa_attention
 
 __all__ = ["MAX_PACKED_QUERY", "PACKED_GQA_SDPA", "packed_gqa_sdpa_attention", "register", "use_packed_gqa_attention"]
 
@@ -51,14 +52,14 @@ def packed_gqa_sdpa_attention(
     """transformers' attention-function signature: `query` `[B, H, q, D]`, `key`/`value` `[B, H_kv, k, D]`
     (after the cache update), `attention_mask` as `sdpa` builds it (bool, True = attend; or None). Returns the
     attention output `[B, q, H, D]` and no weights."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     batch, heads, q_length, head_dim = query.shape
     groups = heads // key.shape[1]
     unsupported = any(kwargs.get(name) is not None for name in ("position_bias", "softcap", "sliding_window"))
     per_head_mask = attention_mask is not None and attention_mask.shape[1] != 1
     if groups == 1 or q_length > MAX_PACKED_QUERY or unsupported or per_head_mask or kwargs.get("output_attentions"):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+        return sdpa_attention.sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        )
     kv_length = key.shape[2]
     if attention_mask is None and q_length > 1:  # the new tokens are the last q of the k positions: causal among them
         rows = torch.arange(q_length, device=query.device)[:, None] + (kv_length - q_length)

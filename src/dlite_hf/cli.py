@@ -65,7 +65,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from . import DLiteForSpeculation
     from .assets import open_target
-    from .neartie import check_near_ties, epsilon_for, float32_reference
+    from .neartie import NearTieChecker
     from .prompts import load_prompt_file, load_prompts
     from .training.regenerate import chat_prompt_ids
 
@@ -97,14 +97,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         for workload in args.workloads.split(","):
             prompts += [(workload, p) for p in load_prompts(workload, "eval", limit=args.num_prompts or 2)]
-    reference = None  # the float32 re-scoring copy, made on the first divergence in reduced precision
-    dtype = str(target.dtype).removeprefix("torch.")
+    checker = NearTieChecker(target)
+    dtype = checker.dtype
     rows = []
     decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
     extra = {"prompt_lookup_num_tokens": args.lookup_tokens} if args.lookup_tokens else {}
     print(
         f"target={args.target} drafter={drafter_dir} decoding={decoding} dtype={dtype} "
-        f"({'token-exact' if dtype == 'float32' else 'near-tie-exact'}) attention={args.attention} "
+        f"({'token-exact' if checker.exact else 'near-tie-exact'}) attention={args.attention} "
         f"threads={torch.get_num_threads()} "
         f"max_new_tokens={args.max_new_tokens}"
     )
@@ -121,10 +121,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         stats = drafter.last_generation_stats
         n_plain, n_fast = plain.shape[1] - ids.shape[1], fast.shape[1] - ids.shape[1]
         identical = bool(torch.equal(plain, fast))
-        verdict = None
-        if not identical and dtype != "float32":
-            reference = reference if reference is not None else float32_reference(target)
-            verdict = check_near_ties(reference, ids.shape[1], plain, fast, epsilon_for(dtype))
+        verdict = None if identical else checker.check(ids.shape[1], plain, fast)
         row = {
             "workload": workload,
             "id": prompt["id"],

@@ -26,21 +26,10 @@ DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")
 
 DEFAULT_DTYPE = "bfloat16"
 """The dtype `dlite-hf compare`, `make run` and the demo serve in: the mode measured fastest end to end on the
-development machine (`benchmarks/results/smollm2-135m-main-bf16.json` beside `smollm2-135m-main.json`;
-`tests/test_dtypes.py` checks that the committed results still say so). bfloat16 greedy decoding is near-tie-exact
-(every divergence from plain bfloat16 greedy is a float32-verified near-tie); pass `--dtype float32` for the
-token-exact mode."""
-
-
-def check_dtype(name: str, shown: str = "dtype") -> str:
-    """Return `name` if it is one of :data:`DTYPE_CHOICES`; raise `ValueError` saying what was given otherwise."""
-    if name not in DTYPE_CHOICES:
-        raise ValueError(
-            f"{shown}={name!r} is not a supported dtype: expected one of {', '.join(DTYPE_CHOICES)} (auto: the "
-            "checkpoint's own dtype, from its config.json)."
-        )
-    return name
-
+development machine (the main benchmark in four modes, `benchmarks/results/smollm2-135m-main*.json`;
+`tests/test_dtypes.py` checks that the committed results still say so, with :data:`DEFAULT_ATTENTION`). bfloat16
+greedy decoding is near-tie-exact (every divergence from plain bfloat16 greedy is a float32-verified near-tie); pass
+`--dtype float32` for the token-exact mode."""
 
 ATTENTION_CHOICES = ("sdpa", "packed_gqa")
 """What `--attention` accepts: transformers' `sdpa`, or `packed_gqa` (`dlite_hf.attention`: the same SDPA kernel
@@ -50,14 +39,20 @@ DEFAULT_ATTENTION = "packed_gqa"
 """The attention `dlite-hf compare`, `make run` and the demo load the target with (measured fastest: README)."""
 
 
+def _check_choice(kind: str, name: str, choices: tuple[str, ...], hint: str, shown: str) -> str:
+    if name not in choices:
+        raise ValueError(f"{shown}={name!r} is not a supported {kind}: expected one of {', '.join(choices)} ({hint}).")
+    return name
+
+
+def check_dtype(name: str, shown: str = "dtype") -> str:
+    """Return `name` if it is one of :data:`DTYPE_CHOICES`; raise `ValueError` saying what was given otherwise."""
+    return _check_choice("dtype", name, DTYPE_CHOICES, "auto: the checkpoint's own dtype, from its config.json", shown)
+
+
 def check_attention(name: str, shown: str = "attention") -> str:
     """Return `name` if it is one of :data:`ATTENTION_CHOICES`; raise `ValueError` saying what was given otherwise."""
-    if name not in ATTENTION_CHOICES:
-        raise ValueError(
-            f"{shown}={name!r} is not a supported attention: expected one of {', '.join(ATTENTION_CHOICES)} "
-            "(packed_gqa: dlite_hf.attention, opt-in)."
-        )
-    return name
+    return _check_choice("attention", name, ATTENTION_CHOICES, "packed_gqa: dlite_hf.attention, opt-in", shown)
 
 
 def _repo_root() -> Path:

@@ -575,7 +575,7 @@ class DemoRunner:
         self.examples = dict(examples or {})
         self._lock = threading.Lock()  # one generation at a time, whatever the caller (see the module docstring)
         self._stops: dict[str, threading.Event] = {}
-        self._reference: Any = None  # reduced precision: the float32 copy of the target that re-scores divergences
+        self._checker: Any = None  # dlite_hf.neartie.NearTieChecker of the target, made on the first greedy run
 
     # ------------------------------------------------------------------------------------------ examples, stop
     def select_example(self, label: str | None) -> tuple[str, dict[str, Any] | None, str]:
@@ -690,18 +690,17 @@ class DemoRunner:
 
     def _check_near_ties(self, input_ids: torch.Tensor, plain: ColumnRun, others: list[ColumnRun]) -> None:
         """In reduced precision, re-score every greedy column that differs from the target alone in float32."""
-        from .neartie import check_near_ties, epsilon_for, float32_reference
+        if self._checker is None:
+            from .neartie import NearTieChecker
 
-        dtype = self.models.target.get_output_embeddings().weight.dtype
-        if dtype == torch.float32 or not plain.done:
+            self._checker = NearTieChecker(self.models.target)
+        if self._checker.exact or not plain.done:
             return
         for column in others:
             if column.skipped or not column.done or column.error or column.ids == plain.ids:
                 continue
-            if self._reference is None:  # a float32 copy of the target, made on the first divergence
-                self._reference = float32_reference(self.models.target)
             full = [torch.cat([input_ids, torch.tensor([c.ids], dtype=input_ids.dtype)], 1) for c in (plain, column)]
-            column.near_tie = check_near_ties(self._reference, input_ids.shape[1], *full, epsilon_for(dtype))
+            column.near_tie = self._checker.check(input_ids.shape[1], *full)
 
     def _update(self, columns: list[ColumnRun], decoding: str, message_override: str | None = None) -> CompareUpdate:
         plain, dlite, lookup = columns

@@ -32,7 +32,15 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["NEAR_TIE_EPSILON", "NearTieReport", "check_near_ties", "epsilon_for", "float32_reference", "logit_gaps"]
+__all__ = [
+    "NEAR_TIE_EPSILON",
+    "NearTieChecker",
+    "NearTieReport",
+    "check_near_ties",
+    "epsilon_for",
+    "float32_reference",
+    "logit_gaps",
+]
 
 NEAR_TIE_EPSILON = {"bfloat16": 1.75, "float16": 0.25, "float32": 0.0}
 """Logit units: how far a committed token may sit below the float32 maximum before the divergence is a bug."""
@@ -81,21 +89,28 @@ def float32_reference(model: nn.Module) -> nn.Module:
 
 
 @torch.no_grad()
+def _rescored(reference: nn.Module, sequence: torch.Tensor, start: int) -> torch.Tensor:
+    """Teacher-forced float32 logits `[n, V]` at the positions that chose ``sequence[0, start:]``."""
+    if sequence.dim() != 2 or sequence.shape[0] != 1:
+        raise ValueError(f"expected one sequence of shape [1, T], got {tuple(sequence.shape)}.")
+    if not 1 <= start <= sequence.shape[1]:
+        raise ValueError(f"start={start} must be in 1..{sequence.shape[1]} (the prompt is at least one token).")
+    device = next(reference.parameters()).device
+    return reference(sequence.to(device)).logits[0, start - 1 : -1].float().cpu()
+
+
+def _gaps(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    top = logits.topk(2, dim=-1).values
+    return top[:, 0] - logits.gather(1, tokens[:, None])[:, 0], top[:, 0] - top[:, 1]
+
+
 def logit_gaps(reference: nn.Module, sequence: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced float32 scores of the tokens ``sequence[0, start:]``.
 
     Returns ``(gaps, top2)``, both ``[n]`` float32: ``gaps[i]`` = max logit - logit of token ``start + i`` at its
     position, ``top2[i]`` = the top-2 logit margin there.
     """
-    if sequence.dim() != 2 or sequence.shape[0] != 1:
-        raise ValueError(f"expected one sequence of shape [1, T], got {tuple(sequence.shape)}.")
-    if not 1 <= start <= sequence.shape[1]:
-        raise ValueError(f"start={start} must be in 1..{sequence.shape[1]} (the prompt is at least one token).")
-    device = next(reference.parameters()).device
-    logits = reference(sequence.to(device)).logits[0, start - 1 : -1].float()
-    chosen = logits.gather(1, sequence[0, start:].to(device)[:, None])[:, 0]
-    top = logits.topk(2, dim=-1).values
-    return (top[:, 0] - chosen).cpu(), (top[:, 0] - top[:, 1]).cpu()
+    return _gaps(_rescored(reference, sequence, start), sequence[0, start:].cpu())
 
 
 def check_near_ties(
@@ -131,10 +146,13 @@ def check_near_ties(
             f"the {stopped} output stopped at new token {divergence} while the other went on (same tokens until "
             "then): a stopping difference, not a near-tie",
         )  # fmt: skip
-    plain_gaps, top2 = logit_gaps(reference, plain, prompt_length)
-    spec_gaps, _ = logit_gaps(reference, speculative, prompt_length)
-    gap_plain, gap_spec = float(plain_gaps[divergence]), float(spec_gaps[divergence])
-    margin = abs(gap_plain - gap_spec)  # both gaps are from the same logits row: the same context
+    # one forward: up to the divergence both runs saw the same tokens, so the speculative sequence's logits row there
+    # scores plain's token too
+    logits = _rescored(reference, speculative, prompt_length)
+    spec_gaps, top2 = _gaps(logits, speculative[0, prompt_length:].cpu())
+    row = logits[divergence]
+    gap_plain, gap_spec = float(row.max() - row[a[divergence]]), float(spec_gaps[divergence])
+    margin = abs(gap_plain - gap_spec)
     tail = spec_gaps[divergence:]
     worst = int(tail.argmax()) + divergence
     max_gap = float(tail.max())
@@ -171,3 +189,28 @@ def epsilon_for(dtype: torch.dtype | str) -> float:
     if name not in NEAR_TIE_EPSILON:
         raise ValueError(f"no near-tie epsilon for dtype {name!r}: expected one of {', '.join(NEAR_TIE_EPSILON)}.")
     return NEAR_TIE_EPSILON[name]
+
+
+class NearTieChecker:
+    """The losslessness check of one target's greedy outputs: exact in float32 (:meth:`check` returns None, any
+    difference is a failure), near-tie in reduced precision (a float32 copy of the target, made on the first
+    divergence, re-scores it). Used by the benchmark, `dlite-hf compare` and the demo."""
+
+    def __init__(self, target: nn.Module):
+        self.target = target
+        self.dtype = str(target.get_output_embeddings().weight.dtype).removeprefix("torch.")
+        self.epsilon = epsilon_for(self.dtype)
+        self._reference: nn.Module | None = None
+
+    @property
+    def exact(self) -> bool:
+        """float32: outputs must equal plain greedy's."""
+        return self.dtype == "float32"
+
+    def check(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
+        """The near-tie verdict on `other` against `plain` (`[1, prompt + new]` each); None in float32."""
+        if self.exact:
+            return None
+        if self._reference is None:
+            self._reference = float32_reference(self.target)
+        return check_near_ties(self._reference, prompt_length, plain, other, self.epsilon)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..neartie import NearTieReport, check_near_ties, epsilon_for, float32_reference
+from ..neartie import NearTieChecker, NearTieReport
 from ..training.regenerate import chat_prompt_ids
 from .methods import BenchMethod, make_methods
 from .workloads import as_session
@@ -160,17 +160,12 @@ class _Runner:
         if pad is not None:
             self.greedy["pad_token_id"] = pad
         # float32 is the token-exact mode; in reduced precision a divergence from plain must be a near-tie
-        self.dtype = str(target.get_output_embeddings().weight.dtype).removeprefix("torch.")
-        self.epsilon = epsilon_for(self.dtype)
-        self._reference: nn.Module | None = None
+        self.checker = NearTieChecker(target)
+        self.dtype, self.epsilon = self.checker.dtype, self.checker.epsilon
 
     def near_tie(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
         """The near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)."""
-        if self.dtype == "float32":
-            return None
-        if self._reference is None:  # a float32 copy, made on the first divergence only
-            self._reference = float32_reference(self.target)
-        return check_near_ties(self._reference, prompt_length, plain, other, self.epsilon)
+        return self.checker.check(prompt_length, plain, other)
 
     def close(self) -> None:
         self.timer.remove()
