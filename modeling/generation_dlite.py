@@ -42,6 +42,14 @@ The shared drafter's config is never changed (transformers carries such custom e
 def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
     """The :data:`DECODING_OPTIONS` of one call: the call's `generation_config` value where set, else the drafter
     config's. A value set per call is validated here, with its origin in the message."""
+    misspelt = sorted(
+        key for key in vars(generation_config) if key.startswith(("draft_", "lookup_")) and key not in DECODING_OPTIONS
+    )
+    if misspelt:  # a custom GenerationConfig entry is kept whatever its name: an unknown one would be ignored
+        raise ValueError(
+            f"GenerationConfig has {', '.join(misspelt)}, which no DLite decoding option is called; expected some of "
+            f"{', '.join(DECODING_OPTIONS)}."
+        )
     options = {}
     for name in DECODING_OPTIONS:
         value = getattr(generation_config, name, None)

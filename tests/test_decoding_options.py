@@ -63,3 +63,9 @@ def test_a_per_call_min_match_wins_over_the_session(trio):
         strict = GenerationConfig(**config, lookup_min_match=64)  # longer than any match here: no lookup round
         target.generate(prompt, generation_config=strict, assistant_model=drafter)
         assert drafter.last_generation_stats.lookup_rounds == 0 < loose
+
+
+def test_a_misspelt_per_call_option_is_refused_not_ignored(trio):
+    target, drafter, prompt = trio
+    with pytest.raises(ValueError, match=r"draft_confidence_treshold, which no DLite decoding option is called"):
+        _generate(target, drafter, prompt, draft_confidence_treshold=0.5)

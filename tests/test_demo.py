@@ -399,3 +399,12 @@ def test_bfloat16_greedy_divergences_are_shown_as_near_ties_not_bugs(tokenizer):
     shown = verdict(columns, "greedy")
     assert "Near-tie" in shown and "0.100 logits apart" in shown
     assert "not at a near-tie: not within epsilon" in shown and "bug" in shown
+
+
+@pytest.mark.parametrize(("env", "value"), [("DLITE_DTYPE", "half"), ("DLITE_ATTENTION", "flash")])
+def test_a_bad_mode_in_the_environment_is_refused_at_start(monkeypatch, env, value):
+    from dlite_hf.demo import parse_app_args
+
+    monkeypatch.setenv(env, value)
+    with pytest.raises(SystemExit, match=rf"{env}='{value}' is invalid: expected one of"):
+        parse_app_args(argv=[])

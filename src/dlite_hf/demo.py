@@ -964,6 +964,17 @@ def _env_port() -> int:
     return int(value)
 
 
+def _add_env_choice(
+    parser: argparse.ArgumentParser, flag: str, env: str, default: str, choices: tuple[str, ...], help: str
+) -> None:
+    """A flag whose default comes from an environment variable, checked here: argparse checks `choices` for values
+    given on the command line only, so a bad environment value would otherwise reach the loaders."""
+    value = env_default(env, default)
+    if value not in choices:
+        raise SystemExit(f"{env}={value!r} is invalid: expected one of {', '.join(choices)} (or leave it unset).")
+    parser.add_argument(flag, default=value, choices=choices, help=f"{help}; env {env}, default {default}")
+
+
 def parse_app_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
     """The demo's flags; unknown arguments are ignored (so `gradio app.py` and hosted runners can import it)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -977,20 +988,14 @@ def parse_app_args(description: str | None = None, argv: list[str] | None = None
         default=env_default(DRAFTER_ENV, None),
         help=f"DLite drafter folder (env {DRAFTER_ENV}; default: the shipped drafters/dlite-smollm2-135m)",
     )
-    parser.add_argument(
-        "--dtype",
-        default=env_default(DTYPE_ENV, DEFAULT_DTYPE),
-        choices=DTYPE_CHOICES,
-        help=f"the models' dtype (env {DTYPE_ENV}; default {DEFAULT_DTYPE}, measured fastest here; float32 is the "
-        "token-exact mode, auto the checkpoint's own dtype)",
-    )
-    parser.add_argument(
-        "--attention",
-        default=env_default(ATTENTION_ENV, DEFAULT_ATTENTION),
-        choices=ATTENTION_CHOICES,
-        help=f"the target's attention (env {ATTENTION_ENV}; default {DEFAULT_ATTENTION}: dlite_hf.attention, "
-        "measured fastest here; sdpa: transformers' own)",
-    )
+    _add_env_choice(
+        parser, "--dtype", DTYPE_ENV, DEFAULT_DTYPE, DTYPE_CHOICES,
+        "the models' dtype (measured fastest here; float32 is the token-exact mode, auto the checkpoint's own dtype)",
+    )  # fmt: skip
+    _add_env_choice(
+        parser, "--attention", ATTENTION_ENV, DEFAULT_ATTENTION, ATTENTION_CHOICES,
+        "the target's attention (packed_gqa: dlite_hf.attention, measured fastest here; sdpa: transformers' own)",
+    )  # fmt: skip
     parser.add_argument(
         "--host",
         default=env_default("GRADIO_SERVER_NAME", "127.0.0.1"),
