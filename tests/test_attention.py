@@ -81,3 +81,26 @@ def test_models_without_grouped_query_attention_use_sdpa_unchanged():
 def test_unknown_attention_names_are_refused():
     with pytest.raises(ValueError, match=r"attention='flash' is not a supported attention: expected one of sdpa"):
         check_attention("flash")
+
+
+def test_real_smollm2_packed_attention_equals_sdpa(smollm2_dir):
+    """On the real SmolLM2-135M (9 query heads over 3 key/value heads), float32: the same logits and the same greedy
+    tokens with either attention, and the hybrid stays token-exact under the packed one."""
+    from dlite_hf import DLiteForSpeculation
+    from dlite_hf.assets import load_target
+    from dlite_hf.defaults import default_drafter_dir
+
+    sdpa, tokenizer = load_target(smollm2_dir, attention="sdpa")
+    packed, _ = load_target(smollm2_dir, attention="packed_gqa")
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "List three uses of a paperclip."}], add_generation_prompt=True,
+        return_tensors="pt", return_dict=True,
+    )["input_ids"]  # fmt: skip
+    with torch.no_grad():
+        torch.testing.assert_close(packed(ids).logits, sdpa(ids).logits, rtol=1e-4, atol=1e-4)
+    plain = sdpa.generate(ids, max_new_tokens=32, do_sample=False)
+    assert torch.equal(packed.generate(ids, max_new_tokens=32, do_sample=False), plain)
+    drafter = DLiteForSpeculation.from_pretrained(default_drafter_dir()).eval()
+    hybrid = {"assistant_model": drafter, "prompt_lookup_num_tokens": 32}
+    fast = packed.generate(ids, max_new_tokens=32, do_sample=False, **hybrid)
+    assert torch.equal(fast, plain) and drafter.last_generation_stats.rounds > 0
