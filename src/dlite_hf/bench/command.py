@@ -23,7 +23,7 @@ from .bfcl import BFCL_CATEGORIES
 from .methods import METHOD_CHOICES, parse_methods
 from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
 
-DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long"
+DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long,legal,clinical"  # the last three: out of domain
 DEFAULT_METHODS = "plain,prompt_lookup,dlite"
 # CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
 THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}

@@ -54,7 +54,7 @@ __all__ = [
 Session = dict[str, Any]
 Message = dict[str, str]
 
-SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool")
+SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "legal", "clinical")
 AGENTIC_WORKLOAD = "agentic"
 WORKLOAD_CHOICES: tuple[str, ...] = (*SINGLE_TURN_WORKLOADS, AGENTIC_WORKLOAD, "long")
 LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts

@@ -10,10 +10,13 @@ from torch.utils.data import Dataset
 
 from .anchors import block_labels, sample_anchors
 from .regenerate import read_jsonl
+from .text_rows import TARGET_LABELS
 
 
 class RegeneratedDataset(Dataset):
-    """Rows of a `dlite-hf regenerate` JSONL file: `input_ids` and `loss_mask`, truncated to `max_length`."""
+    """Rows of a `dlite-hf regenerate` or `dlite-hf label-text` JSONL file: `input_ids` and `loss_mask`, truncated
+    to `max_length`. A row with `"label_source": "target"` (label-text) is trained on the target's own argmax at
+    every position instead of its next tokens; any other `label_source` is refused."""
 
     def __init__(self, path_or_rows: str | Path | list[dict[str, Any]], max_length: int = 1024):
         rows = read_jsonl(path_or_rows) if isinstance(path_or_rows, (str, Path)) else list(path_or_rows)
@@ -24,9 +27,15 @@ class RegeneratedDataset(Dataset):
                     f"Row {index} ({row.get('id', '?')}) has no input_ids/loss_mask of equal length; expected the "
                     "output of `dlite-hf regenerate`."
                 )
+            source = row.get("label_source", "data")
+            if source not in ("data", TARGET_LABELS):
+                raise ValueError(
+                    f"Row {index} ({row.get('id', '?')}) has label_source={source!r}; expected 'data' (the row's "
+                    f"own tokens, as regenerate writes) or {TARGET_LABELS!r} (the target's argmax; label-text)."
+                )
             ids, mask = row["input_ids"][:max_length], row["loss_mask"][:max_length]
             if sum(mask[2:]) > 0:  # an anchor needs a position before it and a masked label after it
-                self.rows.append({"input_ids": ids, "loss_mask": mask})
+                self.rows.append({"input_ids": ids, "loss_mask": mask, "target_labels": source == TARGET_LABELS})
         if not self.rows:
             raise ValueError("No usable rows: every row is empty or has no response tokens within max_length.")
 
@@ -40,8 +49,9 @@ class RegeneratedDataset(Dataset):
 class DLiteCollator:
     """Right-pads a batch and samples `num_anchors` anchor blocks per sequence.
 
-    Returns `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]` and `labels` `[B, A, K]`
-    (-100 where invalid), so the Trainer counts `num_items_in_batch` over all gradient-accumulation micro-batches.
+    Returns `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]`, `labels` `[B, A, K]`
+    (-100 where invalid), so the Trainer counts `num_items_in_batch` over all gradient-accumulation micro-batches,
+    and `target_labels` `[B]` (rows whose labels the trainer replaces by the target's argmax).
     """
 
     def __init__(self, pad_token_id: int, num_anchors: int, num_draft_tokens: int, seed: int = 0):
@@ -73,6 +83,7 @@ class DLiteCollator:
             "anchors": anchors,
             "anchor_valid": anchor_valid,
             "labels": labels,
+            "target_labels": torch.tensor([bool(f.get("target_labels", False)) for f in features]),
         }
 
 

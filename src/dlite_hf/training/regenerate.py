@@ -1,8 +1,8 @@
 """Regenerate training responses with the target itself, so the drafter learns the target's own distribution.
 
 Input: a JSONL file of prompts (`{"id", "messages"}`, see `dlite_hf.prompts`). Output: a JSONL file, one line per
-prompt, `{"id", "input_ids", "loss_mask", "prompt_tokens", "finished"}` where `input_ids` is the chat-templated
-prompt followed by the target's response and `loss_mask` is 1 exactly on the response tokens.
+prompt, `{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}` where `input_ids` is the
+chat-templated prompt followed by the target's response and `loss_mask` is 1 exactly on the response tokens.
 
 Resumable: lines are appended and fsync'ed per batch; on restart the ids already written are skipped and a torn
 last line (the process was killed mid-write) is cut off, so a kill never duplicates or loses a sample.
@@ -142,7 +142,7 @@ def regenerate(
         if len(ids) > max_prompt_tokens:
             skipped += 1
             continue
-        todo.append((prompt["id"], ids))
+        todo.append((prompt["id"], ids, prompt.get("workload")))
     todo.sort(key=lambda item: len(item[1]))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos_ids = _eos_ids(model)
@@ -156,10 +156,10 @@ def regenerate(
     generator_seed = seed
     with open(out_path, "a", encoding="utf-8") as handle:
         for batch in _batches(todo, batch_size):
-            width = max(len(ids) for _, ids in batch)
+            width = max(len(ids) for _, ids, _ in batch)
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (_, ids) in enumerate(batch):
+            for row, (_, ids, _) in enumerate(batch):
                 input_ids[row, width - len(ids) :] = torch.tensor(ids)
                 attention[row, width - len(ids) :] = 1
             torch.manual_seed(generator_seed)
@@ -174,7 +174,7 @@ def regenerate(
                 **kwargs,
             )
             lines = []
-            for row, (prompt_id, ids) in enumerate(batch):
+            for row, (prompt_id, ids, workload) in enumerate(batch):
                 response = output[row, width:].tolist()
                 finished = False
                 for position, token in enumerate(response):
@@ -183,6 +183,7 @@ def regenerate(
                         break
                 record = {
                     "id": prompt_id,
+                    "workload": workload,
                     "input_ids": ids + response,
                     "loss_mask": [0] * len(ids) + [1] * len(response),
                     "prompt_tokens": len(ids),

@@ -190,6 +190,14 @@ class DLiteTrainer(Trainer):
                     sub = nn.functional.linear(target_rows.to(weight.dtype), weight, bias).float()
                 gathered["target_log_probs"] = sub - lse[..., None]
                 gathered["target_top1"] = top1
+        target_rows_mask = inputs.get("target_labels")
+        if target_rows_mask is not None and bool(target_rows_mask.any()):
+            # label-text rows: the label at every position is the target's argmax, never the text's next token
+            top1 = gathered["target_top1"] if compact else gathered["target_logits"].argmax(-1)
+            use = (
+                target_rows_mask.to(anchors.device)[:, None].expand_as(anchors).flatten()[:, None] & gathered["valid"]
+            )
+            gathered["labels"] = torch.where(use, top1, gathered["labels"])
         gathered["history"] = {}
         if config.history_window != 0 or (self.teacher is not None):
             window = config.history_window if config.history_window != 0 else self.teacher.config.history_window

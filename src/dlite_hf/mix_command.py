@@ -1,0 +1,92 @@
+"""`dlite-hf mix` (build the broad training mix, tabulate training rows) and `dlite-hf label-text`.
+
+    dlite-hf mix build --out data/mix --prompts-per-domain 500 --texts-per-domain 500
+    dlite-hf regenerate --prompts data/mix/prompts.jsonl --out data/mix/regen.jsonl --dtype bfloat16
+    dlite-hf label-text --texts data/mix/texts.jsonl --out data/mix/text_rows.jsonl
+    dlite-hf mix table data/mix/regen.jsonl data/mix/text_rows.jsonl
+    dlite-hf train --stage stable --data data/mix/regen.jsonl,data/mix/text_rows.jsonl ...
+
+See `dlite_hf.broad_mix` for the domains, their sources and splits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .defaults import DEFAULT_TARGET
+
+
+def cmd_mix(args: argparse.Namespace) -> int:
+    from . import broad_mix
+    from .training.regenerate import read_jsonl
+
+    try:
+        if args.action == "build":
+            if not args.out:
+                raise ValueError("mix build needs --out DIR (where prompts.jsonl, texts.jsonl and mix.json go).")
+            domains = [d for d in (args.domains or "").split(",") if d]
+            summary = broad_mix.build_mix(
+                args.out, args.prompts_per_domain, args.texts_per_domain, seed=args.seed, domains=domains
+            )
+            print(json.dumps(summary, indent=2))
+            return 0
+        if not args.rows:
+            raise ValueError("mix table needs one or more row files (written by regenerate or label-text).")
+        rows = [row for path in args.rows for row in read_jsonl(path)]
+        print(broad_mix.data_table(rows))
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"dlite-hf mix {args.action}: {exc}") from exc
+    return 0
+
+
+def cmd_label_text(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from .assets import resolve_model
+    from .training.regenerate import read_jsonl
+    from .training.text_rows import label_text
+
+    try:
+        items = read_jsonl(args.texts)
+        if args.limit is not None:
+            if args.limit < 1:
+                raise ValueError(f"--limit {args.limit}: expected a positive number of items (leave it out for all).")
+            items = items[: args.limit]
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.target))
+        result = label_text(tokenizer, items, args.out, max_tokens=args.max_tokens)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"dlite-hf label-text: {exc}") from exc
+    print(json.dumps(result))
+    return 0
+
+
+def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register the `mix` and `label-text` subcommands."""
+    mix = sub.add_parser(
+        "mix",
+        help="Build the broad training mix (prompts and texts, train splits only) or tabulate training rows.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mix.add_argument("action", choices=["build", "table"])
+    mix.add_argument("rows", nargs="*", help="table: row files written by regenerate / label-text")
+    mix.add_argument("--out", default=None, help="build: output folder")
+    mix.add_argument("--prompts-per-domain", type=int, default=500, help="build: prompts sampled per prompt domain")
+    mix.add_argument("--texts-per-domain", type=int, default=500, help="build: items sampled per text domain")
+    mix.add_argument("--domains", default=None, help="build: comma-separated domains (default: all)")
+    mix.add_argument("--seed", type=int, default=0)
+    mix.set_defaults(func=cmd_mix)
+
+    text = sub.add_parser(
+        "label-text",
+        help="Turn request + reference-reply items into training rows labelled by the target in training.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    text.add_argument("--target", default=DEFAULT_TARGET, help="the target whose tokenizer and template are used")
+    text.add_argument("--texts", required=True, help="JSONL of items whose messages end with the assistant's reply")
+    text.add_argument("--out", required=True, help="rows JSONL (appended; resumes by id)")
+    text.add_argument("--max-tokens", type=int, default=1024, help="each row is cut to this many tokens")
+    text.add_argument("--limit", type=int, default=None)
+    text.set_defaults(func=cmd_label_text)

