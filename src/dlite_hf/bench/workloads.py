@@ -54,9 +54,18 @@ __all__ = [
 Session = dict[str, Any]
 Message = dict[str, str]
 
-SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "legal", "clinical")
+OUT_OF_DOMAIN_SINGLE_TURN: tuple[str, ...] = ("legal", "clinical")  # dlite_hf.prompts: no train split
+SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", *OUT_OF_DOMAIN_SINGLE_TURN)
 AGENTIC_WORKLOAD = "agentic"
-WORKLOAD_CHOICES: tuple[str, ...] = (*SINGLE_TURN_WORKLOADS, AGENTIC_WORKLOAD, "long")
+WORKLOAD_CHOICES: tuple[str, ...] = (
+    "chat",
+    "code",
+    "math",
+    "tool",
+    AGENTIC_WORKLOAD,
+    "long",
+    *OUT_OF_DOMAIN_SINGLE_TURN,
+)
 LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts
 
 _CODING_SYSTEM = (
