@@ -16,27 +16,6 @@ import argparse
 import json
 
 
-def replay_tau(drafter, states, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
-    """(new tokens, rounds, accepted per round) of a replayed greedy run that drafts K every round."""
-    import torch
-
-    position, rounds, accepted = prompt_length, 0, []
-    while position < len(tokens):
-        drafts, _ = drafter.draft(
-            states[:, position - 2], torch.tensor([tokens[position - 1]]), confidence_threshold=0.0, skip_threshold=0.0
-        )
-        run = 0
-        for draft, actual in zip(drafts[0].tolist(), tokens[position:]):
-            if draft != actual:
-                break
-            run += 1
-        run = min(run, len(tokens) - position - 1)  # the round's own token must exist too
-        accepted.append(run)
-        position += run + 1
-        rounds += 1
-    return len(tokens) - prompt_length, rounds, accepted
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target", default="smollm2-135m")
@@ -53,6 +32,7 @@ def main() -> None:
 
     from dlite_hf import DLiteForSpeculation
     from dlite_hf.assets import open_target
+    from dlite_hf.bench.replay import replay_tau
     from dlite_hf.defaults import default_drafter_dir
     from dlite_hf.prompts import load_prompts
     from dlite_hf.training.features import target_features

@@ -116,7 +116,13 @@ def test_data_table_counts_rows_and_response_tokens_by_kind() -> None:
     rows = [
         {"id": "a", "workload": "news", "input_ids": [1] * 5, "loss_mask": [0, 0, 1, 1, 1]},
         {"id": "b", "workload": "news", "input_ids": [1] * 3, "loss_mask": [0, 1, 1]},
-        {"id": "c", "workload": "text_code", "input_ids": [1] * 4, "loss_mask": [0, 1, 1, 1], "label_source": "target"},
+        {
+            "id": "c",
+            "workload": "text_code",
+            "input_ids": [1] * 4,
+            "loss_mask": [0, 1, 1, 1],
+            "label_source": "target",
+        },
         {"id": "asdiv/3", "input_ids": [1] * 2, "loss_mask": [0, 1]},  # an older regenerate row: domain from its id
     ]
     table = B.data_table(rows)
@@ -131,7 +137,9 @@ class _Template:
     """A tokenizer stand-in with a ChatML-like template over a character vocabulary (analytic token counts)."""
 
     def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True, **_):
-        text = "".join(f"<{m['role']}>{m['content']}|" for m in messages) + ("<assistant>" if add_generation_prompt else "")
+        text = "".join(f"<{m['role']}>{m['content']}|" for m in messages) + (
+            "<assistant>" if add_generation_prompt else ""
+        )
         return [ord(c) % 256 for c in text]
 
 
@@ -181,7 +189,11 @@ def test_trainer_uses_the_targets_argmax_on_target_labelled_rows(tmp_path: Path)
     drafter = make_drafter(target, seed=1)
     generator = torch.Generator().manual_seed(0)
     rows = [
-        {"id": str(i), "input_ids": torch.randint(3, 60, (24,), generator=generator).tolist(), "loss_mask": [0] * 4 + [1] * 20}
+        {
+            "id": str(i),
+            "input_ids": torch.randint(3, 60, (24,), generator=generator).tolist(),
+            "loss_mask": [0] * 4 + [1] * 20,
+        }
         for i in range(4)
     ]
     args = DLiteTrainingArguments(

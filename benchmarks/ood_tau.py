@@ -1,0 +1,108 @@
+"""Tau of several drafters on out-of-domain and in-domain workloads, replayed over fixed greedy texts.
+
+Plain float32 greedy replies to eval-split prompts are generated once and cached (``--texts``, resumable); each
+drafter is then replayed over them (``dlite_hf.bench.replay``: exact greedy tau with K drafts every round, one
+target forward per text). Out of domain: ``legal`` (MultiLexSum), ``clinical`` (MTS-Dialog), ``long`` (essays,
+``--long-tokens``); no training mix uses their sources. In domain: the training workloads and the broad mix's
+prompt domains (their eval splits).
+
+    .venv/bin/python benchmarks/ood_tau.py --threads 1 --per-workload 6 --max-new-tokens 96 \\
+        --texts runs/ood/texts.jsonl --drafters shipped=drafters/dlite-smollm2-135m,text=runs/mix1/text \\
+        --out benchmarks/results/smollm2-135m-ood-tau.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+OOD = ("legal", "clinical", "long")
+IN_DOMAIN = ("chat", "code", "math", "tool", "news", "writing", "story_qa", "dialogue_qa", "policy_agent",
+             "reasoning", "code_tasks", "manpages")  # fmt: skip
+
+
+def _prompts(workloads: list[str], per_workload: int, long_tokens: int, tokenizer) -> list[dict]:
+    from dlite_hf.broad_mix import eval_prompts
+    from dlite_hf.prompts import load_long
+
+    out = []
+    for workload in workloads:
+        if workload == "long":
+            out += load_long(long_tokens, tokenizer, "eval", per_workload)
+        else:
+            out += eval_prompts(workload, limit=per_workload)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--drafters", required=True, help="name=folder,name=folder,...")
+    parser.add_argument("--workloads", default=",".join(OOD + IN_DOMAIN))
+    parser.add_argument("--per-workload", type=int, default=6, help="eval-split prompts per workload")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--long-tokens", type=int, default=1024, help="prompt length of the long workload")
+    parser.add_argument("--texts", required=True, help="JSONL cache of the greedy texts (appended, resumable)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    drafters = dict(item.split("=", 1) for item in args.drafters.split(","))
+    for name, folder in drafters.items():
+        if not Path(folder).is_dir():
+            raise SystemExit(f"--drafters {name}={folder}: no such folder (a drafter saved by dlite-hf train).")
+
+    import torch
+
+    from dlite_hf import DLiteForSpeculation
+    from dlite_hf.assets import open_target
+    from dlite_hf.bench.replay import greedy_texts, replay_text, summarise
+
+    torch.set_num_threads(args.threads)
+    target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
+    workloads = args.workloads.split(",")
+    prompts = _prompts(workloads, args.per_workload, args.long_tokens, tokenizer)
+    cache = Path(args.texts)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    done = {}
+    if cache.is_file():
+        for line in cache.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("max_new_tokens") == args.max_new_tokens:
+                done[row["id"]] = row
+    todo = [p for p in prompts if p["id"] not in done]
+    start = time.perf_counter()
+    with open(cache, "a", encoding="utf-8") as handle:
+        for text in greedy_texts(target, tokenizer, todo, args.max_new_tokens):
+            text["max_new_tokens"] = args.max_new_tokens
+            done[text["id"]] = text
+            handle.write(json.dumps(text) + "\n")
+            handle.flush()
+    print(
+        f"{len(todo)} greedy texts generated in {time.perf_counter() - start:.0f} s ({len(done)} cached)", flush=True
+    )
+    texts = [done[p["id"]] for p in prompts]
+    result = {
+        "target": args.target, "threads": args.threads, "per_workload": args.per_workload,
+        "max_new_tokens": args.max_new_tokens, "long_tokens": args.long_tokens, "texts": str(cache),
+        "out_of_domain": [w for w in workloads if w in OOD], "drafters": {},
+    }  # fmt: skip
+    for name, folder in drafters.items():
+        drafter = DLiteForSpeculation.from_pretrained(folder, dtype=torch.float32).eval().bind_target(target)
+        start = time.perf_counter()
+        rows = [replay_text(drafter, target, t) for t in texts]
+        summary = summarise(rows, out_of_domain=OOD)
+        result["drafters"][name] = {"folder": folder, **summary, "seconds": time.perf_counter() - start, "rows": rows}
+        tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
+        print(
+            f"{name}: OOD {summary['mean_tau_ood']:.3f}  in-domain {summary['mean_tau_in_domain']:.3f}  | {tau}",
+            flush=True,
+        )
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
