@@ -246,7 +246,7 @@ def test_drafter_for_another_target_is_refused(tmp_path, tokenizer):
 def test_importing_the_package_does_not_import_gradio():
     script = (
         "import sys, runpy\n"
-        "import dlite_hf, dlite_hf.demo, dlite_hf.card_command\n"
+        "import dlite_hf, dlite_hf.demo, dlite_hf.commands.card\n"
         "assert 'gradio' not in sys.modules, 'importing dlite_hf imported gradio'\n"
         "sys.argv = ['app.py', '--help']\n"
         "try:\n"

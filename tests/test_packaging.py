@@ -41,6 +41,12 @@ def test_wheel_contains_the_modeling_files_once(tmp_path):
         assert matches == [f"dlite_hf/modeling/{name}"], matches
         assert zipfile.ZipFile(wheel).read(matches[0]) == (ROOT / "modeling" / name).read_bytes()
     assert "dlite_hf/templates/model_card.md" in names
+    # every module of the source tree is in the wheel (a subpackage missing from pyproject's list would not be)
+    source = {
+        f"dlite_hf/{p.relative_to(ROOT / 'src' / 'dlite_hf').as_posix()}"
+        for p in (ROOT / "src" / "dlite_hf").rglob("*.py")
+    }
+    assert source <= set(names), sorted(source - set(names))
 
 
 def test_shipped_drafter_links_to_the_single_source():

@@ -143,8 +143,8 @@ def card_from_checkpoint(
 ) -> str:
     """The card of the drafter in ``checkpoint`` (its config.json, dlite_training.json, weights header), with the
     rows of ``bench_result`` as its results table."""
-    from .cards import render_model_card
-    from .modeling.configuration_dlite import DLiteConfig
+    from ..cards import render_model_card
+    from ..modeling.configuration_dlite import DLiteConfig
 
     checkpoint = Path(checkpoint)
     if not (checkpoint / "config.json").is_file():
@@ -164,7 +164,7 @@ def card_from_checkpoint(
         fastest = fastest_decoding(document)
         meta = document.get("meta", {}) if isinstance(document, dict) else {}
         dtype, attention = meta.get("dtype"), meta.get("attention")
-        from .attention import PACKED_GQA_SDPA
+        from ..attention import PACKED_GQA_SDPA
 
         attention = "packed_gqa" if attention == PACKED_GQA_SDPA else attention
         command = document.get("meta", {}).get("command") if isinstance(document, dict) else None
@@ -306,7 +306,7 @@ def check_card(text: str, base_dir: str | Path | None = None) -> list[str]:
     """
     from huggingface_hub import ModelCard
 
-    from .cards import REQUIRED_SECTIONS
+    from ..cards import REQUIRED_SECTIONS
 
     problems = []
     try:

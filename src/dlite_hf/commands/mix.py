@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from .defaults import DEFAULT_TARGET
+from ..defaults import DEFAULT_TARGET
 
 
 def cmd_mix(args: argparse.Namespace) -> int:
-    from . import broad_mix
-    from .training.regenerate import read_jsonl
+    from .. import broad_mix
+    from ..training.regenerate import read_jsonl
 
     try:
         if args.action == "build":
@@ -43,9 +43,9 @@ def cmd_mix(args: argparse.Namespace) -> int:
 def cmd_label_text(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
-    from .assets import resolve_model
-    from .training.regenerate import read_jsonl
-    from .training.text_rows import label_text
+    from ..assets import resolve_model
+    from ..training.regenerate import read_jsonl
+    from ..training.text_rows import label_text
 
     try:
         items = read_jsonl(args.texts)

@@ -1,0 +1,45 @@
+"""`dlite-hf assets fetch|list`: fetch, check and convert the real target models."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..defaults import DEFAULT_TARGET
+
+
+def cmd_assets(args: argparse.Namespace) -> int:
+    from ..assets import MODELS, fetch_model
+
+    if args.action == "list":
+        if args.gguf is not None:
+            raise SystemExit(
+                f"dlite-hf assets list: --gguf {args.gguf} converts a file, use it with `assets fetch NAME`."
+            )
+        for name, asset in MODELS.items():
+            print(f"{name}: {asset.description}")
+        return 0
+    names = args.names or [DEFAULT_TARGET]
+    if args.gguf is not None and len(names) != 1:
+        raise SystemExit(
+            f"dlite-hf assets fetch: --gguf {args.gguf} is the file of one model, got {len(names)} names "
+            f"({' '.join(names)}). Fetch one model per call: dlite-hf assets fetch NAME --gguf FILE."
+        )
+    for name in names:
+        print(fetch_model(name, progress=not args.quiet, gguf_file=args.gguf))
+    return 0
+
+
+def add_assets_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the subcommand."""
+    assets = sub.add_parser("assets", help="Fetch, check and convert the real target models.")
+    assets.add_argument("action", choices=["fetch", "list"])
+    assets.add_argument("names", nargs="*", help=f"registry names (default: {DEFAULT_TARGET})")
+    assets.add_argument("--quiet", action="store_true")
+    assets.add_argument(
+        "--gguf",
+        default=None,
+        metavar="FILE",
+        help="convert this local GGUF (checked against the registry's sha256) instead of downloading: "
+        "for a machine that cannot reach the package registry",
+    )
+    assets.set_defaults(func=cmd_assets)

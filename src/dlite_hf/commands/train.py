@@ -1,0 +1,265 @@
+"""`dlite-hf train`: one stage of the recipe (teacher | warmup | stable) on `DLiteTrainer`; see `--help`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES
+from .common import set_threads
+
+
+def build_train_parser():
+    from dataclasses import dataclass, field
+
+    from transformers import HfArgumentParser
+
+    from ..training.arguments import DLiteTrainingArguments
+
+    @dataclass
+    class ScriptArguments:
+        target: str = field(default=DEFAULT_TARGET, metadata={"help": "Target: a registry name or a local folder."})
+        data: str = field(
+            default="",
+            metadata={"help": "JSONL written by `dlite-hf regenerate` or `label-text`; several: comma-separated."},
+        )
+        init: str | None = field(default=None, metadata={"help": "Start from this drafter checkpoint folder."})
+        target_adapter: str | None = field(default=None, metadata={"help": "PEFT adapter to apply to the target."})
+        target_dtype: str = field(
+            default="float32",
+            metadata={
+                "help": "The target's dtype while training: its hidden states (the drafter's features) and p^T are "
+                "computed in it (bfloat16: features as a bfloat16 target serves them; the drafter's own weights stay "
+                "float32, see --bf16 for autocast).",
+                "choices": list(DTYPE_CHOICES),
+            },
+        )
+        num_tapped_layers: int = field(default=6, metadata={"help": "New drafters: target layers to tap (L)."})
+        num_draft_tokens: int = field(default=7, metadata={"help": "New drafters: K."})
+        drafter_hidden_size: int | None = field(default=None, metadata={"help": "New drafters: backbone width."})
+        drafter_layers: int = field(default=5, metadata={"help": "New drafters: backbone layers."})
+        drafter_heads: int = field(default=8, metadata={"help": "New drafters: attention heads."})
+        drafter_kv_heads: int = field(default=4, metadata={"help": "New drafters: key/value heads."})
+        drafter_intermediate_size: int | None = field(default=None, metadata={"help": "New drafters: MLP width."})
+        head_rank: int = field(default=64, metadata={"help": "New drafters: rank R of the sequential head."})
+        draft_vocab_size: int = field(
+            default=8192,
+            metadata={
+                "help": "New drafters (and --refresh_draft_vocab): draft among the N most frequent response tokens "
+                "(0: full vocabulary)."
+            },
+        )
+        refresh_draft_vocab: bool = field(
+            default=False,
+            metadata={
+                "help": "With --init or --teacher: choose the draft vocabulary again from --data (size "
+                "--draft_vocab_size, 0: full vocabulary) instead of keeping the one chosen when the drafter was "
+                "created. Use it when the data grew since then: a stale vocabulary cannot draft the new tokens."
+            },
+        )
+        grow_layers: int = field(
+            default=0,
+            metadata={
+                "help": "With --init: add this many backbone layers on top, their output projections (attention "
+                "o_proj, MLP down_proj) at zero, so training starts from exactly the init's drafts with more depth."
+            },
+        )
+        sequential_head: bool = field(
+            default=True, metadata={"help": "New drafters: keep the recurrent head (--no_sequential_head: ablation)."}
+        )
+        threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads for this run."})
+        eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of rows held out for eval logs."})
+
+    return HfArgumentParser((ScriptArguments, DLiteTrainingArguments)), ScriptArguments
+
+
+def _new_drafter_config(script, target_config, history_window: int, name: str):
+    from .. import DLiteConfig
+
+    return DLiteConfig.for_target(
+        target_config,
+        num_target_layers_tapped=script.num_tapped_layers,
+        target_name_or_path=name,
+        num_draft_tokens=script.num_draft_tokens,
+        hidden_size=script.drafter_hidden_size,
+        num_hidden_layers=script.drafter_layers,
+        num_attention_heads=script.drafter_heads,
+        num_key_value_heads=script.drafter_kv_heads,
+        intermediate_size=script.drafter_intermediate_size,
+        head_rank=script.head_rank,
+        use_sequential_head=script.sequential_head,
+        draft_vocab_size=min(script.draft_vocab_size, target_config.vocab_size) or None,
+        history_window=history_window,
+    )
+
+
+def _derive_drafter(source, drop_prefix: str | None, new_prefixes: tuple[str, ...] = (), **changes):
+    """A drafter with `source`'s config updated by `changes` and its weights minus those under `drop_prefix`;
+    weights under `new_prefixes` (new modules) keep their fresh initialisation."""
+    from .. import DLiteConfig, DLiteForSpeculation
+
+    config = source.config.to_dict()
+    config.update(changes)
+    for key in ("model_type", "transformers_version", "auto_map", "architectures"):
+        config.pop(key, None)
+    model = DLiteForSpeculation(DLiteConfig(**config))
+    dropped = (drop_prefix,) if drop_prefix else ()
+    kept = {k: v for k, v in source.state_dict().items() if not k.startswith(dropped)}
+    missing, unexpected = model.load_state_dict(kept, strict=False)
+    stray = [k for k in missing if not k.startswith((*dropped, *new_prefixes))] + list(unexpected)
+    if stray:
+        raise RuntimeError(f"Deriving a drafter ({changes}) left weights unmatched: {stray}")
+    return model
+
+
+def _grow_drafter(source, extra_layers: int):
+    """`source` with `extra_layers` backbone layers appended whose attention and MLP output projections are zero:
+    each new layer is the identity on the residual stream, so the grown drafter drafts exactly as `source` does
+    until training moves those projections (their gradients are not zero, the rest of each new layer follows)."""
+    import torch
+
+    first = source.config.num_hidden_layers
+    new = tuple(f"layers.{i}." for i in range(first, first + extra_layers))
+    model = _derive_drafter(source, None, new_prefixes=new, num_hidden_layers=first + extra_layers)
+    with torch.no_grad():
+        for layer in model.layers[first:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return model
+
+
+def _check_continuation_flags(script, args) -> None:
+    """--grow_layers and --refresh_draft_vocab change a drafter the run starts from: check they have one."""
+    if script.grow_layers < 0:
+        raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {script.grow_layers}.")
+    if script.grow_layers and (not script.init or args.lora):
+        raise SystemExit(
+            f"--grow_layers {script.grow_layers} deepens the drafter passed as --init (without --lora, whose "
+            "adapter must fit the released drafter's layers); a new drafter takes --drafter_layers instead."
+        )
+    if script.refresh_draft_vocab and not script.init and args.stage != "warmup":
+        raise SystemExit(
+            "--refresh_draft_vocab re-chooses the draft vocabulary of a drafter you start from (--init, or "
+            "--teacher for warmup); a new drafter chooses it from --data anyway. Drop the flag or pass --init."
+        )
+    if script.refresh_draft_vocab and args.lora:
+        raise SystemExit(
+            "--refresh_draft_vocab cannot be combined with --lora: a LoRA adapter is loaded onto the released "
+            "drafter, so it must keep that drafter's draft vocabulary. Drop one of the two flags."
+        )
+
+
+def run_train(argv: list[str]) -> Path:
+    import torch
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from .. import DLiteForSpeculation
+    from ..assets import open_target
+    from ..training.data import RegeneratedDataset, response_token_counts
+    from ..training.regenerate import read_jsonl
+    from ..training.trainer import DLiteTrainer
+
+    parser, _ = build_train_parser()
+    # `--teacher DIR` (the issue's spelling) is DLiteTrainingArguments.teacher_path
+    argv = ["--teacher_path" if a == "--teacher" else a.replace("--teacher=", "--teacher_path=", 1) for a in argv]
+    script, args = parser.parse_args_into_dataclasses(args=argv)
+    set_threads(script.threads)
+    if not script.data:
+        raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
+    _check_continuation_flags(script, args)  # before the target loads
+    target, tokenizer, folder = open_target(script.target, script.target_adapter, dtype=script.target_dtype)
+    target_name = script.target if not Path(script.target).exists() else str(folder)
+    teacher = None
+    if args.stage == "warmup":
+        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path)
+    if script.init:
+        model = DLiteForSpeculation.from_pretrained(script.init)
+        if not script.sequential_head and model.head is not None:  # the pure-parallel ablation, same start
+            model = _derive_drafter(model, "head.", use_sequential_head=False)
+        if args.stage == "teacher" and model.config.history_window == 0:
+            raise SystemExit("--init for stage teacher must be a history-aware checkpoint (history_window != 0).")
+        if args.stage != "teacher" and model.config.history_window != 0 and not args.lora:
+            raise SystemExit(
+                f"--init {script.init} is a history-aware model (history_window={model.config.history_window}); "
+                "stages warmup/stable train the history-free drafter. Pass it as --teacher for warmup."
+            )
+    elif args.stage == "teacher":
+        model = DLiteForSpeculation(_new_drafter_config(script, target.config, args.history_window, target_name))
+    elif teacher is not None:
+        # warm start: the teacher's architecture and weights, minus its history projection
+        model = _derive_drafter(teacher, "history_proj", history_window=0)
+        if not script.sequential_head and model.head is not None:
+            model = _derive_drafter(model, "head.", use_sequential_head=False)
+    else:
+        model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
+    if script.grow_layers:
+        model = _grow_drafter(model, script.grow_layers)
+    if script.refresh_draft_vocab:
+        size = min(script.draft_vocab_size, model.config.vocab_size) or None
+        model = _derive_drafter(model, "draft_vocab_ids", draft_vocab_size=size)
+    if args.lora:
+        if not script.init:
+            raise SystemExit("--lora adapts a released drafter: pass --init <drafter folder>.")
+        from peft import LoraConfig, get_peft_model
+
+        from ..training.arguments import LORA_DEFAULT_TARGETS
+
+        targets = args.lora_target_modules or list(LORA_DEFAULT_TARGETS)
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
+    paths = [p for p in script.data.split(",") if p]  # several row files (regenerate, label-text) train together
+    dataset = RegeneratedDataset(
+        paths[0] if len(paths) == 1 else [row for path in paths for row in read_jsonl(path)],
+        max_length=args.max_length,
+    )
+    drafter = model.get_base_model() if args.lora else model
+    if drafter.draft_vocab_ids is not None and (script.refresh_draft_vocab or (not script.init and teacher is None)):
+        drafter.set_draft_vocab(response_token_counts(dataset, drafter.config.vocab_size))
+    eval_dataset = None
+    if script.eval_fraction > 0:
+        n_eval = max(1, int(len(dataset) * script.eval_fraction))
+        generator = torch.Generator().manual_seed(args.seed)
+        order = torch.randperm(len(dataset), generator=generator).tolist()
+        eval_dataset = torch.utils.data.Subset(dataset, order[:n_eval])
+        dataset = torch.utils.data.Subset(dataset, order[n_eval:])
+    card_info = {
+        "base_model": target_name,
+        "training": {"data": script.data, "target": target_name},
+    }
+    trainer = DLiteTrainer(
+        model=model,
+        target=target,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        teacher=teacher,
+        processing_class=None,
+        card_info=card_info,
+    )
+    resume = args.resume_from_checkpoint
+    if resume is None and Path(args.output_dir).is_dir():
+        resume = get_last_checkpoint(args.output_dir)
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(args.output_dir)
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message=f"DLite drafter, stage {args.stage}")
+    return Path(args.output_dir)
+
+
+def cmd_train(argv: list[str]) -> int:
+    run_train(argv)
+    _close_process_group()
+    return 0
+
+
+def _close_process_group() -> None:
+    """Tear the distributed process group down before the interpreter exits.
+
+    Under torchrun / `accelerate launch` the Trainer leaves a gloo (or NCCL) group open; destroying it at
+    interpreter exit races with the backend's worker threads and can abort a rank ("terminate called
+    without an active exception") after a successful run. All ranks wait at a barrier, then close it. (After
+    a failure the launcher stops the other ranks; a barrier there could only hang.)
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
