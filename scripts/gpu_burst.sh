@@ -11,6 +11,8 @@
 #                                     #   printed: it equals the CPU conversion's), regenerate, a 20-step probe
 #   STEPS=750 bash scripts/gpu_burst.sh train   # carries .gpu_c/init (the shipped drafter's config + weights):
 #                                     #   the stable stage on every row, from the shipped drafter
+#   bash scripts/gpu_burst.sh broad   # after env: the broad mix (see the phase), regenerate + label + train in one
+#                                     #   call (not yet run on a GPU: no GPU was lent since it was written)
 #
 # The big drafters' weights were moved out of the checkout during the calls (the 64 MiB). Inputs prepared here:
 # `python scripts/smollm2_prompts.py RUN` (prompts5.jsonl: every train prompt not used yet, greedy; sampled.jsonl:
@@ -19,7 +21,7 @@
 # On a machine of your own, run the three phases in order with the parts in place (or skip the parts: any
 # `dlite-hf regenerate --device cuda` / `dlite-hf train` run on a GPU does the same).
 set -euo pipefail
-phase=${1:?usage: gpu_burst.sh env|regen|train}
+phase=${1:?usage: gpu_burst.sh env|regen|train|broad}
 W=${GPU_WORK:-/tmp/dlite_gpu_work}  # outside the checkout: the device tool re-syncs the checkout between calls
 OUT=${OUT:-$W/out}
 mkdir -p "$W" "$OUT"
@@ -66,6 +68,34 @@ regen)
     --num_tapped_layers 6 --drafter_hidden_size 256 --drafter_layers 5 --drafter_heads 4 --drafter_kv_heads 2 \
     --drafter_intermediate_size 768 --head_rank 128 --num_draft_tokens 7 --vocab_chunk_size 8192 \
     --dataloader_num_workers 0 ${EXTRA_TRAIN:-} 2>&1 | tail -n 30 || true
+  stamp "done"
+  ;;
+broad)
+  # the broad mix (dlite_hf.broad_mix) on the GPU: carries .gpu_b/mix_prompts.jsonl.gz and .gpu_b/mix_texts.jsonl.gz,
+  # written here by `dlite-hf mix build --out M --prompts-per-domain 4000 --texts-per-domain 4000` (gzip each); the
+  # GGUF parts as in `regen`. Regenerates the prompts in bfloat16 for at most REGEN_S seconds (resumable: a second
+  # call goes on), labels the texts, then trains the stable stage from the shipped drafter (.gpu_c/init) on both.
+  if [ ! -f "$GGUF" ]; then cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"; fi
+  [ -d "$DLITE_HF_CACHE/models/smollm2-135m" ] || "${DLITE[@]}" assets fetch smollm2-135m --gguf "$GGUF"
+  mkdir -p "$W/data"
+  for f in mix_prompts mix_texts; do gunzip -c ".gpu_b/$f.jsonl.gz" > "$W/data/$f.jsonl"; done
+  stamp "regenerating the broad mix (bfloat16, at most ${REGEN_S:-300} s)"
+  timeout "${REGEN_S:-300}" "${DLITE[@]}" regenerate --target smollm2-135m --prompts "$W/data/mix_prompts.jsonl" \
+    --out "$W/data/mix_regen.jsonl" --max-new-tokens 256 --max-prompt-tokens 1024 --batch-size "${REGEN_BS:-512}" \
+    --device "${DEVICE:-cuda}" --dtype bfloat16 2>&1 | tr '\r' '\n' | grep -v "it/s\]$" || true
+  "${DLITE[@]}" label-text --texts "$W/data/mix_texts.jsonl" --out "$W/data/mix_text_rows.jsonl" --max-tokens 1024
+  "${DLITE[@]}" mix table "$W/data/mix_regen.jsonl" "$W/data/mix_text_rows.jsonl" | tee "$OUT/mix_table.md"
+  stamp "training on both (at most ${TRAIN_S:-360} s)"
+  timeout "${TRAIN_S:-360}" "${DLITE[@]}" train --stage stable --target smollm2-135m --target_dtype bfloat16 \
+    --data "$W/data/mix_regen.jsonl,$W/data/mix_text_rows.jsonl" --init .gpu_c/init --output_dir "$W/gpu_broad" \
+    --max_steps "${STEPS:-600}" --num_anchors 32 --per_device_train_batch_size "${BS:-32}" --max_length 1024 \
+    --learning_rate 5e-4 --lr_scheduler_type cosine --warmup_steps 30 --weight_decay 0.0 --logging_steps 25 \
+    --save_steps 100 --save_total_limit 1 --bf16 true --report_to none --disable_tqdm true --seed 0 \
+    --vocab_chunk_size 8192 --dataloader_num_workers 0 2>&1 | tee "$OUT/train.log" | tail -n 40 || true
+  ck=$W/gpu_broad
+  [ -f "$ck/model.safetensors" ] || ck=$(ls -d "$W"/gpu_broad/checkpoint-* | sort -t- -k2 -n | tail -1)
+  tar -C "$ck" -cf "$OUT/broad.tar" config.json model.safetensors
+  gzip -c "$W/data/mix_regen.jsonl" | split -b 15000000 - "$OUT/mix_regen.jsonl.gz.part"
   stamp "done"
   ;;
 train)

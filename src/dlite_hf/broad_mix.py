@@ -233,7 +233,11 @@ def _policy_agent() -> list[tuple[str, list[Prompt]]]:
         policy = _tau2_text(inner)
         tasks_inner = f"tau2/data/tau2/domains/{name}/tasks.json"
         source = _prompts.prompt_file_source(("tau2", tasks_inner))
-        system = f"You are a customer-service agent. Follow this policy.\n\n{policy.strip()}"
+        # the policy's opening part, so that a task fits regenerate's prompt budget (the whole policies are 1.3-1.9k
+        # tokens long)
+        system = (
+            f"You are a customer-service agent. Follow this policy.\n\n{_cut(policy.strip(), _MAX_PROMPT_CHARS - 800)}"
+        )
         for task in json.loads(_tau2_text(tasks_inner)):
             instructions = (task.get("user_scenario") or {}).get("instructions") or {}
             if not isinstance(instructions, dict) or not instructions.get("reason_for_call"):
