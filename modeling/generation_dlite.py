@@ -161,6 +161,11 @@ class TappedStateRecorder:
 class DLiteGenerationStats:
     """Statistics of one `generate()` call with a DLite drafter, read from `drafter.last_generation_stats`.
 
+    `drafter.last_generation_stats` is the call that started last on any thread (the usual streamer pattern runs
+    `generate()` on a worker thread and reads it on the main one). Concurrent calls sharing a drafter each get
+    their own through a `DraftSession` per call (`session.last_generation_stats`, set by every call made inside
+    that session, hybrid or DLite alone).
+
     Attributes:
         new_tokens: tokens committed by the call.
         target_forwards: target forwards, the prefill included (so plain decoding would need `new_tokens`).
@@ -311,8 +316,9 @@ class DLiteCandidateGenerator(CandidateGenerator):
         # hybrid drafting: the session's suffix index (a fresh one per call outside `with DraftSession():`)
         self.lookup_tokens = lookup_tokens
         self.session: DraftSession | None = None
+        active = DraftSession.current()  # its statistics are this call's, hybrid or not
         if lookup_tokens is not None:
-            self.session = DraftSession.current() or DraftSession()
+            self.session = active or DraftSession()
             # precedence: this call's GenerationConfig, then the session's, then the drafter config's
             per_call = getattr(generation_config, "lookup_min_match", None) is not None
             self.min_match = int(
@@ -329,8 +335,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.is_prefill = True
         self.stats = DLiteGenerationStats()
         drafter.last_generation_stats = self.stats
-        if self.session is not None:
-            self.session.last_generation_stats = self.stats
+        if active is not None:
+            active.last_generation_stats = self.stats
         self._prompt_length = input_ids.shape[1]
         self._forward_started = 0.0
         self._drafted_now = 0

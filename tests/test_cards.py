@@ -13,9 +13,9 @@ import torch
 from huggingface_hub import ModelCard
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
-from dlite_hf.commands.card import PAPER_LABEL, bench_rows, check_card, numbers_in
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
 from dlite_hf.cli import main as cli_main
+from dlite_hf.commands.card import PAPER_LABEL, bench_rows, check_card, numbers_in
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_CARDS = sorted((REPO / "hub_cards").glob("*.md"))

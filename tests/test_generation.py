@@ -226,3 +226,36 @@ def test_drafter_keeps_a_constant_amount_of_target_state(monkeypatch):
         peaks.append(max(kept))
     k, layers, hidden = drafter.config.num_draft_tokens, drafter.config.num_tapped_layers, 64
     assert peaks[0] == peaks[1] <= layers * (k + 1) * hidden  # at most K + 1 rows per tapped layer, any context
+
+
+def test_concurrent_calls_each_get_their_own_statistics_through_a_session(fitted_pair):
+    """Two threads share one target and drafter; each call's session holds that call's statistics (its own token
+    count and forwards), and each output equals plain greedy."""
+    import threading
+
+    from dlite_hf import DraftSession
+
+    target, drafter, prompts, _, _ = fitted_pair
+    results, errors = {}, []
+
+    def run(name: str, prompt: torch.Tensor, new_tokens: int) -> None:
+        try:
+            session = DraftSession()
+            with session:
+                out = target.generate(
+                    prompt[None], max_new_tokens=new_tokens, do_sample=False, assistant_model=drafter
+                )
+            results[name] = (out, session.last_generation_stats, new_tokens, prompt)
+        except Exception as error:  # noqa: BLE001 (reported below, in the main thread)
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(f"t{i}", prompts[i], n)) for i, n in enumerate((11, 29))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for out, stats, new_tokens, prompt in results.values():
+        plain = target.generate(prompt[None], max_new_tokens=new_tokens, do_sample=False)
+        assert torch.equal(out, plain)
+        assert stats.new_tokens == new_tokens and sum(stats.tokens_per_forward) == new_tokens
