@@ -70,6 +70,8 @@ def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
 # The private method of transformers the hook wraps, and the parameters it must have (by name; others may come and
 # go, and their order does not matter): what the hook reads, and what a DLite candidate generator needs.
 _HOOKED_METHOD = "_get_candidate_generator"
+_DECODING_METHOD = "_assisted_decoding"  # wrapped too, only to remove the hooks in a `finally` (optional)
+_LIVE_RECORDERS = "_dlite_live_recorders"  # target attribute: {thread id: [TappedStateRecorder]} of running calls
 _REQUIRED_PARAMETERS = (
     "generation_config",
     "input_ids",
@@ -330,7 +332,10 @@ class DLiteCandidateGenerator(CandidateGenerator):
         layers = find_decoder_layers(target, config.num_target_layers)
         rows = 0 if self.history_window != 0 else max(config.num_draft_tokens, lookup_tokens or 0) + 1
         self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
-        weakref.finalize(self, self.recorder.remove)  # hooks leave with the generator, when generate() returns
+        # the hooks leave when the call ends, also when it raises (install_generate_hook's `_assisted_decoding`
+        # wrapper), and at the latest with the generator
+        target.__dict__.setdefault(_LIVE_RECORDERS, {}).setdefault(threading.get_ident(), []).append(self.recorder)
+        weakref.finalize(self, self.recorder.remove)
         self.history: torch.Tensor | None = None  # [1, T, L, H_t] accepted states, history variants only
         self.is_prefill = True
         self.stats = DLiteGenerationStats()
@@ -552,4 +557,56 @@ def install_generate_hook() -> bool:
     _get_candidate_generator._dlite_hook = True
     _get_candidate_generator._dlite_original = original
     setattr(GenerationMixin, _HOOKED_METHOD, _get_candidate_generator)
+    _install_cleanup(GenerationMixin)
+    _install_mode_check()
     return True
+
+
+def _install_cleanup(mixin: type) -> None:
+    """Wrap `_assisted_decoding` so that a call's forward hooks are removed when it ends, also when it raises
+    (otherwise they stay on the target while the exception is alive). If the method is gone, the generator's
+    finalizer still removes them, later."""
+    original = getattr(mixin, _DECODING_METHOD, None)
+    if original is None or getattr(original, "_dlite_hook", False):
+        return
+
+    @functools.wraps(original)
+    def _assisted_decoding(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            live = self.__dict__.get(_LIVE_RECORDERS)
+            for recorder in live.pop(threading.get_ident(), []) if live else []:
+                recorder.remove()
+
+    _assisted_decoding._dlite_hook = True
+    _assisted_decoding._dlite_original = original
+    setattr(mixin, _DECODING_METHOD, _assisted_decoding)
+
+
+def _install_mode_check() -> None:
+    """Refuse a DLite assistant in a generation mode that would ignore it (beam search, contrastive search,
+    constrained decoding): transformers only warns and decodes without it (public `get_generation_mode`)."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import GenerationMode
+
+    original = GenerationConfig.get_generation_mode
+    if getattr(original, "_dlite_hook", False):
+        return
+
+    @functools.wraps(original)
+    def get_generation_mode(self, assistant_model=None, *args, **kwargs):
+        mode = original(self, assistant_model, *args, **kwargs)
+        drafter = callable(getattr(assistant_model, "get_candidate_generator", None))
+        if drafter and mode != GenerationMode.ASSISTED_GENERATION:
+            raise ValueError(
+                f"A DLite drafter drafts for greedy search and sampling only, but this call's settings select "
+                f"{getattr(mode, 'value', mode)} (num_beams={self.num_beams}, penalty_alpha={self.penalty_alpha}, "
+                f"constraints={'set' if self.constraints is not None else None}); transformers would run it "
+                "without the drafter. Use num_beams=1 (greedy or do_sample=True), or leave out assistant_model."
+            )
+        return mode
+
+    get_generation_mode._dlite_hook = True
+    get_generation_mode._dlite_original = original
+    GenerationConfig.get_generation_mode = get_generation_mode

@@ -407,3 +407,49 @@ def test_compare_checks_a_prompt_file_before_loading_a_model(tmp_path, monkeypat
     path.write_text('{"id": "a", "messages": [{"role": "user", "content": 3}]}\n')
     with pytest.raises(SystemExit, match=r"--prompts .*mine.jsonl, prompt 1: each message needs a `role`"):
         main(["compare", "--prompts", str(path)])
+
+
+def _forward_hooks(model: torch.nn.Module) -> int:
+    return sum(len(module._forward_hooks) for module in model.modules())
+
+
+def test_a_generate_that_raises_leaves_no_hooks_on_the_target(pair):
+    """The tapped-layer hooks are removed in a `finally`, not when the exception is garbage collected: three failed
+    calls in a row, with their exceptions kept alive, leave the target with as many hooks as before."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    target, drafter = pair
+    before = _forward_hooks(target)
+
+    class Fails(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            raise RuntimeError("a user's logits processor failed")
+
+    kept = []
+    for _ in range(3):
+        try:
+            target.generate(
+                _prompt(), max_new_tokens=8, do_sample=False, assistant_model=drafter,
+                logits_processor=LogitsProcessorList([Fails()]),
+            )  # fmt: skip
+        except RuntimeError as error:
+            kept.append(error)  # the traceback holds the generate() frames
+        assert _forward_hooks(target) == before
+    assert len(kept) == 3
+    target.generate(_prompt(), max_new_tokens=4, do_sample=False, assistant_model=drafter)
+    assert _forward_hooks(target) == before  # and after a call that succeeded
+
+
+@pytest.mark.parametrize(
+    "options, mode",
+    [({"num_beams": 2}, "beam_search"), ({"num_beams": 2, "do_sample": True}, "beam_sample"),
+     ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive_search")],
+)  # fmt: skip
+def test_a_mode_that_would_ignore_the_drafter_is_refused(pair, options, mode):
+    target, drafter = pair
+    drafter.last_generation_stats = None
+    with pytest.raises(ValueError, match=f"drafts for greedy search and sampling only.*select {mode}.*num_beams=1"):
+        target.generate(_prompt(), max_new_tokens=4, assistant_model=drafter, **options)
+    assert drafter.last_generation_stats is None  # nothing ran
+    if "num_beams" in options:  # without the drafter: unchanged (contrastive search needs the Hub in transformers 5)
+        assert target.generate(_prompt(), max_new_tokens=4, **options).shape[1] == 9
