@@ -92,7 +92,7 @@ def test_resolve_model(tmp_path: Path, tmp_cache: Path) -> None:
     with pytest.raises(AssetError) as info:
         resolve_model(str(tmp_path / "missing"))
     message = str(info.value)
-    assert "neither an existing local folder nor a known model name" in message
+    assert "neither an existing local folder, a Hub id (org/name) nor a known model name" in message
     assert "smollm2-135m" in message
 
 
@@ -318,3 +318,32 @@ def test_assets_cli_converts_a_local_gguf(
     assert main(["assets", "fetch", asset.name, "--gguf", str(local), "--quiet"]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_cache / "models" / asset.name)
     assert (tmp_cache / "models" / asset.name / "weights.bin").read_bytes() == payload
+
+
+def test_a_hub_id_resolves_through_the_hub_and_says_why_when_it_cannot(tmp_path: Path, monkeypatch) -> None:
+    """An `org/name` id goes to huggingface_hub.snapshot_download (the network, or the local Hugging Face cache when
+    offline); the snapshot's folder is what loads. A failure names the id and the remedies."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from tiny_models import make_tiny_target
+
+    saved = tmp_path / "snapshot"
+    make_tiny_target("llama", seed=0).save_pretrained(saved)
+    asked = []
+
+    def snapshot(repo_id: str) -> str:
+        asked.append(repo_id)
+        if repo_id != "someorg/tiny":
+            raise LocalEntryNotFoundError("outgoing traffic has been disabled")
+        return str(saved)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    assert resolve_model("someorg/tiny") == saved and asked == ["someorg/tiny"]
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(resolve_model("someorg/tiny")).config.model_type == "llama"
+    expected = r"'someorg/other' looks like a Hub id, but it could not be fetched \(LocalEntryNotFoundError: outgoing"
+    with pytest.raises(AssetError, match=expected + ".*or pass a local folder"):
+        resolve_model("someorg/other")
+    with pytest.raises(AssetError, match="neither an existing local folder, a Hub id"):
+        resolve_model("no-slash-and-no-folder")

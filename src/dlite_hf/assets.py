@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -510,11 +511,31 @@ def resolve_model(name_or_path: str, progress: bool = True) -> Path:
         return path
     if name_or_path in MODELS:
         return fetch_model(name_or_path, progress=progress)
+    if _HUB_ID.fullmatch(name_or_path):
+        return _hub_snapshot(name_or_path)
     raise AssetError(
-        f"{name_or_path!r} is neither an existing local folder nor a known model name. Pass either a folder "
-        f"that AutoModelForCausalLM.from_pretrained can load, or one of: {', '.join(sorted(MODELS))} "
+        f"{name_or_path!r} is neither an existing local folder, a Hub id (org/name) nor a known model name. Pass a "
+        f"folder that AutoModelForCausalLM.from_pretrained can load, a Hub id, or one of: {', '.join(sorted(MODELS))} "
         f"(fetched and converted into {cache_dir() / 'models'})."
     )
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """The local folder of a Hub model (downloaded, or from the Hugging Face cache when offline)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return Path(snapshot_download(repo_id))
+    except (OSError, ValueError, HfHubHTTPError) as error:  # offline, unknown repo, gated, network down
+        raise AssetError(
+            f"{repo_id!r} looks like a Hub id, but it could not be fetched ({type(error).__name__}: {error}). "
+            "Check the id and the network (HF_HUB_OFFLINE=1 reads only the local Hugging Face cache), or pass a "
+            "local folder saved with save_pretrained."
+        ) from error
 
 
 def load_target(
