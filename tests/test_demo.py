@@ -213,7 +213,8 @@ def test_missing_target_and_drafter_give_clear_messages(tmp_path, monkeypatch):
     final = _final(list(DemoRunner(models).compare("Hi")))
     assert "make assets" in final.verdict and "make assets" in final.plain_html
     unknown = load_models(str(tmp_path / "not-a-model"))
-    assert "neither an existing folder nor a known model name" in unknown.target_error
+    assert "neither an existing local folder, a Hub id (org/name) nor a known model name" in unknown.target_error
+    assert "--target DIR" in unknown.target_error
     shipped = missing_drafter_message(REPO / "drafters" / "dlite-smollm2-135m", default=True)
     assert "drafters/dlite-smollm2-135m" in shipped and "python app.py --drafter PATH" in shipped
 

@@ -165,7 +165,7 @@ def load_models(
     A registry target that is not in the cache is downloaded only with ``fetch=True`` (the page must not stall
     for minutes on first load; ``make assets`` does it up front).
     """
-    from .assets import MODELS, AssetError, fetch_model, load_target
+    from .assets import MODELS, AssetError, fetch_model, load_target, resolve_model
 
     models = DemoModels(target_name=str(target), dtype=check_dtype(dtype), attention=check_attention(attention))
     folder: Path | None = None
@@ -180,12 +180,14 @@ def load_models(
                 models.target_error = f"{error} Fetch command: `{FETCH_COMMAND}` or `dlite-hf assets fetch {target}`."
         elif folder is None:
             models.target_error = missing_target_message(target)
-    else:
-        models.target_error = (
-            f"`{target}` is neither an existing folder nor a known model name ({', '.join(sorted(MODELS))}). "
-            f"Pass `--target DIR` (or `{TARGET_ENV}`) with a transformers model folder, or a known name; fetch the "
-            f"default with `{FETCH_COMMAND}` or `dlite-hf assets fetch {DEFAULT_TARGET}`."
-        )
+    else:  # a Hub id, or nothing: the one resolver of the package says which
+        try:
+            folder = resolve_model(str(target))
+        except AssetError as error:
+            models.target_error = (
+                f"{error} Pass `--target DIR` (or `{TARGET_ENV}`) with a transformers model folder, a Hub id or a "
+                f"known name; fetch the default with `{FETCH_COMMAND}` or `dlite-hf assets fetch {DEFAULT_TARGET}`."
+            )
     if folder is not None:
         try:
             models.target, models.tokenizer = load_target(folder, dtype=dtype, attention=attention)
