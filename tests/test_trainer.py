@@ -283,3 +283,33 @@ def test_evaluation_runs_the_stage_loss_and_logs_eval_proxies(tiny_setup, tmp_pa
         metrics["eval_expected_tau_greedy"], abs=1e-3
     )
     assert record["train_expected_tau_greedy_last_logged"] >= 1.0
+
+
+def test_logged_proxies_are_averaged_over_every_rank(tiny_setup, tmp_path, monkeypatch):
+    """In a data-parallel run each rank records its own batches; the logged acceptance proxies are the mean over
+    all ranks' records (a fixed-order all-reduce of sums and counts), not the logging rank's own."""
+    import transformers
+    from transformers import TrainingArguments
+
+    target, dataset = tiny_setup
+    drafter = make_drafter(target, seed=0)
+    trainer = DLiteTrainer(model=drafter, target=target, args=_args(tmp_path, "stable"), train_dataset=dataset)
+    trainer._metrics["train"]["top1_pos1"] += [0.2, 0.4]  # this rank: mean 0.3 over two records
+    names = trainer._metric_names()
+    other_rank = torch.zeros(len(names), 2, dtype=torch.float64)
+    other_rank[names.index("top1_pos1")] = torch.tensor([0.9 * 4, 4.0])  # another rank: four records, mean 0.9
+    other_rank[names.index("accept_pos2")] = torch.tensor([0.5, 1.0])  # a proxy only the other rank recorded
+
+    def all_reduce(tensor):
+        tensor += other_rank
+
+    logged = {}
+    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: 2))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda: "gloo")
+    monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
+    monkeypatch.setattr(transformers.Trainer, "log", lambda self, logs, *a, **k: logged.update(logs))
+    trainer.log({"loss": 1.0})
+    assert logged["top1_pos1"] == pytest.approx((0.2 + 0.4 + 0.9 * 4) / 6)
+    assert logged["accept_pos2"] == pytest.approx(0.5) and "top1_pos3" not in logged
+    assert not trainer._metrics["train"]

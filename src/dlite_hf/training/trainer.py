@@ -310,12 +310,29 @@ class DLiteTrainer(Trainer):
             metrics["expected_tau_greedy"].append(expected_acceptance_length(top1))
             metrics["expected_tau_sampling"].append(expected_acceptance_length(accept))
 
+    def _metric_names(self) -> list[str]:
+        k = _unwrap(self.model).config.num_draft_tokens
+        per_position = [f"{kind}_pos{i}" for i in range(1, k + 1) for kind in ("top1", "accept")]
+        return [*per_position, "expected_tau_greedy", "expected_tau_sampling"]
+
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """Add the acceptance proxies recorded since the last log, averaged over every rank's batches (one
+        all-reduce of a fixed list of sums and counts, so ranks with different metrics cannot deadlock)."""
         mode = "train" if "loss" in logs or not any(k.startswith("eval_") for k in logs) else "eval"
         prefix = "eval_" if mode == "eval" else ""
-        for name, values in self._metrics[mode].items():
-            if values:
-                logs[prefix + name] = sum(values) / len(values)
+        recorded = self._metrics[mode]
+        names = self._metric_names()
+        totals = torch.tensor(
+            [[sum(recorded.get(n, ())), len(recorded.get(n, ()))] for n in names], dtype=torch.float64
+        )
+        if self.args.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            backend_device = self.args.device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+            totals = totals.to(backend_device)
+            torch.distributed.all_reduce(totals)
+            totals = totals.cpu()
+        for name, (total, count) in zip(names, totals.tolist()):
+            if count:
+                logs[prefix + name] = total / count
         self._metrics[mode].clear()
         super().log(logs, *args, **kwargs)
 
