@@ -1,0 +1,79 @@
+"""Plots of the out-of-domain study (README, Training): tau against fine-tuning steps per data kind, and tau against
+the drafter's milliseconds per round for each draft vocabulary size.
+
+Input: a `benchmarks/ood_tau.py` result whose drafters are named `ARM@STEPS` (a fine-tuning run's checkpoints;
+`base` is step 0 of every arm) and `vSIZE` (draft vocabularies), and a `benchmarks/draft_round_cost.py --out`
+result for the milliseconds.
+
+    .venv/bin/python benchmarks/plot_ood_study.py --tau benchmarks/results/smollm2-135m-ood-tau.json \\
+        --round-cost benchmarks/results/smollm2-135m-round-cost-bf16.json --out-dir benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tau", required=True)
+    parser.add_argument("--round-cost", default=None)
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--name", default="smollm2-135m-ood")
+    args = parser.parse_args()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = json.loads(Path(args.tau).read_text())
+    drafters = result["drafters"]
+    base = drafters.get("base")
+    arms: dict[str, list[tuple[int, dict]]] = {}
+    for name, entry in drafters.items():
+        if "@" in name:
+            arm, steps = name.split("@")
+            arms.setdefault(arm, []).append((int(steps), entry))
+    out = Path(args.out_dir)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for axis, key, title in ((axes[0], "mean_tau_ood", "out of domain"), (axes[1], "mean_tau_in_domain", "in domain")):
+        for arm, points in sorted(arms.items()):
+            points = sorted(points) if base is None else [(0, base), *sorted(points)]
+            axis.plot([p[0] for p in points], [p[1][key] for p in points], marker="o", label=arm)
+        axis.set_title(f"mean tau, {title} (K every round)")
+        axis.set_xlabel("fine-tuning steps from the shipped drafter (8 rows each)")
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("tau (tokens per target forward)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out / f"{args.name}-steps.png", dpi=110)
+    print(out / f"{args.name}-steps.png")
+
+    if args.round_cost:
+        cost = json.loads(Path(args.round_cost).read_text())["ms_per_round"]
+        sizes = sorted(int(n[1:]) for n in drafters if n.startswith("v") and n[1:].isdigit() and n[1:] in cost)
+        if sizes:
+            fig, axis = plt.subplots(figsize=(5.5, 4))
+            for key, label in (("mean_tau_ood", "out of domain"), ("mean_tau_in_domain", "in domain")):
+                axis.plot(
+                    [cost[str(s)] for s in sizes], [drafters[f"v{s}"][key] for s in sizes], marker="o", label=label
+                )
+                for s in sizes:
+                    axis.annotate(str(s), (cost[str(s)], drafters[f"v{s}"][key]), fontsize=8)
+            axis.set_xlabel(
+                f"drafter ms per round ({json.loads(Path(args.round_cost).read_text())['dtype']}, 1 thread)"
+            )
+            axis.set_ylabel("mean tau (K every round)")
+            axis.set_title("draft vocabulary size (no retraining)")
+            axis.grid(alpha=0.3)
+            axis.legend()
+            fig.tight_layout()
+            fig.savefig(out / f"{args.name}-vocab.png", dpi=110)
+            print(out / f"{args.name}-vocab.png")
+
+
+if __name__ == "__main__":
+    main()
