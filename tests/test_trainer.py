@@ -313,3 +313,26 @@ def test_logged_proxies_are_averaged_over_every_rank(tiny_setup, tmp_path, monke
     assert logged["top1_pos1"] == pytest.approx((0.2 + 0.4 + 0.9 * 4) / 6)
     assert logged["accept_pos2"] == pytest.approx(0.5) and "top1_pos3" not in logged
     assert not trainer._metrics["train"]
+
+
+def test_a_target_placed_by_device_map_is_left_where_it_is(tiny_setup, tmp_path):
+    """`train --target_device_map auto` loads the target with accelerate's dispatch (a big target over several
+    devices); the trainer must not move it back onto one device. A target without a device map is moved."""
+    from accelerate import dispatch_model
+    from transformers import AutoModelForCausalLM
+
+    target, dataset = tiny_setup
+    target.save_pretrained(tmp_path / "target")
+    # what from_pretrained(device_map=...) does when the map spans devices: accelerate's dispatch, which records it
+    placed = dispatch_model(AutoModelForCausalLM.from_pretrained(tmp_path / "target"), device_map={"": "cpu"})
+    assert placed.hf_device_map == {"": "cpu"}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the trainer moved a target that accelerate had placed")
+
+    placed.to = refuse
+    trainer = DLiteTrainer(
+        model=make_drafter(placed, seed=0), target=placed, args=_args(tmp_path, "stable"), train_dataset=dataset
+    )
+    assert trainer.target is placed
+    trainer.train()  # and training runs on it

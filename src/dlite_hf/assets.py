@@ -539,18 +539,26 @@ def _hub_snapshot(repo_id: str) -> Path:
 
 
 def load_target(
-    folder: str | Path, adapter: str | None = None, dtype: str = "float32", attention: str = "sdpa"
+    folder: str | Path,
+    adapter: str | None = None,
+    dtype: str = "float32",
+    attention: str = "sdpa",
+    device_map: str | dict | None = None,
 ) -> tuple[Any, Any]:
     """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
     top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
     the token-exact mode); `attention`: one of :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`:
-    :mod:`dlite_hf.attention`). The one loader of the CLI, the benchmark and the demo."""
+    :mod:`dlite_hf.attention`); `device_map`: accelerate's placement (`"auto"`, a dict), passed to from_pretrained.
+    The one loader of the CLI, the benchmark and the demo."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_dtype(dtype)
     check_attention(attention)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+    placement = {"device_map": device_map} if device_map is not None else {}
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype="auto" if dtype == "auto" else getattr(torch, dtype), **placement
+    )
     if attention == "packed_gqa":
         from .attention import use_packed_gqa_attention
 
@@ -565,14 +573,18 @@ def load_target(
 
 
 def open_target(
-    name_or_path: str, adapter: str | None = None, dtype: str = "float32", attention: str = "sdpa"
+    name_or_path: str,
+    adapter: str | None = None,
+    dtype: str = "float32",
+    attention: str = "sdpa",
+    device_map: str | dict | None = None,
 ) -> tuple[Any, Any, Path]:
-    """`(model, tokenizer, folder)` of a registry name (fetched once) or a local folder: :func:`resolve_model`
-    then :func:`load_target` (in `dtype`, with `attention`)."""
+    """`(model, tokenizer, folder)` of a registry name (fetched once), a Hub id or a local folder:
+    :func:`resolve_model` then :func:`load_target` (in `dtype`, with `attention`, placed by `device_map`)."""
     check_dtype(dtype)
     check_attention(attention)
     folder = resolve_model(name_or_path)
-    model, tokenizer = load_target(folder, adapter, dtype, attention)
+    model, tokenizer = load_target(folder, adapter, dtype, attention, device_map)
     return model, tokenizer, folder
 
 

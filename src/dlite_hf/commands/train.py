@@ -17,7 +17,9 @@ def build_train_parser():
 
     @dataclass
     class ScriptArguments:
-        target: str = field(default=DEFAULT_TARGET, metadata={"help": "Target: a registry name or a local folder."})
+        target: str = field(
+            default=DEFAULT_TARGET, metadata={"help": "Target: a local folder, a Hub id or a registry name."}
+        )
         data: str = field(
             default="",
             metadata={"help": "JSONL written by `dlite-hf regenerate` or `label-text`; several: comma-separated."},
@@ -31,6 +33,14 @@ def build_train_parser():
                 "computed in it (bfloat16: features as a bfloat16 target serves them; the drafter's own weights stay "
                 "float32, see --bf16 for autocast).",
                 "choices": list(DTYPE_CHOICES),
+            },
+        )
+        target_device_map: str | None = field(
+            default=None,
+            metadata={
+                "help": "Place the frozen target with accelerate's big-model dispatch (e.g. auto: a target that does "
+                "not fit one device is spread over the GPUs and the CPU); the trainer then leaves it where it is. "
+                "Default: the whole target on the training device."
             },
         )
         num_tapped_layers: int = field(default=6, metadata={"help": "New drafters: target layers to tap (L)."})
@@ -166,7 +176,9 @@ def run_train(argv: list[str]) -> Path:
     if not script.data:
         raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
     _check_continuation_flags(script, args)  # before the target loads
-    target, tokenizer, folder = open_target(script.target, script.target_adapter, dtype=script.target_dtype)
+    target, tokenizer, folder = open_target(
+        script.target, script.target_adapter, dtype=script.target_dtype, device_map=script.target_device_map
+    )
     target_name = script.target if not Path(script.target).exists() else str(folder)
     teacher = None
     if args.stage == "warmup":

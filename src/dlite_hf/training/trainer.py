@@ -128,7 +128,9 @@ class DLiteTrainer(Trainer):
             **kwargs,
         )
         self.model_accepts_loss_kwargs = True  # compute_loss normalises by num_items_in_batch itself
-        self.target = target.to(self.args.device)
+        # a target placed by accelerate's big-model dispatch (`device_map`) stays where it is; otherwise it goes to
+        # the training device whole
+        self.target = target if getattr(target, "hf_device_map", None) else target.to(self.args.device)
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
         self.card_info = dict(card_info or {})
         self.feature_cache = None
