@@ -8,7 +8,7 @@ import json.decoder
 
 import pytest
 import torch
-from tiny_models import make_drafter
+from tiny_models import make_drafter, make_smollm_vocab_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf import prompts as P
@@ -55,24 +55,8 @@ def tokenizer(smollm2_dir):
 @pytest.fixture(scope="module")
 def tiny():
     """A seeded random Llama with SmolLM2's vocabulary (hidden 32, 2 layers) and one drafter per DLite method."""
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=2,
-    )
-    torch.manual_seed(0)
-    target = LlamaForCausalLM(config).eval()
-    target.generation_config.eos_token_id = None
-    target.generation_config.pad_token_id = 2
+    target = make_smollm_vocab_target(seed=0, max_positions=8192)
+    target.config.bos_token_id = target.config.eos_token_id = None  # as the bench's tiny target always was
     small = dict(num_target_layers_tapped=2, hidden_size=32, intermediate_size=64, head_rank=8)
     drafters = {
         "dlite": make_drafter(target, seed=1, **small),

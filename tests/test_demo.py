@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from tiny_models import make_smollm_vocab_target
+from transformers import AutoTokenizer, LlamaForCausalLM
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 from dlite_hf.demo import (
@@ -41,26 +42,8 @@ EXAMPLES = {
 
 
 def make_tiny_target(seed: int = 0, num_layers: int = 2) -> LlamaForCausalLM:
-    """A seeded random Llama with SmolLM2's vocabulary (49152) and special token ids; hidden 32."""
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.eos_token_id = None  # fixed lengths: a random model must not stop early by chance
-    model.generation_config.pad_token_id = 2
-    return model
+    """The shared SmolLM2-vocabulary tiny Llama (tests/tiny_models.py)."""
+    return make_smollm_vocab_target(seed=seed, num_layers=num_layers)
 
 
 def make_random_drafter(target, seed: int = 1) -> DLiteForSpeculation:

@@ -16,7 +16,14 @@ from transformers import (
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 
-__all__ = ["TINY_ARCHS", "fit_drafter_to_greedy", "make_drafter", "make_tiny_target", "write_tiny_training_run"]
+__all__ = [
+    "TINY_ARCHS",
+    "fit_drafter_to_greedy",
+    "make_drafter",
+    "make_smollm_vocab_target",
+    "make_tiny_target",
+    "write_tiny_training_run",
+]
 
 TINY_ARCHS = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
@@ -46,6 +53,31 @@ def make_tiny_target(arch: str = "qwen3", seed: int = 0, vocab_size: int = 128, 
     model = model_cls(config).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
+    return model
+
+
+def make_smollm_vocab_target(seed: int = 0, num_layers: int = 2, max_positions: int = 2048) -> LlamaForCausalLM:
+    """A seeded random Llama with SmolLM2's vocabulary (49152) and special token ids (bos 1, eos = pad 2), hidden
+    32, tied embeddings: real prompts tokenized by the SmolLM2 tokenizer run through it. Its generation config
+    never stops at eos (a random model must not stop early by chance: fixed lengths)."""
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 2
     return model
 
 
