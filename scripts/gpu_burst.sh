@@ -11,7 +11,7 @@
 #                                     #   printed: it equals the CPU conversion's), regenerate, a 20-step probe
 #   STEPS=750 bash scripts/gpu_burst.sh train   # carries .gpu_c/init (the shipped drafter's config + weights):
 #                                     #   the stable stage on every row, from the shipped drafter
-#   bash scripts/gpu_burst.sh broad   # after env: the broad mix (see the phase), regenerate + label + train in one
+#   bash scripts/gpu_burst.sh broad   # after env: the broad mix (see the phase), regenerate + train in one
 #                                     #   call (not yet run on a GPU: no GPU was lent since it was written)
 #
 # The big drafters' weights were moved out of the checkout during the calls (the 64 MiB). Inputs prepared here:
@@ -74,7 +74,7 @@ broad)
   # the broad mix (dlite_hf.broad_mix) on the GPU: carries .gpu_b/mix_prompts.jsonl.gz and .gpu_b/mix_texts.jsonl.gz,
   # written here by `dlite-hf mix build --out M --prompts-per-domain 4000 --texts-per-domain 4000` (gzip each); the
   # GGUF parts as in `regen`. Regenerates the prompts in bfloat16 for at most REGEN_S seconds (resumable: a second
-  # call goes on), labels the texts, then trains the stable stage from the shipped drafter (.gpu_c/init) on both.
+  # call goes on), then trains the stable stage from the shipped drafter (.gpu_c/init) on the regenerated rows.
   if [ ! -f "$GGUF" ]; then cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"; fi
   [ -d "$DLITE_HF_CACHE/models/smollm2-135m" ] || "${DLITE[@]}" assets fetch smollm2-135m --gguf "$GGUF"
   mkdir -p "$W/data"
@@ -83,11 +83,16 @@ broad)
   timeout "${REGEN_S:-300}" "${DLITE[@]}" regenerate --target smollm2-135m --prompts "$W/data/mix_prompts.jsonl" \
     --out "$W/data/mix_regen.jsonl" --max-new-tokens 256 --max-prompt-tokens 1024 --batch-size "${REGEN_BS:-512}" \
     --device "${DEVICE:-cuda}" --dtype bfloat16 2>&1 | tr '\r' '\n' | grep -v "it/s\]$" || true
-  "${DLITE[@]}" label-text --texts "$W/data/mix_texts.jsonl" --out "$W/data/mix_text_rows.jsonl" --max-tokens 1024
-  "${DLITE[@]}" mix table "$W/data/mix_regen.jsonl" "$W/data/mix_text_rows.jsonl" | tee "$OUT/mix_table.md"
-  stamp "training on both (at most ${TRAIN_S:-360} s)"
+  # target-labelled text rows only with WITH_TEXT=1: on the CPU they lowered in-domain tau (docs/training-log.md)
+  data=$W/data/mix_regen.jsonl
+  if [ -n "${WITH_TEXT:-}" ]; then
+    "${DLITE[@]}" label-text --texts "$W/data/mix_texts.jsonl" --out "$W/data/mix_text_rows.jsonl" --max-tokens 1024
+    data=$data,$W/data/mix_text_rows.jsonl
+  fi
+  "${DLITE[@]}" mix table ${data//,/ } | tee "$OUT/mix_table.md"
+  stamp "training (at most ${TRAIN_S:-360} s)"
   timeout "${TRAIN_S:-360}" "${DLITE[@]}" train --stage stable --target smollm2-135m --target_dtype bfloat16 \
-    --data "$W/data/mix_regen.jsonl,$W/data/mix_text_rows.jsonl" --init .gpu_c/init --output_dir "$W/gpu_broad" \
+    --data "$data" --init .gpu_c/init --output_dir "$W/gpu_broad" \
     --max_steps "${STEPS:-600}" --num_anchors 32 --per_device_train_batch_size "${BS:-32}" --max_length 1024 \
     --learning_rate 5e-4 --lr_scheduler_type cosine --warmup_steps 30 --weight_decay 0.0 --logging_steps 25 \
     --save_steps 100 --save_total_limit 1 --bf16 true --report_to none --disable_tqdm true --seed 0 \

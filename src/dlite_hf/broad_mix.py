@@ -310,7 +310,7 @@ def _puzzle(rng: random.Random, kind: int) -> str:
 
 
 _PUZZLE_KINDS = 8
-_PUZZLES_PER_KIND = 2000
+_PUZZLES_PER_KIND = 3000
 
 
 def _reasoning() -> list[tuple[str, list[Prompt]]]:

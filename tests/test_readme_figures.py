@@ -1,0 +1,55 @@
+"""The README's out-of-domain figures are the committed result files' (a re-run that moves them must update both)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def _row(label: str) -> list[str]:
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.startswith(f"| {label} |"):
+            return [cell.strip().strip("*") for cell in line.strip("|").split("|")][1:]
+    raise AssertionError(f"no README row {label!r}")
+
+
+def test_the_out_of_domain_tau_table_is_the_result_file() -> None:
+    drafters = json.loads((RESULTS / "smollm2-135m-ood-tau.json").read_text())["drafters"]
+    rows = {
+        "shipped": "base",
+        "+ 200 steps on the regenerated rows": "regen@200",
+        "+ 200 steps on the target-labelled text": "text@200",
+        "shipped, draft vocabulary re-chosen from the mix (2,048 ids)": "v2048",
+    }
+    for label, name in rows.items():
+        entry = drafters[name]
+        tau = entry["tau_by_workload"]
+        cells = _row(label)
+        expected = [f"{tau[w]:.2f}" for w in ("legal", "clinical", "long")] + [
+            f"{entry['mean_tau_ood']:.2f}",
+            " / ".join(f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")),
+            f"{entry['mean_tau_in_domain']:.2f}",
+        ]
+        assert cells == expected, (label, cells, expected)
+
+
+def test_the_out_of_domain_speed_table_is_the_bench_run() -> None:
+    result = json.loads((RESULTS / "smollm2-135m-ood-bf16-packed.json").read_text())
+    summary = {(s["workload"], s["method"]): s for s in result["summary"]}
+    labels = {
+        "legal (MultiLexSum)": "legal",
+        "clinical (MTS-Dialog)": "clinical",
+        "long 1k (essays; this run)": "long-1024",
+        "all (9)": "all",
+    }
+    for label, workload in labels.items():
+        cells = _row(label)
+        assert cells[0] == f"{summary[(workload, 'plain')]['tok_s']:.2f}"
+        for cell, method in zip(cells[1:], ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")):
+            s = summary[(workload, method)]
+            assert re.sub(r"\*", "", cell) == f"{s['mean_tau']:.2f} / {s['speedup']:.2f}x", (label, method, cell)
+    assert result["ok"] and all(d["ok"] for d in result["divergences"])
