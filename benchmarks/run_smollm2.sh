@@ -35,6 +35,30 @@ for DTYPE in float32 bfloat16; do
     "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
         "${MAIN[@]}" --dtype "$DTYPE" --attention packed_gqa --name "smollm2-135m-main-$SUFFIX"
 done
+# out of domain (no training mix uses these sources): the same methods, both modes (side by side, one core each)
+OOD=(--workloads legal,clinical,long --num-prompts 3 --max-new-tokens 96 --long-lengths 1024)
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
+    "${OOD[@]}" --name smollm2-135m-ood
+"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
+    "${OOD[@]}" --dtype bfloat16 --attention packed_gqa --name smollm2-135m-ood-bf16-packed
+# greedy tau out of domain and in domain, replayed over cached float32 greedy texts: the drafter, its draft
+# vocabulary re-chosen from broad-mix rows (VOCAB_ROWS: `dlite-hf regenerate` / `label-text` rows), the head probe
+TEXTS=${TEXTS:-runs/ood/texts.jsonl}
+DRAFTERS=base=$DRAFTER
+if [[ -n ${VOCAB_ROWS:-} ]]; then
+    for N in 2048 4096 8192 16384; do
+        "$BENCH" draft-vocab --drafter "$DRAFTER" --data "$VOCAB_ROWS" --size $N --out "runs/vocab/v$N"
+        DRAFTERS+=",v$N=runs/vocab/v$N"
+    done
+fi
+python benchmarks/ood_tau.py --threads 1 --per-workload 6 --max-new-tokens 96 --texts "$TEXTS" \
+    --drafters "$DRAFTERS" --out "$OUT/smollm2-135m-ood-tau.json"
+python benchmarks/head_probe.py --texts "$TEXTS" --drafter "$DRAFTER" --out "$OUT/smollm2-135m-head-probe.json"
+python benchmarks/draft_round_cost.py --threads 1 --repeats 20 --vocab-sizes 2048,4096,8192,16384,full \
+    --dtype bfloat16 --out "$OUT/smollm2-135m-round-cost-bf16.json"
+# (the fine-tuning arms of the OOD study: docs/training-log.md; their checkpoints go into --drafters as NAME@STEPS)
+python benchmarks/plot_ood_study.py --tau "$OUT/smollm2-135m-ood-tau.json" \
+    --round-cost "$OUT/smollm2-135m-round-cost-bf16.json" --out-dir "$OUT"
 # what a verification forward costs, by dtype and attention, and where it goes; the near-tie epsilon's calibration;
 # the drafter's tau on bfloat16 features against float32 ones, on one fixed text
 python benchmarks/verify_cost.py --threads 1 --dtypes float32,bfloat16 --attentions sdpa,packed_gqa \
