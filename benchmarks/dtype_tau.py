@@ -35,8 +35,8 @@ def main() -> None:
     from dlite_hf.bench.replay import replay_tau
     from dlite_hf.defaults import default_drafter_dir
     from dlite_hf.prompts import load_prompts
+    from dlite_hf.rows import chat_prompt_ids
     from dlite_hf.training.features import target_features
-    from dlite_hf.training.regenerate import chat_prompt_ids
 
     torch.set_num_threads(args.threads)
     drafter_dir = args.drafter or str(default_drafter_dir())

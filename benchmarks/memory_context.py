@@ -29,7 +29,7 @@ def child(method: str, length: int, drafter_dir: str, new_tokens: int) -> dict:
     from dlite_hf.assets import fetch_model
     from dlite_hf.modeling import generation_dlite
     from dlite_hf.prompts import load_long
-    from dlite_hf.training.regenerate import chat_prompt_ids
+    from dlite_hf.rows import chat_prompt_ids
 
     folder = fetch_model("smollm2-135m", progress=False)
     target = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()

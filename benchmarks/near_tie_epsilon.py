@@ -34,7 +34,7 @@ def main() -> None:
     from dlite_hf.assets import open_target
     from dlite_hf.neartie import NEAR_TIE_EPSILON, float32_reference
     from dlite_hf.prompts import load_prompts
-    from dlite_hf.training.regenerate import chat_prompt_ids
+    from dlite_hf.rows import chat_prompt_ids
 
     torch.set_num_threads(args.threads)
     prompts = [p for w in args.workloads.split(",") for p in load_prompts(w, "train", limit=args.per_workload)]

@@ -167,7 +167,7 @@ def _collect(args) -> tuple[dict, dict, float]:
 
     from dlite_hf.assets import resolve_model
     from dlite_hf.bench.workloads import as_session
-    from dlite_hf.training.regenerate import chat_prompt_ids
+    from dlite_hf.rows import chat_prompt_ids
 
     torch.set_num_threads(1)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"

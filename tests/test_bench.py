@@ -19,7 +19,7 @@ from dlite_hf.bench.report import PLOT_NAMES
 from dlite_hf.bench.runner import run_bench
 from dlite_hf.bench.workloads import CODING_TASKS, build_workloads, coding_session, session_from_messages
 from dlite_hf.cli import main
-from dlite_hf.training.regenerate import chat_prompt_ids
+from dlite_hf.rows import chat_prompt_ids
 
 RECORD_KEYS = {
     "workload", "session_id", "turn", "prompt_id", "source", "method", "prompt_tokens", "new_tokens",

@@ -11,7 +11,7 @@ from transformers import TextIteratorStreamer
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 from dlite_hf.prompts import load_prompts
-from dlite_hf.training.regenerate import chat_prompt_ids
+from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real
 

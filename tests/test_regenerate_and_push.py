@@ -11,9 +11,10 @@ from tiny_models import make_drafter, make_tiny_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
+from dlite_hf.rows import completed_ids, read_jsonl
 from dlite_hf.training.arguments import DLiteTrainingArguments
 from dlite_hf.training.data import RegeneratedDataset
-from dlite_hf.training.regenerate import completed_ids, read_jsonl, regenerate
+from dlite_hf.training.regenerate import regenerate
 from dlite_hf.training.trainer import DLiteTrainer
 
 

@@ -12,7 +12,7 @@ from transformers import AutoModel
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.defaults import default_drafter_dir
 from dlite_hf.prompts import load_prompts
-from dlite_hf.training.regenerate import chat_prompt_ids
+from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real
 SHIPPED = default_drafter_dir()

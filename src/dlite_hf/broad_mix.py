@@ -56,6 +56,7 @@ from typing import Any
 
 from . import prompts as _prompts
 from .prompts import EVAL_SIZE, SPLITS, TRAINING_WORKLOADS, Prompt
+from .rows import write_jsonl
 
 __all__ = ["DOMAINS", "Domain", "build_mix", "data_table", "domain_prompts", "eval_prompts", "row_domain"]
 
@@ -625,7 +626,7 @@ def build_mix(
     out_dir = Path(out_dir)
     for kind, file in (("prompt", "prompts.jsonl"), ("text", "texts.jsonl")):
         rng.shuffle(chosen[kind])
-        _prompts.write_jsonl(chosen[kind], out_dir / file)
+        write_jsonl(chosen[kind], out_dir / file)
     (out_dir / "mix.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from .assets import PROMPT_PACKAGES, fetch_prompt_file, list_prompt_files
+from .rows import read_jsonl, write_jsonl
 
 __all__ = [
     "EVAL_SIZE",
@@ -628,16 +629,6 @@ def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tu
     return mix
 
 
-def write_jsonl(prompts: Iterable[Prompt], path: str | Path) -> Path:
-    """Write prompts one JSON object per line (UTF-8), creating parent folders; return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        for prompt in prompts:
-            handle.write(json.dumps(prompt, ensure_ascii=False) + "\n")
-    return path
-
-
 USER_PROMPTS_WORKLOAD = "prompts"
 """The workload label of a user's prompt file (`--prompts FILE.jsonl` of `dlite-hf bench` and `compare`)."""
 _ROLES = ("system", "user", "assistant", "tool")
@@ -651,8 +642,6 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
         FileNotFoundError / ValueError: no such file, a malformed line, or a row without valid messages; the
             message names the file, the row and what was expected.
     """
-    from .training.regenerate import read_jsonl
-
     rows = read_jsonl(path)
     if not rows:
         raise ValueError(f"{path} holds no prompts: expected one JSON object per line with a `messages` list.")

@@ -58,7 +58,7 @@ def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_t
     """Yield ``{"id", "workload", "prompt_length", "tokens"}``: each prompt's plain greedy continuation."""
     import torch
 
-    from ..training.regenerate import chat_prompt_ids
+    from ..rows import chat_prompt_ids
 
     for prompt in prompts:
         ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])], device=target.device)

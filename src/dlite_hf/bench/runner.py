@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..neartie import NearTieChecker, NearTieReport
-from ..training.regenerate import chat_prompt_ids
+from ..rows import chat_prompt_ids
 from .methods import BenchMethod, make_methods
 from .workloads import as_session
 

@@ -33,7 +33,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..broad_mix import eval_prompts
     from ..neartie import NearTieChecker
     from ..prompts import load_prompt_file
-    from ..training.regenerate import chat_prompt_ids
+    from ..rows import chat_prompt_ids
 
     for flag in ("num_prompts", "max_new_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:

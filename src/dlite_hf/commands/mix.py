@@ -19,7 +19,7 @@ from ..defaults import DEFAULT_TARGET
 
 def cmd_mix(args: argparse.Namespace) -> int:
     from .. import broad_mix
-    from ..training.regenerate import read_jsonl
+    from ..rows import read_jsonl
 
     try:
         if args.action == "build":
@@ -44,7 +44,7 @@ def cmd_label_text(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
-    from ..training.regenerate import read_jsonl
+    from ..rows import read_jsonl
     from ..training.text_rows import label_text
 
     try:

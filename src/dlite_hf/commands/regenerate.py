@@ -30,8 +30,9 @@ def _regen_device(name: str):
 def cmd_regenerate(args: argparse.Namespace) -> int:
 
     from ..assets import open_target
-    from ..prompts import training_mix, write_jsonl
-    from ..training.regenerate import read_jsonl, regenerate
+    from ..prompts import training_mix
+    from ..rows import read_jsonl, write_jsonl
+    from ..training.regenerate import regenerate
 
     if args.limit is not None and args.limit < 1:
         raise SystemExit(

@@ -164,8 +164,8 @@ def run_train(argv: list[str]) -> Path:
 
     from .. import DLiteForSpeculation
     from ..assets import open_target
+    from ..rows import read_jsonl
     from ..training.data import RegeneratedDataset, response_token_counts
-    from ..training.regenerate import read_jsonl
     from ..training.trainer import DLiteTrainer
 
     parser, _ = build_train_parser()

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from ..rows import read_jsonl
 from .anchors import block_labels, sample_anchors
-from .regenerate import read_jsonl
 from .text_rows import TARGET_LABELS
 
 

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .regenerate import chat_prompt_ids, completed_ids
+from ..rows import chat_prompt_ids, completed_ids
 
 TARGET_LABELS = "target"
 """``label_source`` of a row whose labels are the target's own predictions (not the row's next tokens)."""
