@@ -11,7 +11,7 @@ from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.cli import main
-from dlite_hf.draft_vocab import coverage
+from dlite_hf.surgery import coverage
 
 
 def _counts(seed: int = 0) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab, mix, label-text.
 
-Each subcommand lives in its own module (`dlite_hf.commands`, `dlite_hf.bench.command`, `dlite_hf.draft_vocab`)
+Each subcommand lives in its own module (`dlite_hf.commands`, `dlite_hf.bench.command`)
 and imports what it needs lazily, so `dlite-hf --help` is fast.
 """
 
@@ -20,9 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands.assets import add_assets_parser
     from .commands.card import add_card_parser
     from .commands.compare import add_compare_parser
+    from .commands.draft_vocab import add_draft_vocab_parser
     from .commands.mix import add_mix_parsers
     from .commands.regenerate import add_regenerate_parser
-    from .draft_vocab import add_draft_vocab_parser
 
     parser = argparse.ArgumentParser(prog="dlite-hf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

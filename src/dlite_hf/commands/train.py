@@ -102,41 +102,6 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
     )
 
 
-def _derive_drafter(source, drop_prefix: str | None, new_prefixes: tuple[str, ...] = (), **changes):
-    """A drafter with `source`'s config updated by `changes` and its weights minus those under `drop_prefix`;
-    weights under `new_prefixes` (new modules) keep their fresh initialisation."""
-    from .. import DLiteConfig, DLiteForSpeculation
-
-    config = source.config.to_dict()
-    config.update(changes)
-    for key in ("model_type", "transformers_version", "auto_map", "architectures"):
-        config.pop(key, None)
-    model = DLiteForSpeculation(DLiteConfig(**config))
-    dropped = (drop_prefix,) if drop_prefix else ()
-    kept = {k: v for k, v in source.state_dict().items() if not k.startswith(dropped)}
-    missing, unexpected = model.load_state_dict(kept, strict=False)
-    stray = [k for k in missing if not k.startswith((*dropped, *new_prefixes))] + list(unexpected)
-    if stray:
-        raise RuntimeError(f"Deriving a drafter ({changes}) left weights unmatched: {stray}")
-    return model
-
-
-def _grow_drafter(source, extra_layers: int):
-    """`source` with `extra_layers` backbone layers appended whose attention and MLP output projections are zero:
-    each new layer is the identity on the residual stream, so the grown drafter drafts exactly as `source` does
-    until training moves those projections (their gradients are not zero, the rest of each new layer follows)."""
-    import torch
-
-    first = source.config.num_hidden_layers
-    new = tuple(f"layers.{i}." for i in range(first, first + extra_layers))
-    model = _derive_drafter(source, None, new_prefixes=new, num_hidden_layers=first + extra_layers)
-    with torch.no_grad():
-        for layer in model.layers[first:]:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-    return model
-
-
 def _check_continuation_flags(script, args) -> None:
     """--grow_layers and --refresh_draft_vocab change a drafter the run starts from: check they have one."""
     if script.grow_layers < 0:
@@ -165,6 +130,7 @@ def run_train(argv: list[str]) -> Path:
     from .. import DLiteForSpeculation
     from ..assets import open_target
     from ..rows import read_jsonl
+    from ..surgery import derive_drafter, grow_drafter
     from ..training.data import RegeneratedDataset, response_token_counts
     from ..training.trainer import DLiteTrainer
 
@@ -186,7 +152,7 @@ def run_train(argv: list[str]) -> Path:
     if script.init:
         model = DLiteForSpeculation.from_pretrained(script.init)
         if not script.sequential_head and model.head is not None:  # the pure-parallel ablation, same start
-            model = _derive_drafter(model, "head.", use_sequential_head=False)
+            model = derive_drafter(model, "head.", use_sequential_head=False)
         if args.stage == "teacher" and model.config.history_window == 0:
             raise SystemExit("--init for stage teacher must be a history-aware checkpoint (history_window != 0).")
         if args.stage != "teacher" and model.config.history_window != 0 and not args.lora:
@@ -198,16 +164,16 @@ def run_train(argv: list[str]) -> Path:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, args.history_window, target_name))
     elif teacher is not None:
         # warm start: the teacher's architecture and weights, minus its history projection
-        model = _derive_drafter(teacher, "history_proj", history_window=0)
+        model = derive_drafter(teacher, "history_proj", history_window=0)
         if not script.sequential_head and model.head is not None:
-            model = _derive_drafter(model, "head.", use_sequential_head=False)
+            model = derive_drafter(model, "head.", use_sequential_head=False)
     else:
         model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
     if script.grow_layers:
-        model = _grow_drafter(model, script.grow_layers)
+        model = grow_drafter(model, script.grow_layers)
     if script.refresh_draft_vocab:
         size = min(script.draft_vocab_size, model.config.vocab_size) or None
-        model = _derive_drafter(model, "draft_vocab_ids", draft_vocab_size=size)
+        model = derive_drafter(model, "draft_vocab_ids", draft_vocab_size=size)
     if args.lora:
         if not script.init:
             raise SystemExit("--lora adapts a released drafter: pass --init <drafter folder>.")

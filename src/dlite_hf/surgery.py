@@ -1,25 +1,24 @@
-"""`dlite-hf draft-vocab`: give a trained drafter another draft vocabulary, chosen from regenerated data.
+"""Drafter surgery: a drafter derived from another with a changed config (weights kept where they still fit),
+grown by identity layers, or given another draft vocabulary without retraining.
 
-    dlite-hf draft-vocab --drafter drafters/dlite-smollm2-135m --data runs/regen.jsonl --size 4096 --out DIR
+Used by `dlite-hf train` (`--init` with `--no_sequential_head`, a teacher's weights for the warm-up drafter,
+`--grow_layers`) and `dlite-hf draft-vocab`.
 
 A DLite drafter drafts among `config.draft_vocab_size` tokens: each drafted position reads those rows of the
 target's lm_head. The drafter's own weights do not depend on which rows (they are the target's), so the
 vocabulary can be changed after training. A smaller one makes every drafting round cheaper where reading the
-lm_head slice dominates (a CPU whose cache holds 4,096 rows but not 8,192), at the price of the tokens it drops:
-they can no longer be drafted (outputs stay identical to the target's; only acceptance can fall). The command
-reports how much of the data's response tokens each vocabulary covers, so that price is known before
-benchmarking.
+lm_head slice dominates, at the price of the tokens it drops: they can no longer be drafted (outputs stay
+identical to the target's; only acceptance can fall).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_draft_vocab_parser", "coverage", "resize_draft_vocab"]
+__all__ = ["coverage", "derive_drafter", "grow_drafter", "resize_draft_vocab"]
 
 RECORD = "dlite_training.json"
 
@@ -75,32 +74,36 @@ def resize_draft_vocab(
     return report
 
 
-def cmd_draft_vocab(args: argparse.Namespace) -> int:
-    try:
-        report = resize_draft_vocab(args.drafter, args.data, args.size, args.out, max_length=args.max_length)
-    except ValueError as exc:
-        raise SystemExit(f"dlite-hf draft-vocab: {exc}") from exc
-    print(
-        f"{args.out}: draft vocabulary {report['from'] or 'full'} -> {report['to']} tokens; coverage of the "
-        f"{report['response_tokens']:,} response tokens of {args.data}: {report['coverage_before']:.2%} -> "
-        f"{report['coverage_after']:.2%}"
-    )
-    return 0
+def derive_drafter(source, drop_prefix: str | None, new_prefixes: tuple[str, ...] = (), **changes):
+    """A drafter with `source`'s config updated by `changes` and its weights minus those under `drop_prefix`;
+    weights under `new_prefixes` (new modules) keep their fresh initialisation."""
+    from . import DLiteConfig, DLiteForSpeculation
+
+    config = source.config.to_dict()
+    config.update(changes)
+    for key in ("model_type", "transformers_version", "auto_map", "architectures"):
+        config.pop(key, None)
+    model = DLiteForSpeculation(DLiteConfig(**config))
+    dropped = (drop_prefix,) if drop_prefix else ()
+    kept = {k: v for k, v in source.state_dict().items() if not k.startswith(dropped)}
+    missing, unexpected = model.load_state_dict(kept, strict=False)
+    stray = [k for k in missing if not k.startswith((*dropped, *new_prefixes))] + list(unexpected)
+    if stray:
+        raise RuntimeError(f"Deriving a drafter ({changes}) left weights unmatched: {stray}")
+    return model
 
 
-def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the `draft-vocab` subcommand."""
-    parser = sub.add_parser(
-        "draft-vocab",
-        help="Give a trained drafter another draft vocabulary (e.g. smaller: cheaper rounds on a CPU).",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--drafter", required=True, help="drafter folder")
-    parser.add_argument("--data", required=True, help="`dlite-hf regenerate` rows of the drafter's target")
-    parser.add_argument("--size", required=True, type=int, help="tokens in the new draft vocabulary")
-    parser.add_argument("--out", required=True, help="new drafter folder")
-    parser.add_argument(
-        "--max-length", type=int, default=1024, help="tokens read per row (as `dlite-hf train --max_length`)"
-    )
-    parser.set_defaults(func=cmd_draft_vocab)
+def grow_drafter(source, extra_layers: int):
+    """`source` with `extra_layers` backbone layers appended whose attention and MLP output projections are zero:
+    each new layer is the identity on the residual stream, so the grown drafter drafts exactly as `source` does
+    until training moves those projections (their gradients are not zero, the rest of each new layer follows)."""
+    import torch
+
+    first = source.config.num_hidden_layers
+    new = tuple(f"layers.{i}." for i in range(first, first + extra_layers))
+    model = derive_drafter(source, None, new_prefixes=new, num_hidden_layers=first + extra_layers)
+    with torch.no_grad():
+        for layer in model.layers[first:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return model

@@ -1,0 +1,51 @@
+"""`dlite-hf draft-vocab`: give a trained drafter another draft vocabulary, chosen from regenerated data.
+
+    dlite-hf draft-vocab --drafter drafters/dlite-smollm2-135m --data runs/regen.jsonl --size 4096 --out DIR
+
+A DLite drafter drafts among `config.draft_vocab_size` tokens: each drafted position reads those rows of the
+target's lm_head. The drafter's own weights do not depend on which rows (they are the target's), so the
+vocabulary can be changed after training. A smaller one makes every drafting round cheaper where reading the
+lm_head slice dominates (a CPU whose cache holds 4,096 rows but not 8,192), at the price of the tokens it drops:
+they can no longer be drafted (outputs stay identical to the target's; only acceptance can fall). The command
+reports how much of the data's response tokens each vocabulary covers, so that price is known before
+benchmarking.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_draft_vocab_parser", "cmd_draft_vocab"]
+
+
+def cmd_draft_vocab(args: argparse.Namespace) -> int:
+    from ..surgery import resize_draft_vocab
+
+    try:
+        report = resize_draft_vocab(args.drafter, args.data, args.size, args.out, max_length=args.max_length)
+    except ValueError as exc:
+        raise SystemExit(f"dlite-hf draft-vocab: {exc}") from exc
+    print(
+        f"{args.out}: draft vocabulary {report['from'] or 'full'} -> {report['to']} tokens; coverage of the "
+        f"{report['response_tokens']:,} response tokens of {args.data}: {report['coverage_before']:.2%} -> "
+        f"{report['coverage_after']:.2%}"
+    )
+    return 0
+
+
+def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `draft-vocab` subcommand."""
+    parser = sub.add_parser(
+        "draft-vocab",
+        help="Give a trained drafter another draft vocabulary (e.g. smaller: cheaper rounds on a CPU).",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--drafter", required=True, help="drafter folder")
+    parser.add_argument("--data", required=True, help="`dlite-hf regenerate` rows of the drafter's target")
+    parser.add_argument("--size", required=True, type=int, help="tokens in the new draft vocabulary")
+    parser.add_argument("--out", required=True, help="new drafter folder")
+    parser.add_argument(
+        "--max-length", type=int, default=1024, help="tokens read per row (as `dlite-hf train --max_length`)"
+    )
+    parser.set_defaults(func=cmd_draft_vocab)
