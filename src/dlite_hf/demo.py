@@ -498,15 +498,10 @@ def _share(stats: dict[str, Any]) -> str:
     return f"{drafting / total:.0%}" if total > 0 else "-"
 
 
-def _first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def verdict(columns: list[ColumnRun], decoding: str) -> str:
     """The line that says whether the speculative outputs equal the target's own output."""
+    from .neartie import first_difference
+
     plain, others = columns[0], [c for c in columns[1:] if not c.skipped]
     if any(c.running or not c.done for c in [plain, *others]):
         return "_Generating… the columns run one after the other; the comparison appears when all are done._"
@@ -524,7 +519,7 @@ def verdict(columns: list[ColumnRun], decoding: str) -> str:
         )
     parts = []
     for column in others:
-        diff = _first_difference(plain.ids, column.ids)
+        diff = first_difference(plain.ids, column.ids)
         report = column.near_tie
         if diff is None:
             parts.append(

@@ -80,6 +80,15 @@ class NearTieReport:
         return asdict(self)
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index where two token lists first differ (the shorter one's length if one is a prefix of the other); None
+    when they are equal. The one comparison of plain and speculative outputs (bench, compare, demo)."""
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def float32_reference(model: nn.Module) -> nn.Module:
     """A float32 copy of ``model`` with the same (upcast, hence exact) weights: the re-scoring reference. The
     model itself is returned when it is float32 already."""
@@ -134,11 +143,10 @@ def check_near_ties(
     if not torch.equal(plain[:, :prompt_length].cpu(), speculative[:, :prompt_length].cpu()):
         raise ValueError("plain and speculative outputs do not start with the same prompt.")
     a, b = plain[0, prompt_length:].tolist(), speculative[0, prompt_length:].tolist()
-    divergence = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-    if divergence is None and len(a) == len(b):
+    divergence = first_difference(a, b)
+    if divergence is None:
         return NearTieReport(True, None, None, None, None, None, 0.0, None, epsilon, True, "")
-    if divergence is None:  # one output is a prefix of the other: they stopped at different points
-        divergence = min(len(a), len(b))
+    if divergence == min(len(a), len(b)):  # one output is a prefix of the other: they stopped at different points
         stopped = "plain" if len(a) < len(b) else "speculative"
         return NearTieReport(
             False, divergence, a[divergence] if divergence < len(a) else None,

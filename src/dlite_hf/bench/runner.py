@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..neartie import NearTieChecker, NearTieReport
+from ..neartie import NearTieChecker, NearTieReport, first_difference
 from ..rows import chat_prompt_ids
 from .methods import BenchMethod, make_methods
 from .workloads import as_session
@@ -127,15 +127,6 @@ def environment_info() -> dict[str, Any]:
         "transformers": transformers.__version__,
         "dlite_hf": __version__,
     }
-
-
-def _first_difference(reference: torch.Tensor, other: torch.Tensor, start: int) -> int | None:
-    """Index (counted from ``start``, the first new token) where two sequences first differ; None if equal."""
-    a, b = reference[0, start:].tolist(), other[0, start:].tolist()
-    for index, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return index
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 class _Runner:
@@ -417,7 +408,11 @@ def _run_session(
             sequences, metrics = runner.measure(method, input_ids, session=draft_sessions[method.name])
             if reference is None:
                 reference = sequences
-            difference = None if method.name == "plain" else _first_difference(reference, sequences, len(ids))
+            difference = (
+                None
+                if method.name == "plain"
+                else first_difference(reference[0, len(ids) :].tolist(), sequences[0, len(ids) :].tolist())
+            )
             verdict = None if difference is None else runner.near_tie(len(ids), reference, sequences)
             record = {
                 "workload": label,
