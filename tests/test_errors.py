@@ -453,3 +453,22 @@ def test_a_mode_that_would_ignore_the_drafter_is_refused(pair, options, mode):
     assert drafter.last_generation_stats is None  # nothing ran
     if "num_beams" in options:  # without the drafter: unchanged (contrastive search needs the Hub in transformers 5)
         assert target.generate(_prompt(), max_new_tokens=4, **options).shape[1] == 9
+
+
+def test_compare_says_where_the_shipped_drafter_lives_when_it_is_missing(tmp_path, monkeypatch):
+    """From an installed wheel the repository's drafters/ folder is absent: the error says where the drafter
+    ships and what to pass, before any model loads."""
+    from dlite_hf import assets
+    from dlite_hf.cli import main
+    from dlite_hf.commands import compare
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model was loaded before the drafter was found")
+
+    monkeypatch.setattr(assets, "open_target", no_loading)
+    monkeypatch.setattr(compare, "default_drafter_dir", lambda: tmp_path / "drafters" / "dlite-smollm2-135m")
+    with pytest.raises(SystemExit, match=r"No drafter at .*dlite-smollm2-135m; the trained SmolLM2-135M drafter ships "
+                                         r"in the dlite-hf repository .*pass --drafter PATH"):  # fmt: skip
+        main(["compare", "--workloads", "chat", "--num-prompts", "1"])
+    with pytest.raises(SystemExit, match=r"No drafter at .*elsewhere\. Pass --drafter PATH"):
+        main(["compare", "--workloads", "chat", "--num-prompts", "1", "--drafter", str(tmp_path / "elsewhere")])

@@ -59,6 +59,13 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+SHIPPED_DRAFTER_NOTE = (
+    "the trained SmolLM2-135M drafter ships in the dlite-hf repository as drafters/dlite-smollm2-135m (a checkout "
+    "finds it; an installed wheel does not include it): pass --drafter PATH to that folder or to any drafter saved "
+    "by `dlite-hf train`"
+)
+
+
 def default_drafter_dir() -> Path:
-    """The drafter shipped in the repository for the default target."""
+    """Where the drafter shipped in the repository for the default target is (see :data:`SHIPPED_DRAFTER_NOTE`)."""
     return _repo_root() / "drafters" / "dlite-smollm2-135m"

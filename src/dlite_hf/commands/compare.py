@@ -13,6 +13,7 @@ from ..defaults import (
     DEFAULT_DTYPE,
     DEFAULT_TARGET,
     DTYPE_CHOICES,
+    SHIPPED_DRAFTER_NOTE,
     default_drafter_dir,
 )
 from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
@@ -63,7 +64,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
     if not drafter_dir.exists():
-        raise SystemExit(f"No drafter at {drafter_dir}. Pass --drafter PATH (a folder saved by dlite-hf train).")
+        what = (
+            f"; {SHIPPED_DRAFTER_NOTE}"
+            if not args.drafter
+            else ". Pass --drafter PATH (a folder saved by dlite-hf train)"
+        )
+        raise SystemExit(f"No drafter at {drafter_dir}{what}.")
     target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
     drafter = DLiteForSpeculation.from_pretrained(drafter_dir, dtype=target.dtype).eval()
     checker = NearTieChecker(target)
