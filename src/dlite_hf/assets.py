@@ -572,6 +572,25 @@ def load_target(
     return model, tokenizer
 
 
+def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
+    """A DLite drafter folder in eval mode, in `target`'s dtype (or `dtype`), checked against `target` when given.
+    The one drafter loader of the CLI, the benchmark and the demo.
+
+    Raises:
+        FileNotFoundError: no folder at `path`.
+        ValueError / OSError: not a DLite checkpoint, or a drafter for another target (the message says which).
+    """
+    from . import DLiteForSpeculation
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"No drafter at {path}: pass a folder saved by `dlite-hf train` or save_pretrained.")
+    dtype = target.dtype if target is not None else dtype
+    drafter = DLiteForSpeculation.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {})).eval()
+    if target is not None:
+        drafter.check_target(target)
+    return drafter
+
+
 def open_target(
     name_or_path: str,
     adapter: str | None = None,

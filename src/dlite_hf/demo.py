@@ -206,11 +206,11 @@ def load_models(
 
 
 def _load_drafter(path: Path, models: DemoModels) -> Any:
-    from . import DLiteForSpeculation
+    """The package's drafter loader, its error kept as the page's message."""
+    from .assets import load_drafter
 
     try:
-        drafter = DLiteForSpeculation.from_pretrained(path, dtype=models.target.dtype).eval()
-        drafter.check_target(models.target)
+        drafter = load_drafter(path, models.target)
     except (OSError, ValueError) as error:
         models.drafter_error = f"Could not use the drafter at `{path}`: {error}"
         return None

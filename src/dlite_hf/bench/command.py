@@ -161,12 +161,13 @@ def _load_target(name_or_path: str, dtype: str = "float32", attention: str = "sd
 
 
 def _load_drafter(path: str, dtype: Any) -> Any:
-    """A drafter checkpoint in `dtype` (the target's torch dtype)."""
-    from .. import DLiteForSpeculation
+    """A drafter checkpoint in `dtype` (the target's torch dtype); a missing or unusable one stops the command."""
+    from ..assets import load_drafter
 
-    if not Path(path).exists():
-        raise SystemExit(f"No drafter at {path}.")
-    return DLiteForSpeculation.from_pretrained(path, dtype=dtype).eval()
+    try:
+        return load_drafter(path, dtype=dtype)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"--drafter {path}: {error}") from None
 
 
 def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:

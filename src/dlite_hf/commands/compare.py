@@ -29,8 +29,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .. import DLiteForSpeculation
-    from ..assets import open_target
+    from ..assets import load_drafter, open_target
     from ..broad_mix import eval_prompts
     from ..neartie import NearTieChecker
     from ..prompts import load_prompt_file
@@ -71,7 +70,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
         raise SystemExit(f"No drafter at {drafter_dir}{what}.")
     target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
-    drafter = DLiteForSpeculation.from_pretrained(drafter_dir, dtype=target.dtype).eval()
+    try:
+        drafter = load_drafter(drafter_dir, target)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"--drafter {drafter_dir}: {error}") from None
     checker = NearTieChecker(target)
     dtype = checker.dtype
     rows = []
