@@ -294,3 +294,24 @@ def test_the_usage_example_loads_the_models_in_the_measured_mode():
     assert "torch" not in plain and 'from_pretrained("org/target")' in plain and "trust_remote_code=True" in plain
     with pytest.raises(ValueError, match="dtype='int8' is invalid"):
         _usage_load("org/target", "org/drafter", "int8", None)
+
+
+def test_card_without_out_refuses_to_write_through_a_readme_link(tiny_checkpoint, tmp_path):
+    """The shipped drafter's README.md is a link into hub_cards/: `card` without --out must not overwrite the
+    tracked card behind it; with --out it writes where it is told."""
+    import shutil
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(BENCH_DOCUMENT, indent=1))
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    tracked = tmp_path / "hub_cards" / "card.md"
+    tracked.parent.mkdir()
+    tracked.write_text("the tracked card\n")
+    (checkpoint / "README.md").unlink(missing_ok=True)
+    (checkpoint / "README.md").symlink_to(tracked)
+    argv = ["card", "--checkpoint", str(checkpoint), "--bench-result", str(bench), "--repo-id", "org/dlite-x"]
+    with pytest.raises(SystemExit, match=r"README.md is a link to .*card.md; writing the card there would overwrite"):
+        cli_main(argv)
+    assert tracked.read_text() == "the tracked card\n"
+    assert cli_main([*argv, "--out", str(tracked)]) == 0 and "DLite drafter" in tracked.read_text()

@@ -394,6 +394,11 @@ def cmd_card(args: argparse.Namespace) -> int:
         sys.stdout.write(card)
         return 0
     out = Path(args.out) if args.out else Path(args.checkpoint) / "README.md"
+    if not args.out and out.is_symlink():  # e.g. the shipped drafter's README is a link into hub_cards/
+        raise SystemExit(
+            f"{out} is a link to {out.resolve()}; writing the card there would overwrite that file. Pass "
+            f"--out {out.resolve()} to update it on purpose, another --out path, or --out - to print the card."
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(card, encoding="utf-8")
     print(out)
