@@ -289,6 +289,12 @@ def test_local_gguf_is_checked_and_converted_without_downloading(
     assert local.read_bytes() == payload  # left where it was
     assert list((tmp_cache / "tmp").iterdir()) == []
     assert fetch_model(asset.name, progress=False) == folder  # complete: the registry path returns it at once
+    # cached, but a named file is still checked: a wrong one is refused instead of exiting 0 unchecked
+    assert fetch_model(asset.name, progress=False, gguf_file=local) == folder
+    wrong = tmp_path / "other.gguf"
+    wrong.write_bytes(b"GGUF another file")
+    with pytest.raises(AssetError, match="sha256 mismatch"):
+        fetch_model(asset.name, progress=False, gguf_file=wrong)
 
 
 def test_local_gguf_bad_input_is_refused(tmp_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

