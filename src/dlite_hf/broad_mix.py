@@ -13,8 +13,8 @@ Every domain is split by group (an article, a man page, a module, a conversation
 :data:`~dlite_hf.prompts.EVAL_SIZE` groups by sha1 of the group id, ``train`` the rest; a text domain drawn
 from the same items as a prompt domain uses that domain's train groups only. The standing out-of-domain
 workloads (:data:`~dlite_hf.prompts.OUT_OF_DOMAIN_WORKLOADS`: MultiLexSum, MTS-Dialog, the essays) appear in
-no domain, and two sources are reserved for independent evaluation and never read here: the Python
-documentation packages (``python3.x-doc``) and the ``gensim`` package's test corpora.
+no domain. Every source read here is listed in :data:`DOMAINS`; nothing else on the machine is read (manual
+pages whose name mentions Python are skipped).
 
 ==================  ======  ======================================================================
 domain              kind    source
@@ -76,7 +76,6 @@ _EVAL_STDLIB_MODULES = frozenset({"json", "textwrap", "shlex", "string", "csv", 
 _MAX_PROMPT_CHARS = 3600  # about 900 tokens: regenerate skips prompts over 1,024 tokens anyway
 _TEXT_CHUNK_CHARS = 2400
 _MIN_REPLY_CHARS = 200
-_RESERVED = re.compile(r"python3(\.\d+)?-doc|gensim", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -421,7 +420,7 @@ def _man_pages() -> tuple[tuple[str, Path], ...]:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.gz")):
-            if _RESERVED.search(path.name) or "python" in path.name.lower() or path.is_symlink():
+            if "python" in path.name.lower() or path.is_symlink():
                 continue
             pages.append((path.name.removesuffix(".gz"), path))
     return tuple(pages)
