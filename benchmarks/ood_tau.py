@@ -48,7 +48,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    drafters = dict(item.split("=", 1) for item in args.drafters.split(","))
+    items = [item for item in args.drafters.split(",") if item]
+    if not items or not all("=" in item and item.split("=", 1)[0] for item in items):
+        raise SystemExit(f"--drafters {args.drafters!r}: expected name=folder,name=folder,...")
+    drafters = dict(item.split("=", 1) for item in items)
     for name, folder in drafters.items():
         if not Path(folder).is_dir():
             raise SystemExit(f"--drafters {name}={folder}: no such folder (a drafter saved by dlite-hf train).")

@@ -32,10 +32,11 @@ TINY_ARCHS = {
 }
 
 
-def make_tiny_target(arch: str = "qwen3", seed: int = 0, vocab_size: int = 128, num_layers: int = 4):
-    """A seeded random decoder LM: vocab 128, hidden 64, 4 layers."""
+def make_tiny_target(arch: str = "qwen3", seed: int = 0, vocab_size: int = 128, num_layers: int = 4, **config):
+    """A seeded random decoder LM: vocab 128, hidden 64, 4 layers (``config`` overrides any config field). Its
+    generation config never stops at eos (a random model must not stop early by chance: fixed lengths)."""
     config_cls, model_cls = TINY_ARCHS[arch]
-    config = config_cls(
+    fields = dict(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -49,36 +50,22 @@ def make_tiny_target(arch: str = "qwen3", seed: int = 0, vocab_size: int = 128, 
         eos_token_id=None,
         pad_token_id=0,
     )
+    fields.update(config)
     torch.manual_seed(seed)
-    model = model_cls(config).eval()
+    model = model_cls(config_cls(**fields)).eval()
     model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
+    model.generation_config.pad_token_id = fields["pad_token_id"]
     return model
 
 
 def make_smollm_vocab_target(seed: int = 0, num_layers: int = 2, max_positions: int = 2048) -> LlamaForCausalLM:
     """A seeded random Llama with SmolLM2's vocabulary (49152) and special token ids (bos 1, eos = pad 2), hidden
-    32, tied embeddings: real prompts tokenized by the SmolLM2 tokenizer run through it. Its generation config
-    never stops at eos (a random model must not stop early by chance: fixed lengths)."""
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 2
-    return model
+    32, tied embeddings: real prompts tokenized by the SmolLM2 tokenizer run through it."""
+    return make_tiny_target(
+        "llama", seed=seed, vocab_size=49152, num_layers=num_layers, hidden_size=32, intermediate_size=64,
+        head_dim=8, max_position_embeddings=max_positions, tie_word_embeddings=True, bos_token_id=1,
+        eos_token_id=2, pad_token_id=2,
+    )  # fmt: skip
 
 
 def make_drafter(target, seed: int = 0, **overrides) -> DLiteForSpeculation:

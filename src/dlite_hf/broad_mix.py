@@ -97,12 +97,8 @@ class Domain:
     groups: Callable[[], list[tuple[str, list[Prompt]]]] | None = None
 
 
-def _user(content: str) -> dict[str, str]:
-    return {"role": "user", "content": content}
-
-
-def _item(id_: str, domain: str, source: str, messages: list[dict[str, str]]) -> Prompt:
-    return {"id": id_, "workload": domain, "source": source, "messages": messages}
+_user = _prompts._user  # the prompt dict and the user message of dlite_hf.prompts
+_item = _prompts._prompt
 
 
 def _text_item(id_: str, domain: str, source: str, request: str, reply: str) -> Prompt:
@@ -537,14 +533,9 @@ def _groups(name: str) -> list[tuple[str, list[Prompt]]]:
     seen: set[str] = set()
     out = []
     for gid, items in sorted(DOMAINS[name].groups(), key=lambda g: g[0]):
-        kept = []
-        for item in items:
-            if DOMAINS[name].kind == "text" and len(item["messages"][-1]["content"].strip()) < _MIN_REPLY_CHARS:
-                continue  # a reference reply too short to teach anything (XSum has some empty articles)
-            key = json.dumps([m for m in item["messages"] if m["role"] != "system"], sort_keys=True)
-            if key not in seen:
-                seen.add(key)
-                kept.append(item)
+        if DOMAINS[name].kind == "text":  # a reference reply too short to teach anything (XSum has empty articles)
+            items = [i for i in items if len(i["messages"][-1]["content"].strip()) >= _MIN_REPLY_CHARS]
+        kept = _prompts._dedupe(items, seen)
         if kept:
             out.append((gid, kept))
     return out

@@ -14,7 +14,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["chat_prompt_ids", "completed_ids", "read_jsonl", "write_jsonl"]
+__all__ = ["chat_prompt_ids", "completed_ids", "read_jsonl", "token_ids", "write_jsonl"]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -73,16 +73,23 @@ def completed_ids(out_path: Path) -> set[str]:
     return ids
 
 
-def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of `messages` with the generation prompt; Qwen3-style thinking is switched off."""
-    encoded = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, enable_thinking=False, return_dict=False
-    )
+def token_ids(encoded: Any) -> list[int]:
+    """The flat token ids of what ``apply_chat_template(..., tokenize=True)`` returned (a list, a batch of one, or
+    a dict with ``input_ids``, depending on the tokenizer and transformers version)."""
     if hasattr(encoded, "keys"):
         encoded = encoded["input_ids"]
     if encoded and isinstance(encoded[0], list):
         encoded = encoded[0]
     return [int(t) for t in encoded]
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of `messages` with the generation prompt; Qwen3-style thinking is switched off."""
+    return token_ids(
+        tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, enable_thinking=False, return_dict=False
+        )
+    )
 
 
 def write_jsonl(prompts: Iterable[dict[str, Any]], path: str | Path) -> Path:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..rows import chat_prompt_ids, completed_ids
+from ..rows import chat_prompt_ids, completed_ids, token_ids
 
 TARGET_LABELS = "target"
 """``label_source`` of a row whose labels are the target's own predictions (not the row's next tokens)."""
@@ -39,12 +39,7 @@ def conversation_ids(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[li
             f"{messages[-1].get('role') if messages else None!r}."
         )
     prompt = chat_prompt_ids(tokenizer, messages[:-1])
-    encoded = tokenizer.apply_chat_template(messages, tokenize=True, enable_thinking=False, return_dict=False)
-    if hasattr(encoded, "keys"):
-        encoded = encoded["input_ids"]
-    if encoded and isinstance(encoded[0], list):
-        encoded = encoded[0]
-    full = [int(t) for t in encoded]
+    full = token_ids(tokenizer.apply_chat_template(messages, tokenize=True, enable_thinking=False, return_dict=False))
     if full[: len(prompt)] != prompt or len(full) <= len(prompt):
         raise ValueError(
             "The chat template renders the prompt differently inside the whole conversation, so the reply's tokens "
