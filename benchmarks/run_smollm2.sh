@@ -102,6 +102,10 @@ fi
     --workloads agentic --num-prompts 1 --bfcl-sessions 4 --bfcl-category multi_turn_long_context --coding-sessions 0 \
     --max-new-tokens 64 --agentic-max-tokens 12288 --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl-long
 
+# the benchmark issues' performance goals (benchmark policy, benchmarks/goals.py), added to each run's JSON and table
+"${PYTHON:-python}" benchmarks/goals.py "$OUT"/smollm2-135m-main*.json "$OUT"/smollm2-135m-ood*.json \
+    "$OUT"/smollm2-135m-scaling.json "$OUT"/smollm2-135m-agentic-bfcl*.json
+
 # 8. the shipped drafter's card, from the main run in the default mode, with its measured out-of-domain limits
 "$BENCH" card --checkpoint "$DRAFTER" --bench-result "$OUT/smollm2-135m-main-bf16-packed.json" \
     --repo-id dlite-hf/dlite-smollm2-135m --out hub_cards/dlite-smollm2-135m.md \

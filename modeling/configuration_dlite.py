@@ -5,10 +5,9 @@ borrows the target's token embedding and lm_head. The fields prefixed ``target_`
 drafter paired with the wrong target fails with a clear message instead of drafting garbage.
 """
 
-from __future__ import annotations
+from typing import Any, ClassVar
 
-from typing import Any
-
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 from .suffix_index import check_length_factor, check_min_match
@@ -62,6 +61,7 @@ def default_target_layer_ids(num_target_layers: int, num_tapped: int) -> list[in
     return sorted(ids)
 
 
+@strict
 class DLiteConfig(PreTrainedConfig):
     r"""Configuration of [`DLiteForSpeculation`].
 
@@ -142,84 +142,72 @@ class DLiteConfig(PreTrainedConfig):
 
     model_type = "dlite"
 
-    _BACKBONES = ("qwen3", "llama")
+    _BACKBONES: ClassVar[tuple[str, ...]] = ("qwen3", "llama")
 
-    def __init__(
-        self,
-        target_layer_ids: list[int] | None = None,
-        num_target_layers: int = 4,
-        target_hidden_size: int = 64,
-        vocab_size: int = 128,
-        num_draft_tokens: int = 7,
-        hidden_size: int | None = None,
-        num_hidden_layers: int = 5,
-        num_attention_heads: int = 8,
-        num_key_value_heads: int = 4,
-        head_dim: int | None = None,
-        intermediate_size: int | None = None,
-        rms_norm_eps: float = 1e-6,
-        rope_theta: float = 10000.0,
-        head_rank: int = 64,
-        use_sequential_head: bool = True,
-        draft_vocab_size: int | None = None,
-        draft_confidence_threshold: float = 0.0,
-        draft_skip_threshold: float = 0.0,
-        draft_lengths: list[int] | None = None,
-        lookup_min_match: int = 4,
-        lookup_length_factor: float = 2.0,
-        history_window: int = 0,
-        mask_token_id: int | None = None,
-        backbone_type: str = "qwen3",
-        target_model: dict[str, Any] | None = None,
-        initializer_range: float = 0.02,
-        **kwargs: Any,
-    ):
-        self.num_target_layers = num_target_layers
-        self.target_hidden_size = target_hidden_size
-        self.vocab_size = vocab_size
-        self.target_layer_ids = (
-            list(target_layer_ids)
-            if target_layer_ids is not None
-            else default_target_layer_ids(num_target_layers, min(4, num_target_layers))
-        )
-        self.num_draft_tokens = num_draft_tokens
-        self.hidden_size = hidden_size if hidden_size is not None else target_hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim if head_dim is not None else self.hidden_size // max(1, num_attention_heads)
-        self.intermediate_size = intermediate_size if intermediate_size is not None else 3 * self.hidden_size
-        self.rms_norm_eps = rms_norm_eps
-        self.rope_theta = rope_theta
-        self.head_rank = head_rank
-        self.use_sequential_head = use_sequential_head
-        self.draft_vocab_size = draft_vocab_size
-        self.draft_confidence_threshold = draft_confidence_threshold
-        self.draft_skip_threshold = draft_skip_threshold
-        self.draft_lengths = list(draft_lengths) if isinstance(draft_lengths, (list, tuple)) else draft_lengths
-        self.lookup_min_match = lookup_min_match
-        self.lookup_length_factor = lookup_length_factor
-        self.history_window = history_window
-        self.mask_token_id = mask_token_id
-        self.backbone_type = backbone_type
-        self.target_model = dict(target_model or {})
-        self.initializer_range = initializer_range
-        kwargs.setdefault("tie_word_embeddings", False)
-        super().__init__(**kwargs)
+    # Typed fields (transformers 5's config style): `@strict` checks each value's type on every assignment, and its
+    # class validators (`validate_dlite` below, beside PreTrainedConfig's own) at construction and in
+    # `save_pretrained`, so a config changed after it was built cannot be saved invalid.
+    target_layer_ids: list[int] | None = None
+    num_target_layers: int = 4
+    target_hidden_size: int = 64
+    vocab_size: int = 128
+    num_draft_tokens: int = 7
+    hidden_size: int | None = None
+    num_hidden_layers: int = 5
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    rms_norm_eps: float | int = 1e-6
+    rope_theta: float | int = 10000.0
+    head_rank: int = 64
+    use_sequential_head: bool = True
+    draft_vocab_size: int | None = None
+    draft_confidence_threshold: float | int = 0.0
+    draft_skip_threshold: float | int = 0.0
+    draft_lengths: list[int] | None = None
+    lookup_min_match: int = 4
+    lookup_length_factor: float | int = 2.0
+    history_window: int = 0
+    mask_token_id: int | None = None
+    backbone_type: str = "qwen3"
+    target_model: dict[str, Any] | None = None
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        """Derive the defaults that depend on other fields, then run the DLite checks (a plain `ValueError`
+        naming the field, the value and what is allowed)."""
+        if self.target_layer_ids is None:
+            self.target_layer_ids = default_target_layer_ids(self.num_target_layers, min(4, self.num_target_layers))
+        else:
+            self.target_layer_ids = list(self.target_layer_ids)
+        if self.hidden_size is None:
+            self.hidden_size = self.target_hidden_size
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // max(1, self.num_attention_heads)
+        if self.intermediate_size is None:
+            self.intermediate_size = 3 * self.hidden_size
+        self.target_model = dict(self.target_model or {})
+        super().__post_init__(**kwargs)
         self.validate_dlite()
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
         """`PreTrainedConfig.from_dict`, then the DLite checks again: keyword overrides
-        (`from_pretrained(DIR, num_draft_tokens=...)`, also through `AutoModel`) are set after `__init__` ran them."""
-        result = super().from_dict(config_dict, **kwargs)
-        config = result[0] if isinstance(result, tuple) else result
+        (`from_pretrained(DIR, num_draft_tokens=...)`, also through `AutoModel`) are set after `__init__` ran them.
+        A value of the wrong type (in config.json or an override) is a `ValueError` here too."""
+        from huggingface_hub.errors import StrictDataclassError
+
+        hint = "check the keyword overrides passed to from_pretrained and the checkpoint's config.json"
         try:
+            result = super().from_dict(config_dict, **kwargs)
+            config = result[0] if isinstance(result, tuple) else result
             config.validate_dlite()
+        except StrictDataclassError as error:
+            raise ValueError(f"DLiteConfig: {error} ({hint})") from None
         except ValueError as error:
-            raise ValueError(
-                f"{error} (check the keyword overrides passed to from_pretrained and the checkpoint's config.json)"
-            ) from None
+            raise ValueError(f"{error} ({hint})") from None
         return result
 
     @property
@@ -308,7 +296,7 @@ class DLiteConfig(PreTrainedConfig):
         target_layer_ids: list[int] | None = None,
         target_name_or_path: str | None = None,
         **kwargs: Any,
-    ) -> DLiteConfig:
+    ) -> "DLiteConfig":
         """Derive a drafter config from a target's config.
 
         Args:

@@ -565,16 +565,26 @@ def install_generate_hook() -> bool:
 def _install_cleanup(mixin: type) -> None:
     """Wrap `_assisted_decoding` so that a call's forward hooks are removed when it ends, also when it raises
     (otherwise they stay on the target while the exception is alive). If the method is gone, the generator's
-    finalizer still removes them, later."""
+    finalizer still removes them, later.
+
+    The wrapper also makes a pre-filled cache work (`generate(full_ids, past_key_values=cache)` where the cache
+    holds a prefix of `full_ids`: the previous turn of a conversation). Plain decoding then runs its prefill over
+    the uncached tokens only; transformers' assisted loop runs its first forward over all of `full_ids` on top of
+    the cache, which duplicates the prefix (wrong output, for prompt lookup as for any assistant). During such a
+    call, and only then, the target's `prepare_inputs_for_generation` is shadowed on the instance so that the first
+    iteration keeps the uncached tokens, as `_prefill` does; the shadow is removed when the call ends."""
     original = getattr(mixin, _DECODING_METHOD, None)
     if original is None or getattr(original, "_dlite_hook", False):
         return
 
     @functools.wraps(original)
     def _assisted_decoding(self, *args, **kwargs):
+        shadowed = _slice_first_forward_to_uncached(self, kwargs)
         try:
             return original(self, *args, **kwargs)
         finally:
+            if shadowed:
+                del self.prepare_inputs_for_generation
             live = self.__dict__.get(_LIVE_RECORDERS)
             for recorder in live.pop(threading.get_ident(), []) if live else []:
                 recorder.remove()
@@ -582,6 +592,27 @@ def _install_cleanup(mixin: type) -> None:
     _assisted_decoding._dlite_hook = True
     _assisted_decoding._dlite_original = original
     setattr(mixin, _DECODING_METHOD, _assisted_decoding)
+
+
+def _slice_first_forward_to_uncached(model: Any, model_kwargs: dict[str, Any]) -> bool:
+    """If this assisted call starts on a cache that already holds `past` tokens, shadow the instance's
+    `prepare_inputs_for_generation` so that the first iteration's forward covers only the tokens after them.
+    Returns whether it did (the caller removes the shadow)."""
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    get_length = getattr(cache, "get_seq_length", None)
+    past = get_length() if callable(get_length) else 0
+    if not past or "prepare_inputs_for_generation" in model.__dict__:
+        return False
+    prepare = model.prepare_inputs_for_generation
+
+    def prepare_inputs_for_generation(input_ids, *args, **kwargs):
+        first = kwargs.get("is_first_iteration") and kwargs.get("next_sequence_length") is None and not args
+        if first and input_ids.shape[1] > past:  # the full ids (the candidate generators need them) on the cache
+            kwargs["next_sequence_length"] = input_ids.shape[1] - past
+        return prepare(input_ids, *args, **kwargs)
+
+    model.prepare_inputs_for_generation = prepare_inputs_for_generation
+    return True
 
 
 def _install_mode_check() -> None:

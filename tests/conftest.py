@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,23 @@ import dlite_hf
 from dlite_hf import DLiteForSpeculation
 
 torch.set_num_threads(int(os.environ.get("DLITE_TEST_THREADS", "2")))
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_script():
+    """Import a script of the checkout that is not part of the package (``benchmarks/goals.py``, ...) by its path
+    relative to the repository root; returns the module."""
+
+    def load(relative: str):
+        path = REPO / relative
+        spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

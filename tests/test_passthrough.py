@@ -148,3 +148,33 @@ def test_install_generate_hook_is_idempotent(monkeypatch):
     import dlite_hf.modeling.modeling_dlite  # noqa: F401 - importing the model code installs it too
 
     assert GenerationMixin._get_candidate_generator is fresh
+
+
+@pytest.mark.parametrize("method", ["prompt_lookup", "dlite", "hybrid"])
+def test_assisted_decoding_on_a_prefilled_cache_equals_a_fresh_call(fitted_pair, method):
+    """A multi-turn prefix cache: `generate(full_ids, past_key_values=cache)` with the previous turn in the cache.
+    transformers' assisted loop would run its first forward over all of `full_ids` on top of the cache; the wrapper
+    keeps only the uncached tokens there (as plain decoding's prefill does), for every assistant."""
+    from transformers import DynamicCache
+
+    target, drafter, prompts, _, _ = fitted_pair
+    kwargs = {
+        "prompt_lookup": {"prompt_lookup_num_tokens": 7},
+        "dlite": {"assistant_model": drafter},
+        "hybrid": {"assistant_model": drafter, "prompt_lookup_num_tokens": 16},
+    }[method]
+    greedy = {"do_sample": False, "max_new_tokens": 16}
+    first = prompts[:1]
+    cache = DynamicCache(config=target.config)
+    turn1 = target.generate(first, attention_mask=torch.ones_like(first), past_key_values=cache, **greedy, **kwargs)
+    assert cache.get_seq_length() == turn1.shape[1] - 1
+    turn2_ids = torch.cat([turn1, turn1[:, -12:], prompts[1:2, :6]], dim=1)  # a reply, then a repeat: lookup pays
+    fresh = target.generate(turn2_ids, attention_mask=torch.ones_like(turn2_ids), **greedy, **kwargs)
+    reused = target.generate(
+        turn2_ids, attention_mask=torch.ones_like(turn2_ids), past_key_values=cache, **greedy, **kwargs
+    )
+    assert torch.equal(fresh, reused)
+    assert cache.get_seq_length() == reused.shape[1] - 1  # the prefix was not processed twice
+    assert "prepare_inputs_for_generation" not in target.__dict__  # the shadow lives for the call only
+    plain = target.generate(turn2_ids, attention_mask=torch.ones_like(turn2_ids), **greedy)
+    assert torch.equal(plain, reused)

@@ -110,6 +110,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
     parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
     parser.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="multi-turn sessions: every method keeps its KV cache from one turn to the next (cropped to the prefix "
+        "the next prompt shares), so a turn prefills only its new tokens, as a serving stack with prefix caching does",
+    )
+    parser.add_argument(
         "--bfcl-sessions", type=int, default=1, help="BFCL multi-turn sessions (executable tool backends) in agentic"
     )
     parser.add_argument(
@@ -225,7 +231,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         parts.append("--sdpa-gqa")
     if args.name:
         parts += ["--name", args.name]
-    switches = ("allow-mismatch", "no-plots", "no-warmup")
+    switches = ("prefix-cache", "allow-mismatch", "no-plots", "no-warmup")
     parts += [f"--{flag}" for flag in switches if getattr(args, flag.replace("-", "_"))]
     return shlex.join(parts)
 
@@ -375,6 +381,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out_dir=args.out,
         name=name,
         plots=not args.no_plots,
+        prefix_cache=args.prefix_cache,
     )
     from .report import markdown_table
 

@@ -110,7 +110,13 @@ def markdown_table(result: Mapping[str, Any]) -> str:
             if meta.get("near_tie_epsilon")
             else " (token-exact)"
         ),
-        f"- attention {meta.get('attention', 'sdpa')}",
+        f"- attention {meta.get('attention', 'sdpa')}"
+        + (
+            "; prefix cache across the turns of a session (each method keeps its KV cache: a turn prefills only its "
+            "new tokens)"
+            if meta.get("prefix_cache")
+            else ""
+        ),
         f"- threads {meta.get('threads')}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) "
         f"{'yes' if meta.get('sdpa_force_gqa') else 'no'}, torch {meta.get('torch')}, "
         f"transformers {meta.get('transformers')}, "
@@ -150,9 +156,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
             for d in result["divergences"]
         ]
     if result.get("goals"):
-        from .goals import goals_markdown
-
-        lines += ["", "Performance goals (from this run's rows; `dlite_hf/bench/goals.py`):", ""]
+        lines += ["", "Performance goals (from this run's rows; `benchmarks/goals.py`):", ""]
         lines += goals_markdown(result["goals"])
     agentic = [s for s in result.get("sessions", []) if s["turns_measured"] > 1]
     if agentic:
@@ -296,3 +300,11 @@ def write_outputs(
     files["markdown"].write_text(markdown_table(result), encoding="utf-8")
     files["json"].write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return files
+
+
+def goals_markdown(goals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown lines: one table row per goal (``{"goal", "met", "measured"}``, as `benchmarks/goals.py` adds)."""
+    verdict = {True: "met", False: "**not met**", None: "not measured"}
+    lines = ["| goal | result | measured |", "|---|---|---|"]
+    lines += [f"| {g['goal']} | {verdict[g['met']]} | {g['measured']} |" for g in goals]
+    return lines

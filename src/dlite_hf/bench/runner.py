@@ -132,8 +132,16 @@ def environment_info() -> dict[str, Any]:
 class _Runner:
     """State of one benchmark run: models, hooks, greedy settings."""
 
-    def __init__(self, target: nn.Module, tokenizer: Any, methods: list[BenchMethod], max_new_tokens: int):
+    def __init__(
+        self,
+        target: nn.Module,
+        tokenizer: Any,
+        methods: list[BenchMethod],
+        max_new_tokens: int,
+        prefix_cache: bool = False,
+    ):
         self.target = target
+        self.prefix_cache = prefix_cache
         self.tokenizer = tokenizer
         self.methods = methods
         self.max_new_tokens = max_new_tokens
@@ -164,12 +172,23 @@ class _Runner:
             timer.remove()
 
     def generate(
-        self, method: BenchMethod, input_ids: torch.Tensor, max_new_tokens: int | None = None, session: Any = None
+        self,
+        method: BenchMethod,
+        input_ids: torch.Tensor,
+        max_new_tokens: int | None = None,
+        session: Any = None,
+        cache: Any = None,
     ):
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
+        if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
+            kwargs["past_key_values"] = cache
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
-        models = {k: kwargs.pop(k) for k in ("assistant_model", "tokenizer", "assistant_tokenizer") if k in kwargs}
+        models = {
+            k: kwargs.pop(k)
+            for k in ("assistant_model", "tokenizer", "assistant_tokenizer", "past_key_values")
+            if k in kwargs
+        }
         config = method.generation_config(**kwargs)  # everything else: this call's decoding options
         with session if session is not None else contextlib.nullcontext():
             return self.target.generate(
@@ -177,10 +196,11 @@ class _Runner:
             )
 
     def measure(
-        self, method: BenchMethod, input_ids: torch.Tensor, session: Any = None
+        self, method: BenchMethod, input_ids: torch.Tensor, session: Any = None, cache: Any = None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Run one greedy generate() (inside `session`, a hybrid method's `DraftSession`) and return
-        (sequences, metrics)."""
+        """Run one greedy generate() (inside `session`, a hybrid method's `DraftSession`; on `cache`, a prefix of
+        `input_ids` kept from the session's previous turn) and return (sequences, metrics)."""
+        cached = cache.get_seq_length() if cache is not None else 0
         gc.collect()
         rss_before = _reset_peak_rss()
         self.timer.reset()
@@ -190,7 +210,7 @@ class _Runner:
         if method.kind == "dlite":
             method.model.last_generation_stats = None
         started = time.perf_counter()
-        sequences = self.generate(method, input_ids, session=session)
+        sequences = self.generate(method, input_ids, session=session, cache=cache)
         wall = time.perf_counter() - started
         peak = _rss_kb("VmHWM") if rss_before is not None else None
 
@@ -234,6 +254,7 @@ class _Runner:
         decode_s = max(wall - prefill_s, 1e-9)
         metrics: dict[str, Any] = {
             "prompt_tokens": int(prompt_tokens),
+            "cached_prompt_tokens": int(cached),
             "new_tokens": new_tokens,
             "target_forwards": target_forwards,
             "rounds": int(rounds),
@@ -256,6 +277,26 @@ class _Runner:
             **lookup,
         }
         return sequences, metrics
+
+
+def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:
+    """The cache a turn starts from: the previous turn's, cropped to the longest prefix its tokens share with this
+    turn's prompt (at least one prompt token is left to prefill), or a new one."""
+    from transformers import DynamicCache
+
+    if kept is not None:
+        cache, cached_ids = kept
+        shared = 0
+        for a, b in zip(cached_ids, ids[:-1]):
+            if a != b:
+                break
+            shared += 1
+        if shared:
+            excess = cache.get_seq_length() - shared
+            if excess > 0:
+                cache.crop(-excess)  # transformers 5.24 crops by a negative count of tokens to drop
+            return cache
+    return DynamicCache(config=runner.target.config)
 
 
 def _iterate_turns(session: Mapping[str, Any]) -> Iterable[tuple[int, list[dict[str, str]]]]:
@@ -285,6 +326,7 @@ def run_bench(
     out_dir: str | Path | None = None,
     name: str | None = None,
     plots: bool = True,
+    prefix_cache: bool = False,
 ) -> dict[str, Any]:
     """Benchmark ``methods`` on ``workloads`` with ``target``, greedy, interleaved per prompt.
 
@@ -306,6 +348,10 @@ def run_bench(
         out_dir: when given, write the JSON, the markdown table and the plots there (:func:`write_outputs`).
         name: file-name stem of the outputs (default ``bench-<UTC time>``).
         plots: write the PNG plots (needs matplotlib).
+        prefix_cache: in multi-turn sessions every method keeps its KV cache from one turn to the next, cropped to
+            the prefix the next prompt shares with it, so a turn prefills only its new tokens (as a serving stack
+            with prefix caching does); each record's ``cached_prompt_tokens`` says how many were reused. Off: every
+            turn prefills its whole context.
 
     Returns:
         The results document (see ``benchmarks/README.md`` for the schema); ``result["ok"]`` is False when any
@@ -317,13 +363,14 @@ def run_bench(
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")
     bench_methods = make_methods(methods)
     sessions = {label: [as_session(dict(s), label) for s in items] for label, items in workloads.items()}
-    runner = _Runner(target, tokenizer, bench_methods, max_new_tokens)
+    runner = _Runner(target, tokenizer, bench_methods, max_new_tokens, prefix_cache=prefix_cache)
     started = time.time()
     info = {**environment_info(), **dict(meta or {})}
     info.update(started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), max_new_tokens=max_new_tokens)
     info.setdefault("target", getattr(target.config, "_name_or_path", "") or type(target).__name__)
     info.update(dtype=runner.dtype, near_tie_epsilon=runner.epsilon if runner.dtype != "float32" else None)
     info["attention"] = getattr(target.config, "_attn_implementation", None)
+    info["prefix_cache"] = prefix_cache
     records: list[dict[str, Any]] = []
     mismatches: list[dict[str, Any]] = []
     session_log: list[dict[str, Any]] = []
@@ -346,7 +393,6 @@ def run_bench(
         duration_s=finished - started,
         load_average_at_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     )
-    from .goals import evaluate_goals
     from .report import summarize, write_outputs
 
     summary = summarize(records, [m.name for m in bench_methods], list(sessions))
@@ -358,7 +404,6 @@ def run_bench(
         "sessions": session_log,
         "records": records,
         "summary": summary,
-        "goals": evaluate_goals(summary),
         "mismatches": mismatches,
         "divergences": [
             {k: r[k] for k in ("workload", "prompt_id", "method", "first_mismatch", "new_tokens")} | r["near_tie"]
@@ -390,6 +435,8 @@ def _run_session(
     context_tokens = 0
     # hybrid methods keep one DraftSession (one suffix index) across the turns of a session, as an agent would
     draft_sessions = {method.name: method.new_session() for method in runner.methods}
+    # with prefix_cache, each method keeps its own KV cache across the turns, as a serving stack's prefix cache does
+    caches: dict[str, tuple[Any, list[int]]] = {}
     for index, turn in turns:
         messages = history + list(turn)
         ids = chat_prompt_ids(runner.tokenizer, messages)
@@ -405,7 +452,10 @@ def _run_session(
         reference: torch.Tensor | None = None
         for method in runner.methods:
             bar.set_postfix_str(f"{label} {prompt_id[-28:]} {method.name} ctx={len(ids)}", refresh=False)
-            sequences, metrics = runner.measure(method, input_ids, session=draft_sessions[method.name])
+            cache = _reusable_cache(runner, caches.get(method.name), ids) if runner.prefix_cache else None
+            sequences, metrics = runner.measure(method, input_ids, session=draft_sessions[method.name], cache=cache)
+            if cache is not None:
+                caches[method.name] = (cache, sequences[0, : cache.get_seq_length()].tolist())
             if reference is None:
                 reference = sequences
             difference = (

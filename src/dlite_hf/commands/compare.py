@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from ..defaults import (
@@ -23,17 +22,17 @@ from .common import set_threads
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Plain greedy vs DLite on a few real prompts of the default target: tokens/s, tau, identical (or, in reduced
-    precision, a near-tie)? Exit status 1 if an output differs from plain otherwise."""
-    import copy
-    import time
+    precision, a near-tie)? Exit status 1 if an output differs from plain otherwise.
 
+    The measurement is the benchmark's (:func:`dlite_hf.bench.run_bench` with two methods, a warm-up first), so
+    both commands time, count and check outputs the same way; this one prints a row per prompt."""
     import torch
 
     from ..assets import load_drafter, open_target
+    from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
+    from ..bench.runner import run_bench
     from ..broad_mix import eval_prompts
-    from ..neartie import NearTieChecker
     from ..prompts import load_prompt_file
-    from ..rows import chat_prompt_ids
 
     for flag in ("num_prompts", "max_new_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -45,19 +44,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
             check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
         except ValueError as error:
             raise SystemExit(f"{error} (--lookup-tokens 0: DLite drafts only)") from None
-    user_prompts = None
-    if args.prompts:  # checked before any model loads
+    workloads: dict[str, list[dict]] = {}
+    if args.prompts:  # the user's own prompts (checked before any model loads): all unless --num-prompts caps them
         try:
             user_prompts = load_prompt_file(args.prompts)
         except (OSError, ValueError) as error:
             raise SystemExit(f"--prompts {args.prompts}: {error}") from None
-    prompts = []
-    if user_prompts is not None:  # the user's own prompts: all of them unless --num-prompts caps them
-        prompts = [(p["workload"], p) for p in user_prompts][: args.num_prompts]
+        for prompt in user_prompts[: args.num_prompts]:
+            workloads.setdefault(prompt["workload"], []).append(prompt)
     else:  # a workload of dlite_hf.prompts or a prompt domain of the broad mix (its eval split); checked here
         try:
             for workload in args.workloads.split(","):
-                prompts += [(workload, p) for p in eval_prompts(workload, limit=args.num_prompts or 2)]
+                workloads[workload] = eval_prompts(workload, limit=args.num_prompts or 2)
         except ValueError as error:
             raise SystemExit(f"--workloads {args.workloads}: {error}") from None
     set_threads(args.threads)
@@ -74,82 +72,81 @@ def cmd_compare(args: argparse.Namespace) -> int:
         drafter = load_drafter(drafter_dir, target)
     except (OSError, ValueError) as error:
         raise SystemExit(f"--drafter {drafter_dir}: {error}") from None
-    checker = NearTieChecker(target)
-    dtype = checker.dtype
-    rows = []
     decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
-    extra = {"prompt_lookup_num_tokens": args.lookup_tokens} if args.lookup_tokens else {}
-    # per call (the drafter's config is not changed): --fixed-k drafts K tokens every round (tau as the model gives it)
-    fixed = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0} if args.fixed_k else {}
-    fast_config = copy.deepcopy(target.generation_config)  # the target's own settings (eos, pad), then this call's
-    fast_config.update(max_new_tokens=args.max_new_tokens, do_sample=False)
-    for name, value in fixed.items():
-        setattr(fast_config, name, value)
-    if args.fixed_k:
+    if args.fixed_k:  # per call (the drafter's config is not changed): tau as the drafter gives it
         decoding += ", K drafts every round"
-    print(
-        f"target={args.target} drafter={drafter_dir} decoding={decoding} dtype={dtype} "
-        f"({'token-exact' if checker.exact else 'near-tie-exact'}) attention={args.attention} "
-        f"threads={torch.get_num_threads()} "
-        f"max_new_tokens={args.max_new_tokens}"
+    method = BenchMethod(
+        "hybrid" if args.lookup_tokens else "dlite",
+        "dlite",
+        model=drafter,
+        checkpoint=str(drafter_dir),
+        drafter_overrides=dict(FIXED_K_OVERRIDES) if args.fixed_k else {},
+        lookup_tokens=args.lookup_tokens or None,
     )
-    for workload, prompt in prompts:
-        ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])])
-        start = time.perf_counter()
-        plain = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
-        plain_s = time.perf_counter() - start
-        start = time.perf_counter()
-        fast = target.generate(ids, generation_config=fast_config, assistant_model=drafter, **extra)
-        dlite_s = time.perf_counter() - start
-        stats = drafter.last_generation_stats
-        n_plain, n_fast = plain.shape[1] - ids.shape[1], fast.shape[1] - ids.shape[1]
-        identical = bool(torch.equal(plain, fast))
-        verdict = None if identical else checker.check(ids.shape[1], plain, fast)
+    print(
+        f"target={args.target} drafter={drafter_dir} decoding={decoding} attention={args.attention} "
+        f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens}"
+    )
+    result = run_bench(
+        target,
+        tokenizer,
+        [BenchMethod("plain", "plain"), method],
+        workloads,
+        max_new_tokens=args.max_new_tokens,
+        progress=False,
+        meta={"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter_dir)},
+    )
+    dtype, exact = result["meta"]["dtype"], result["meta"]["near_tie_epsilon"] is None
+    print(f"dtype={dtype} ({'token-exact' if exact else 'near-tie-exact'})")
+    plain_runs = {(r["workload"], r["prompt_id"]): r for r in result["records"] if r["method"] == "plain"}
+    rows = []
+    for record in (r for r in result["records"] if r["method"] != "plain"):
+        plain = plain_runs[record["workload"], record["prompt_id"]]
+        verdict = record["near_tie"]
         row = {
-            "workload": workload,
-            "id": prompt["id"],
-            "prompt_tokens": ids.shape[1],
-            "new_tokens": n_fast,
-            "plain_tok_s": n_plain / plain_s,
-            "dlite_tok_s": n_fast / dlite_s,
-            "tau": stats.tau,
-            "speedup": plain_s / dlite_s * (n_fast / max(n_plain, 1)),
-            "identical": identical,
-            "near_tie": verdict.to_dict() if verdict is not None else None,
-            "lossless_ok": identical or (verdict is not None and verdict.ok),
+            "workload": record["workload"],
+            "id": record["prompt_id"],
+            "prompt_tokens": record["prompt_tokens"],
+            "new_tokens": record["new_tokens"],
+            "plain_tok_s": plain["tok_s"],
+            "dlite_tok_s": record["tok_s"],
+            "tau": record["tau"],
+            "speedup": record["tok_s"] / plain["tok_s"] if plain["tok_s"] else 0.0,
+            "identical": record["identical_to_plain"],
+            "near_tie": verdict,
+            "lossless_ok": record["lossless_ok"],
         }
         rows.append(row)
         print(
-            f"{row['id']:<28} prompt {row['prompt_tokens']:>5}  new {n_fast:>4}  plain {row['plain_tok_s']:6.2f} tok/s"
-            f"  dlite {row['dlite_tok_s']:6.2f} tok/s  tau {row['tau']:.2f}  speedup {row['speedup']:.2f}x"
-            f"  identical={row['identical']}"
-            + (f" (near-tie at new token {verdict.first_divergence}: {verdict.ok})" if verdict is not None else "")
+            f"{row['id']:<28} prompt {row['prompt_tokens']:>5}  new {row['new_tokens']:>4}  plain "
+            f"{row['plain_tok_s']:6.2f} tok/s  dlite {row['dlite_tok_s']:6.2f} tok/s  tau {row['tau']:.2f}  "
+            f"speedup {row['speedup']:.2f}x  identical={row['identical']}"
+            + (f" (near-tie at new token {record['first_mismatch']}: {verdict['ok']})" if verdict else "")
         )
-        if verdict is not None and not verdict.ok:
-            print(f"LOSSLESS CHECK FAILED: {verdict.reason}", file=sys.stderr)
-    total_plain = sum(r["new_tokens"] / r["plain_tok_s"] for r in rows)
-    total_dlite = sum(r["new_tokens"] / r["dlite_tok_s"] for r in rows)
+    total_plain = sum(plain_runs[r["workload"], r["id"]]["wall_s"] for r in rows)
+    total_dlite = sum(r["new_tokens"] / r["dlite_tok_s"] for r in rows if r["dlite_tok_s"])
     tokens = sum(r["new_tokens"] for r in rows)
+    plain_tokens = sum(plain_runs[r["workload"], r["id"]]["new_tokens"] for r in rows)
     summary = {
         "decoding": decoding,
         "prompts": len(rows),
-        "plain_tok_s": tokens / total_plain,
+        "plain_tok_s": plain_tokens / total_plain,
         "dlite_tok_s": tokens / total_dlite,
         "mean_tau": sum(r["tau"] for r in rows) / len(rows),
         "mean_tau_by_workload": {
             w: sum(r["tau"] for r in rows if r["workload"] == w) / sum(r["workload"] == w for r in rows)
             for w in dict.fromkeys(r["workload"] for r in rows)
         },
-        "speedup": total_plain / total_dlite,
+        "speedup": (tokens / total_dlite) / (plain_tokens / total_plain),
         "dtype": dtype,
         "attention": args.attention,
         "all_identical": all(r["identical"] for r in rows),
         "exact_match_rate": sum(r["identical"] for r in rows) / len(rows),
-        "lossless_ok": all(r["lossless_ok"] for r in rows),
+        "lossless_ok": result["ok"],
     }
     print(json.dumps(summary, indent=2))
     if args.out:
-        Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
+        Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows, "meta": result["meta"]}, indent=2))
     return 0 if summary["lossless_ok"] else 1
 
 

