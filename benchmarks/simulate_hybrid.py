@@ -11,8 +11,12 @@ shares no prompt with any benchmark.
 Rules: a round drafts the retrieved continuation when the matched suffix has at least `m` tokens, `min(N, f x
 match length)` of them (at least 1); with `gate`, a match shorter than `trust` tokens is drafted only when the
 drafter's first draft agrees with it; with `adapt`, a retrieved draft that got nothing accepted raises the
-threshold for the rest of the call to one more than its match, and one that did lowers it by one (not below m).
-Otherwise the drafter drafts (its checkpoint's adaptive decoding). `--replay-data FILE` keeps what the replay needs,
+threshold for the rest of the call to one more than its match, and one that did lowers it by one (not below m);
+with `fallback` F, a round whose drafter proposes nothing (its first draft is below the checkpoint's
+`draft_skip_threshold`) drafts the retrieved continuation of a match of at least F tokens instead of a plain
+one-token step. Otherwise the drafter drafts (its checkpoint's adaptive decoding). `--cost-dtype bfloat16
+--cost-attention packed_gqa` re-measures the forward costs in that mode (the replayed texts stay float32 greedy).
+`--replay-data FILE` keeps what the replay needs,
 so a second run compares rules without loading a model.
 
     .venv/bin/python benchmarks/simulate_hybrid.py --replay-data runs/hybrid-replay.json \
@@ -110,7 +114,7 @@ def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: fl
     """Tau and estimated cost of `rule` over sessions of turns; a session shares one index across its turns."""
     from dlite_hf.modeling.suffix_index import SuffixIndex
 
-    m, n, f, gate, trust, adapt = rule
+    m, n, f, gate, trust, adapt, fallback = rule
     tokens = forwards = 0
     cost = plain_cost = 0.0
     for session in turns_by_session:
@@ -143,6 +147,9 @@ def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: fl
                 elif not use:
                     draft = turn.dlite(p, budget)
                     round_cost += drafter_s
+                    if not draft and fallback and match.length >= fallback and match.continuation:
+                        use = True  # the drafter skipped: a short match beats a one-token step
+                        draft = match.continuation[: max(1, min(n, math.ceil(f * match.length)))]
                 draft = draft[: budget - 1] if budget > 1 else []
                 accepted = 0
                 while accepted < len(draft) and draft[accepted] == turn.tokens[p + accepted]:
@@ -201,6 +208,18 @@ def _collect(args) -> tuple[dict, dict, float]:
     return sessions, cost_tables, drafter_s
 
 
+def _remeasure_costs(args, contexts: list[int]) -> dict[int, dict[int, float]]:
+    """The forward cost tables again, with the target in `--cost-dtype` and `--cost-attention`."""
+    import torch
+
+    from dlite_hf.assets import load_target, resolve_model
+
+    torch.set_num_threads(1)
+    target, _ = load_target(resolve_model(args.target), dtype=args.cost_dtype, attention=args.cost_attention)
+    sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]
+    return {c: _forward_costs(target, c, sizes) for c in contexts}
+
+
 def _context_key(turn: Turn) -> int:
     return min(8192, 512 * max(1, round(len(turn.ids) / 512)))
 
@@ -219,6 +238,10 @@ def main() -> None:
         help="JSON of the plain runs, drafts and forward costs: written when missing, read (no model loaded) when "
         "present, so rules can be compared again in seconds",
     )
+    parser.add_argument(
+        "--cost-dtype", default=None, choices=("float32", "bfloat16"), help="re-measure the forward costs so"
+    )
+    parser.add_argument("--cost-attention", default="sdpa", choices=("sdpa", "packed_gqa"))
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
@@ -241,18 +264,23 @@ def main() -> None:
                     }
                 )
             )
+    if args.cost_dtype is not None:
+        cost_tables = _remeasure_costs(args, sorted(cost_tables))
     costs_by_turn = {id(t): cost_tables[_context_key(t)] for s in sessions.values() for ts in s for t in ts}
     lookup_s = 10e-6  # benchmarks/lookup_cost.py: a few microseconds a round, at every context length
 
-    rules = [(10**9, 16, 1.0, False, 0, False)]  # the drafter alone
+    rules = [(10**9, 16, 1.0, False, 0, False, None)]  # the drafter alone
     for m, n, f in itertools.product((2, 3, 4, 6, 8), (8, 16, 32), (0.5, 1.0, 2.0, 1e9)):
-        rules.append((m, n, f, False, 0, False))
-        rules.append((m, n, f, False, 0, True))
+        rules.append((m, n, f, False, 0, False, None))
+        rules.append((m, n, f, False, 0, True, None))
         for trust in (8, 16):
-            rules.append((m, n, f, True, trust, False))
+            rules.append((m, n, f, True, trust, False, None))
+        for fallback in range(1, m):
+            rules.append((m, n, f, False, 0, False, fallback))
     results = []
     for rule in rules:
-        row = {"rule": dict(zip(("min_match", "lookup_tokens", "length_factor", "gate", "trust", "adapt"), rule))}
+        keys = ("min_match", "lookup_tokens", "length_factor", "gate", "trust", "adapt", "fallback")
+        row = {"rule": dict(zip(keys, rule))}
         for label, turns in sessions.items():
             row[label] = replay(turns, rule, costs_by_turn, drafter_s, lookup_s, args.max_new_tokens)
         row["all"] = replay(
@@ -273,6 +301,7 @@ def main() -> None:
             else f"m{rule['min_match']} N{rule['lookup_tokens']} f{rule['length_factor']:g}"
             + (f" gate<{rule['trust']}" if rule["gate"] else "")
             + (" adaptive" if rule["adapt"] else "")
+            + (f" fallback>={rule['fallback']}" if rule["fallback"] else "")
         )
         print(f"| {name} | " + " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.2f}x" for lb in labels))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -281,6 +310,7 @@ def main() -> None:
             {
                 "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
                 "split": "tuning (train split prompts, tuning coding session)",
+                "cost_mode": f"{args.cost_dtype or 'float32'}, {args.cost_attention if args.cost_dtype else 'sdpa'}",
                 "threads": 1,
                 "drafter_ms_per_call": 1000 * drafter_s,
                 "forward_ms": {str(c): {str(q): 1000 * t for q, t in tb.items()} for c, tb in cost_tables.items()},

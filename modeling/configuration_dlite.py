@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .suffix_index import check_length_factor, check_min_match
+from .suffix_index import check_fallback_min_match, check_length_factor, check_min_match
 
 THRESHOLD_MEANINGS = {
     "draft_confidence_threshold": "0 drafts K tokens every round, e.g. 0.1 stops where the drafts' joint probability "
@@ -128,6 +128,10 @@ class DLiteConfig(PreTrainedConfig):
             Hybrid drafting only: a retrieved draft has at most this many tokens per matched token (a 5-token match
             drafts up to 10; always at most N and at least 1): a long match predicts a long copy, a short one is
             verified cheaply. Chosen with `lookup_min_match`.
+        lookup_fallback_min_match (`int`, defaults to 0):
+            Hybrid drafting only: in a round whose drafter proposes nothing (its first draft is below
+            `draft_skip_threshold`), draft the retrieved continuation of a shorter match, of at least this many
+            tokens, instead of a one-token step. 0: off. Chosen on the tuning split (`benchmarks/simulate_hybrid.py`).
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).
@@ -168,6 +172,7 @@ class DLiteConfig(PreTrainedConfig):
     draft_lengths: list[int] | None = None
     lookup_min_match: int = 4
     lookup_length_factor: float | int = 2.0
+    lookup_fallback_min_match: int = 0
     history_window: int = 0
     mask_token_id: int | None = None
     backbone_type: str = "qwen3"
@@ -275,6 +280,8 @@ class DLiteConfig(PreTrainedConfig):
         check_min_match(self.lookup_min_match, f"DLiteConfig.lookup_min_match={self.lookup_min_match!r}")
         factor = self.lookup_length_factor
         check_length_factor(factor, f"DLiteConfig.lookup_length_factor={factor!r}")
+        fallback = self.lookup_fallback_min_match
+        check_fallback_min_match(fallback, f"DLiteConfig.lookup_fallback_min_match={fallback!r}")
         if not isinstance(self.use_sequential_head, bool):
             raise bad("use_sequential_head", self.use_sequential_head, "True or False")
         if not isinstance(self.history_window, int) or self.history_window < -1:

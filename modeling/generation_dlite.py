@@ -31,9 +31,21 @@ from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from .configuration_dlite import check_threshold
-from .suffix_index import DraftSession, check_length_factor, check_lookup_tokens, check_min_match
+from .suffix_index import (
+    DraftSession,
+    check_fallback_min_match,
+    check_length_factor,
+    check_lookup_tokens,
+    check_min_match,
+)
 
-DECODING_OPTIONS = ("draft_confidence_threshold", "draft_skip_threshold", "lookup_min_match", "lookup_length_factor")
+DECODING_OPTIONS = (
+    "draft_confidence_threshold",
+    "draft_skip_threshold",
+    "lookup_min_match",
+    "lookup_length_factor",
+    "lookup_fallback_min_match",
+)
 """Drafter config fields a single generate() call may override, through its `GenerationConfig`:
 `target.generate(ids, generation_config=GenerationConfig(draft_confidence_threshold=0.5, ...), assistant_model=d)`.
 The shared drafter's config is never changed (transformers carries such custom entries on the call's config)."""
@@ -61,6 +73,8 @@ def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
             check_threshold(name, value, where="GenerationConfig.")
         elif name == "lookup_min_match":
             check_min_match(value, shown)
+        elif name == "lookup_fallback_min_match":
+            check_fallback_min_match(value, shown)
         else:
             check_length_factor(value, shown)
         options[name] = value
@@ -184,6 +198,8 @@ class DLiteGenerationStats:
             `drafter_time_s`, which counts the drafter's own work).
         lookup_index_reused: hybrid drafting with a `DraftSession`: prompt tokens already indexed by an earlier
             call of the session (not indexed again).
+        lookup_fallback_rounds: hybrid drafting with `lookup_fallback_min_match`: the lookup rounds (counted in
+            `lookup_rounds`) that drafted a short match because the drafter proposed nothing.
     """
 
     new_tokens: int = 0
@@ -200,6 +216,7 @@ class DLiteGenerationStats:
     lookup_accepted: int = 0
     lookup_time_s: float = 0.0
     lookup_index_reused: int = 0
+    lookup_fallback_rounds: int = 0
 
     @property
     def dlite_rounds(self) -> int:
@@ -380,24 +397,26 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self._source_now = None
 
         budget = self.max_length - input_ids.shape[1] - 1
-        tokens = logits = None
+        tokens = logits = match = None
         if self.session is not None and budget > 0:
             match = self.session.index.lookup(min(self.lookup_tokens, budget))
             if match.length >= self.min_match and match.continuation:
-                length = max(1, math.ceil(self.length_factor * match.length))
-                tokens = torch.tensor([match.continuation[:length]], dtype=input_ids.dtype, device=input_ids.device)
-                self._source_now = "lookup"
+                tokens = self._retrieved(match, input_ids)
             looked_up = time.perf_counter()
             self.stats.lookup_time_s += looked_up - started
             started = looked_up
         if tokens is None and min(self.num_tokens, budget) > 0:
             tokens, logits = self._draft(input_ids, row, min(self.num_tokens, budget))
             self._source_now = "dlite"
+            self.stats.drafter_time_s += time.perf_counter() - started
+            fallback = self.options["lookup_fallback_min_match"]
+            if not tokens.shape[1] and match is not None and fallback and match.length >= fallback:
+                retrieved = self._retrieved(match, input_ids)  # the drafter skipped: a short match, not a 1-token step
+                if retrieved is not None:
+                    tokens, logits = retrieved, None
+                    self.stats.lookup_fallback_rounds += 1
         if tokens is not None and self.stop_strings and tokens.shape[1]:
             tokens, logits = self._cut_at_stop_string(input_ids, tokens, logits)
-        done = time.perf_counter()
-        if self._source_now == "dlite":
-            self.stats.drafter_time_s += done - started
         if tokens is None or tokens.shape[1] == 0:  # nothing to propose: a plain one-token step
             if tokens is not None:  # skipped (draft_skip_threshold) or cut before the first draft
                 self.stats.skipped += 1
@@ -408,6 +427,15 @@ class DLiteCandidateGenerator(CandidateGenerator):
         candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
         self._forward_started = time.perf_counter()
         return candidate_ids, logits
+
+    def _retrieved(self, match: Any, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """The retrieved draft of a suffix-index match (at most `lookup_length_factor` tokens per matched token, at
+        least 1), marking the round as a lookup round; None if the match has no continuation."""
+        if not match.continuation:
+            return None
+        length = max(1, math.ceil(self.length_factor * match.length))
+        self._source_now = "lookup"
+        return torch.tensor([match.continuation[:length]], dtype=input_ids.dtype, device=input_ids.device)
 
     def _draft(self, input_ids: torch.Tensor, row: int, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The drafter's round: up to `budget` tokens after the anchor `input_ids[:, -1]`."""

@@ -581,8 +581,15 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         Drafting stops early once every row's joint probability of its drafts (under those processed logits)
         is below `confidence_threshold` (default `config.draft_confidence_threshold`; 0 never stops early) and
         the number of drafts is one of `config.draft_lengths` (any when None; `num_tokens` always), and nothing
-        is returned when every row's first draft has a probability below `skip_threshold` (default
-        `config.draft_skip_threshold`; 0 never skips).
+        is returned when, in every row, the most likely first draft has a probability below `skip_threshold`
+        (default `config.draft_skip_threshold`; 0 never skips).
+
+        Both rules keep speculative sampling exact. The stop after draft n looks only at drafts 1..n, already drawn
+        and proposed, so whether draft n+1 is proposed never depends on draft n+1 itself. The skip looks at the
+        first position's distribution, its top probability, before anything is drawn: a skip that looked at the
+        *sampled* first draft would drop the drafts it was unsure of and keep the others, so the proposed first
+        draft would no longer follow q, and the output would be biased (`tests/test_sampling.py`). Greedy drafts
+        the argmax, whose probability is that top probability, so greedy skips the same rounds either way.
 
         Returns:
             `tokens` `[N, n]` and `logits` `[N, n, V]` (float32, processed), `0 <= n <= num_tokens`; `n = 0` only
@@ -610,6 +617,10 @@ class DLiteForSpeculation(DLitePreTrainedModel):
                 seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
                 logits = logits_processor(seen, logits)
             probs = torch.softmax(logits, dim=-1) if do_sample or threshold > 0 or skip > 0 else None
+            if i == 0 and skip > 0 and bool((probs.max(dim=-1).values < skip).all()):  # q alone, nothing drawn yet
+                return anchor_ids.new_empty(anchor_ids.shape[0], 0), logits.new_empty(
+                    logits.shape[0], 0, logits.shape[-1]
+                )
             if do_sample:
                 prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             else:
@@ -617,10 +628,6 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             if threshold > 0 or skip > 0:
                 chosen = probs.gather(-1, prev[:, None])[:, 0]
                 confidence = chosen if confidence is None else confidence * chosen
-                if i == 0 and bool((confidence < skip).all()):
-                    return anchor_ids.new_empty(anchor_ids.shape[0], 0), logits.new_empty(
-                        logits.shape[0], 0, logits.shape[-1]
-                    )
             tokens.append(prev)
             all_logits.append(logits)
             unsure = unsure or (threshold > 0 and bool((confidence < threshold).all()))

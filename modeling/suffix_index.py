@@ -59,6 +59,15 @@ def check_min_match(value: object, shown: str) -> None:
         )
 
 
+def check_fallback_min_match(value: object, shown: str) -> None:
+    """Raise `ValueError` unless `value` is a valid fallback match length: 0 (off) or an int >= 1."""
+    if not _is_int(value) or value < 0:
+        raise ValueError(
+            f"{shown} is invalid: expected 0 (off) or an int >= 1 (the shortest matched suffix whose retrieved "
+            "continuation a hybrid round drafts when the drafter proposes nothing)."
+        )
+
+
 def check_length_factor(value: object, shown: str) -> None:
     """Raise `ValueError` unless `value` is a valid cap on retrieved draft tokens per matched token."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -156,3 +156,62 @@ def test_bad_prompt_lookup_num_tokens_with_a_drafter(pair):
             _hybrid(target, drafter, ids, lookup=bad, max_new_tokens=3)
         message = str(raised.value)
         assert f"prompt_lookup_num_tokens={bad!r}" in message and "int in [1, 256]" in message, message
+
+
+def test_fallback_drafts_a_short_match_where_the_drafter_skips(pair, monkeypatch):
+    """`lookup_fallback_min_match`: a round whose drafter proposes nothing drafts a shorter retrieved match instead
+    of a one-token step; outputs stay identical to plain, and only skipped rounds change."""
+    from transformers import GenerationConfig
+
+    from dlite_hf.modeling.suffix_index import SuffixIndex
+
+    target, drafter = pair
+    seen = []
+    original = SuffixIndex.lookup
+
+    def recording(self, max_tokens):
+        seen.append(original(self, max_tokens))
+        return seen[-1]
+
+    monkeypatch.setattr(SuffixIndex, "lookup", recording)
+    runs = {}
+    for fallback in (0, 1):
+        ids = _repetitive_prompt(7)
+        plain = target.generate(ids, do_sample=False, max_new_tokens=32)
+        # the drafter skips every round (its first draft is never this sure); long matches only above 10,000
+        config = GenerationConfig(
+            do_sample=False,
+            max_new_tokens=32,
+            draft_skip_threshold=0.99,
+            lookup_min_match=10_000,
+            lookup_fallback_min_match=fallback,
+        )
+        seen.clear()
+        out = target.generate(ids, generation_config=config, assistant_model=drafter, prompt_lookup_num_tokens=8)
+        assert torch.equal(plain, out), fallback
+        runs[fallback] = (drafter.last_generation_stats, list(seen))
+    off, _ = runs[0]
+    assert off.rounds == off.lookup_rounds == off.lookup_fallback_rounds == 0 and off.skipped > 0
+    on, matches = runs[1]
+    with_continuation = sum(1 for m in matches if m.length >= 1 and m.continuation)
+    assert on.lookup_fallback_rounds == on.lookup_rounds == with_continuation > 0
+    assert on.rounds == on.lookup_rounds  # the drafter itself still proposes nothing
+    assert on.target_forwards < off.target_forwards  # the retrieved drafts were accepted
+
+
+def test_fallback_min_match_is_validated_per_call_and_in_the_config(pair):
+    from transformers import GenerationConfig
+
+    from dlite_hf import DLiteConfig
+
+    target, drafter = pair
+    ids = _repetitive_prompt(8)
+    with pytest.raises(ValueError, match=r"lookup_fallback_min_match=-1 is invalid: expected 0 \(off\)"):
+        target.generate(
+            ids,
+            generation_config=GenerationConfig(max_new_tokens=4, lookup_fallback_min_match=-1),
+            assistant_model=drafter,
+            prompt_lookup_num_tokens=8,
+        )
+    with pytest.raises(ValueError, match=r"DLiteConfig.lookup_fallback_min_match=-2 is invalid"):
+        DLiteConfig(lookup_fallback_min_match=-2)

@@ -70,6 +70,8 @@ BAD_VALUES = [
     ("draft_lengths", [3, 8], {}),  # past num_draft_tokens=7
     ("draft_lengths", [True], {}),
     ("draft_lengths", 3, {}),
+    ("lookup_fallback_min_match", -1, {}),
+    ("lookup_fallback_min_match", 1.5, {}),
 ]
 
 

@@ -36,7 +36,7 @@ SETTINGS = {
 # proposes nothing when its first draft's probability is below 0.5 (this peaked drafter: about half the calls draft
 # two tokens in their first round, a quarter skip a round); both decisions depend on the sampled drafts, and the
 # tokens must still follow the target
-ADAPTIVE_SETTINGS = {"t1_adaptive": ("t1", 0.98, 0.5)}
+ADAPTIVE_SETTINGS = {"t1_adaptive": ("t1", 0.98, 0.8)}  # skips ~40% of first rounds (top q < 0.8)
 
 
 @pytest.fixture(scope="module")
@@ -137,16 +137,30 @@ def assert_follows(counts: torch.Tensor, marginals: list[torch.Tensor], label: s
 
 
 def draw(
-    target, drafter, n: int, seed_base: int, prompt: torch.Tensor = PROMPT, hybrid: bool = False, **settings
+    target,
+    drafter,
+    n: int,
+    seed_base: int,
+    prompt: torch.Tensor = PROMPT,
+    hybrid: bool = False,
+    min_match: int | None = 1,
+    **settings,
 ) -> tuple[torch.Tensor, dict[str, int]]:
-    """`n` DLite-assisted samples (`hybrid`: with the suffix index, any match drafted); returns counts `[3, V]` of
-    tokens 1..3 and summed statistics."""
+    """`n` DLite-assisted samples (`hybrid`: with the suffix index, by default any match drafted; `min_match=None`:
+    the drafter config's rule); returns counts `[3, V]` of tokens 1..3 and summed statistics."""
     P = prompt.shape[1]  # noqa: N806
     counts = torch.zeros(3, VOCAB)
-    totals = {"drafted": 0, "accepted": 0, "calls_drafting_two": 0, "calls_skipping": 0, "lookup_rounds": 0}
+    totals = {
+        "drafted": 0,
+        "accepted": 0,
+        "calls_drafting_two": 0,
+        "calls_skipping": 0,
+        "lookup_rounds": 0,
+        "fallback_rounds": 0,
+    }
     for i in range(n):
         torch.manual_seed(seed_base + i)
-        with DraftSession(min_match=1) if hybrid else contextlib.nullcontext():
+        with DraftSession(min_match=min_match) if hybrid else contextlib.nullcontext():
             out = target.generate(
                 prompt,
                 max_new_tokens=MAX_NEW,
@@ -164,6 +178,7 @@ def draw(
         totals["calls_drafting_two"] += int(stats.drafted >= 2)
         totals["calls_skipping"] += int(stats.skipped > 0)
         totals["lookup_rounds"] += stats.lookup_rounds
+        totals["fallback_rounds"] += stats.lookup_fallback_rounds
     return counts, totals
 
 
@@ -231,6 +246,50 @@ def test_hybrid_sampling_follows_the_target_distribution(pair):
     counts, totals = draw(target, drafter, N_SAMPLES, seed_base=30_000, prompt=HYBRID_PROMPT, hybrid=True, **settings)
     assert 0.1 * N_SAMPLES < totals["lookup_rounds"] < 0.9 * N_SAMPLES, totals  # both sources drafted, often
     assert_follows(counts, marginals, "hybrid")
+
+
+def test_hybrid_fallback_sampling_follows_the_target_distribution(pair, monkeypatch):
+    """`lookup_fallback_min_match`: where the drafter's sampled first draft is unlikely (it skips), a retrieved
+    draft of any match is verified instead; the skip depends only on the drafter's own draws, so still lossless."""
+    target, drafter = pair
+    settings = SETTINGS["t1"]
+    for name, value in (("draft_skip_threshold", 0.8), ("lookup_min_match", 10_000), ("lookup_fallback_min_match", 1)):
+        monkeypatch.setattr(drafter.config, name, value)
+    marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
+    counts, totals = draw(
+        target, drafter, N_SAMPLES, seed_base=40_000, prompt=HYBRID_PROMPT, hybrid=True, min_match=None, **settings
+    )
+    assert totals["fallback_rounds"] == totals["lookup_rounds"], totals  # no match is long enough otherwise
+    assert 0.05 * N_SAMPLES < totals["fallback_rounds"] < 0.95 * N_SAMPLES, totals
+    assert_follows(counts, marginals, "hybrid-fallback")
+
+
+def test_a_skip_that_looks_at_the_sampled_draft_is_detected(pair, monkeypatch):
+    """Power: skipping a round when the *sampled* first draft is unlikely (instead of when the first position's top
+    probability is) keeps only the drafts the drafter was sure of, so the proposal no longer follows q: biased.
+    This was the skip rule before; the fallback setting above exposes it."""
+    from dlite_hf import DLiteForSpeculation
+
+    target, drafter = pair
+    settings = SETTINGS["t1"]
+    for name, value in (("draft_skip_threshold", 0.8), ("lookup_min_match", 10_000), ("lookup_fallback_min_match", 1)):
+        monkeypatch.setattr(drafter.config, name, value)
+    marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
+    honest = DLiteForSpeculation.draft
+
+    def skip_on_the_sampled_draft(self, *args, skip_threshold=None, **kwargs):
+        tokens, logits = honest(self, *args, skip_threshold=0.0, **kwargs)
+        chosen = logits[:, 0].softmax(-1).gather(-1, tokens[:, :1])[:, 0]
+        if bool((chosen < self.config.draft_skip_threshold).all()):
+            return tokens[:, :0], logits[:, :0]
+        return tokens, logits
+
+    monkeypatch.setattr(DLiteForSpeculation, "draft", skip_on_the_sampled_draft)
+    counts, _ = draw(
+        target, drafter, N_SAMPLES, seed_base=40_000, prompt=HYBRID_PROMPT, hybrid=True, min_match=None, **settings
+    )
+    p_values = [chi_square_test(counts[token], marginals[token])[2] for token in (1, 2)]
+    assert min(p_values) < ALPHA, p_values
 
 
 def test_hybrid_with_a_wrong_proposal_distribution_is_detected(pair, monkeypatch):

@@ -83,6 +83,13 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "tokens (default: the drafter's lookup_min_match)",
     )
     parser.add_argument(
+        "--lookup-fallback-min-match",
+        type=int,
+        default=None,
+        help="method hybrid: when the drafter proposes nothing, draft the retrieved continuation of a match of at "
+        "least this many tokens (0: off; default: the drafter's lookup_fallback_min_match)",
+    )
+    parser.add_argument(
         "--workloads",
         default=None,
         help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)} (default {DEFAULT_WORKLOADS}; with --prompts: "
@@ -214,7 +221,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
     if args.prompts:
         parts += ["--prompts", args.prompts]
     parts += ["--methods", ",".join(methods)]
-    for flag in (*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match"):
+    for flag in (*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match", "lookup_fallback_min_match"):
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
@@ -262,9 +269,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
             except ValueError as error:
                 raise SystemExit(str(error)) from error
-    from ..modeling.suffix_index import check_lookup_tokens, check_min_match
+    from ..modeling.suffix_index import check_fallback_min_match, check_lookup_tokens, check_min_match
 
-    for flag, check in (("lookup_tokens", check_lookup_tokens), ("lookup_min_match", check_min_match)):
+    for flag, check in (
+        ("lookup_tokens", check_lookup_tokens),
+        ("lookup_min_match", check_min_match),
+        ("lookup_fallback_min_match", check_fallback_min_match),
+    ):
         value = getattr(args, flag)
         if value is None:
             continue
@@ -334,6 +345,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     "lookup_tokens": args.lookup_tokens or HYBRID_LOOKUP_TOKENS,
                     "lookup_min_match": args.lookup_min_match,
                 }
+                if args.lookup_fallback_min_match is not None:  # per call, like the thresholds
+                    overrides["lookup_fallback_min_match"] = args.lookup_fallback_min_match
             specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid))
     try:
         sessions = (

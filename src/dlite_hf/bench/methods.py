@@ -176,6 +176,9 @@ class BenchMethod:
                     if self.lookup_min_match is not None
                     else getattr(config, "lookup_min_match", None),
                     "lookup_length_factor": getattr(config, "lookup_length_factor", None),
+                    "lookup_fallback_min_match": self.drafter_overrides.get(
+                        "lookup_fallback_min_match", getattr(config, "lookup_fallback_min_match", 0)
+                    ),
                     "session_per_benchmark_session": True,
                 }
             info["drafter"]["parameters"] = sum(p.numel() for p in self.model.parameters())

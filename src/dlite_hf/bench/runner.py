@@ -181,12 +181,12 @@ class _Runner:
     ):
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
         if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
-            kwargs["past_key_values"] = cache
+            kwargs[_cache_keyword(self.target)] = cache
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
         models = {
             k: kwargs.pop(k)
-            for k in ("assistant_model", "tokenizer", "assistant_tokenizer", "past_key_values")
+            for k in ("assistant_model", "tokenizer", "assistant_tokenizer", "past_key_values", "cache")
             if k in kwargs
         }
         config = method.generation_config(**kwargs)  # everything else: this call's decoding options
@@ -239,6 +239,7 @@ class _Runner:
                     "lookup_accepted": stats.lookup_accepted,
                     "lookup_s": stats.lookup_time_s,
                     "lookup_index_reused": stats.lookup_index_reused,
+                    "lookup_fallback_rounds": stats.lookup_fallback_rounds,
                     "dlite_rounds": stats.dlite_rounds,
                     "dlite_accepted": stats.dlite_accepted,
                     "dlite_drafter_s": stats.drafter_time_s,
@@ -277,6 +278,14 @@ class _Runner:
             **lookup,
         }
         return sequences, metrics
+
+
+def _cache_keyword(target: nn.Module) -> str:
+    """generate()'s name for a cache to start from: the model forward's (``cache`` from transformers 5.24,
+    ``past_key_values`` before)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(type(target).forward).parameters else "past_key_values"
 
 
 def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:
