@@ -29,7 +29,7 @@ test: assets
 
 # the unit tests that need no downloaded model (tiny seeded models built in code); CI runs them within `make test`
 test-fast: setup
-	$(PY) -m pytest -q -m "not real and not slow"
+	$(PY) -m pytest -q -m "not real and not slow and not heavy"
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -15,8 +15,8 @@ from .suffix_index import check_fallback_min_match, check_length_factor, check_m
 THRESHOLD_MEANINGS = {
     "draft_confidence_threshold": "0 drafts K tokens every round, e.g. 0.1 stops where the drafts' joint probability "
     "under the drafter falls below 10%",
-    "draft_skip_threshold": "0 never skips a round's drafts, e.g. 0.5 skips them when the first draft's probability "
-    "under the drafter is below 50%",
+    "draft_skip_threshold": "0 never skips a round's drafts, e.g. 0.5 skips them when the most likely first draft's "
+    "probability under the drafter is below 50%",
 }
 
 
@@ -108,11 +108,12 @@ class DLiteConfig(PreTrainedConfig):
             extension beyond it; see the README). Lossless for greedy and sampling alike: the stop depends only on
             the drafter's own distribution and draws, never on the target.
         draft_skip_threshold (`float`, defaults to 0.0):
-            Propose no drafts in a round whose first draft has a drafter probability below this value: the target
+            Propose no drafts in a round whose most likely first draft has a drafter probability below this value
+            (decided before anything is drawn, so sampling stays exact; greedy drafts that token): the target
             then decodes one token alone, which on hardware where a one-token forward is much cheaper than a
             multi-token one (a CPU: 58 vs 94 ms for SmolLM2-135M, `benchmarks/verify_cost.py`) saves more than the
             unlikely draft would earn. 0.0 never skips (the paper; right for GPUs, where verifying K + 1 tokens
-            costs about as much as decoding one). Lossless like `draft_confidence_threshold`.
+            costs about as much as decoding one). Lossless for greedy and sampling.
         draft_lengths (`list[int]`, *optional*):
             The draft counts a round may stop at when `draft_confidence_threshold` stops it early: a round that
             falls below the threshold after `n` drafts keeps drafting up to the next listed length (K is always

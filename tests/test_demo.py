@@ -227,6 +227,7 @@ def test_drafter_for_another_target_is_refused(tmp_path, tokenizer):
     assert "No DLite drafter loaded" in final.dlite_html and final.details["plain"]["new_tokens"] == 4
 
 
+@pytest.mark.heavy  # a fresh interpreter: in `make test` and CI, not test-fast
 def test_importing_the_package_does_not_import_gradio():
     script = (
         "import sys, runpy\n"

@@ -16,6 +16,8 @@ import sys
 import pytest
 from tiny_models import write_tiny_training_run
 
+pytestmark = pytest.mark.heavy  # two training processes a test: in `make test` and CI, not test-fast
+
 LAUNCHERS = {
     "torchrun": ["-m", "torch.distributed.run", "--nproc_per_node", "2"],
     "accelerate": [

@@ -42,19 +42,43 @@ def test_the_training_logs_out_of_domain_tau_table_is_the_result_file() -> None:
     assert quoted in readme, quoted
 
 
-def test_the_out_of_domain_speed_table_is_the_bench_run() -> None:
-    result = json.loads((RESULTS / "smollm2-135m-ood-bf16-packed.json").read_text())
+def _check_speed_table(run: str, labels: dict[str, str], cell) -> dict:
+    """Every README row `label` of a speed table: plain's tok/s, then one `cell(summary_row)` per method."""
+    result = json.loads((RESULTS / f"{run}.json").read_text())
     summary = {(s["workload"], s["method"]): s for s in result["summary"]}
+    for label, workload in labels.items():
+        cells = _row(label)
+        assert cells[0] == f"{summary[(workload, 'plain')]['tok_s']:.2f}"
+        for shown, method in zip(cells[1:], ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")):
+            assert re.sub(r"\*", "", shown) == cell(summary[(workload, method)]), (label, method, shown)
+    assert result["ok"] and all(d["ok"] for d in result["divergences"])
+    return result
+
+
+def test_the_out_of_domain_speed_table_is_the_bench_run() -> None:
     labels = {
         "legal (MultiLexSum)": "legal",
         "clinical (MTS-Dialog)": "clinical",
         "long 1k (essays; this run)": "long-1024",
         "all (9)": "all",
     }
-    for label, workload in labels.items():
-        cells = _row(label)
-        assert cells[0] == f"{summary[(workload, 'plain')]['tok_s']:.2f}"
-        for cell, method in zip(cells[1:], ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")):
-            s = summary[(workload, method)]
-            assert re.sub(r"\*", "", cell) == f"{s['mean_tau']:.2f} / {s['speedup']:.2f}x", (label, method, cell)
-    assert result["ok"] and all(d["ok"] for d in result["divergences"])
+    _check_speed_table("smollm2-135m-ood-bf16-packed", labels, lambda s: f"{s['mean_tau']:.2f} / {s['speedup']:.2f}x")
+
+
+def test_the_main_table_is_the_bench_run() -> None:
+    labels = {
+        "chat (MT-bench)": "chat",
+        "code (HumanEval)": "code",
+        "math (ASDiv)": "math",
+        "tool (BFCL)": "tool",
+        "agentic (ToolTalk, coding session; 16 turns)": "agentic",
+        "long 1k (essays)": "long-1024",
+        "long 4k": "long-4096",
+        "all (34)": "all",
+    }
+
+    def cell(s: dict) -> str:
+        return f"{s['mean_tau']:.2f} ({s['tau_pooled']:.2f}) / {s['speedup']:.2f}x ({s['decode_speedup']:.2f}x)"
+
+    result = _check_speed_table("smollm2-135m-main-bf16-packed", labels, cell)
+    assert result["meta"]["prefix_cache"]

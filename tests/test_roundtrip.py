@@ -158,6 +158,7 @@ _REMOTE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.heavy  # a fresh interpreter: in `make test` and CI, not test-fast
 def test_trust_remote_code_without_dlite_hf(saved, target, tmp_path):
     drafter, folder = saved
     target_dir = tmp_path / "target"

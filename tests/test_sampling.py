@@ -20,6 +20,8 @@ from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteCandidateGenerator, DraftSession
 
+pytestmark = pytest.mark.heavy  # thousands of seeded generations a test: in `make test` and CI, not test-fast
+
 VOCAB = 16
 PROMPT = torch.tensor([[3, 7, 1, 12]])
 P = PROMPT.shape[1]
