@@ -456,19 +456,39 @@ def test_a_mode_that_would_ignore_the_drafter_is_refused(pair, options, mode):
 
 
 def test_compare_says_where_the_shipped_drafter_lives_when_it_is_missing(tmp_path, monkeypatch):
-    """From an installed wheel the repository's drafters/ folder is absent: the error says where the drafter
-    ships and what to pass, before any model loads."""
+    """From an installed wheel the repository's drafters/ folder is absent: the error says where it looked, where
+    the drafter ships and what to pass, before any model loads."""
     from dlite_hf import assets
+    from dlite_hf.assets import loading
     from dlite_hf.cli import main
-    from dlite_hf.commands import compare
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded before the drafter was found")
 
     monkeypatch.setattr(assets, "open_target", no_loading)
-    monkeypatch.setattr(compare, "default_drafter_dir", lambda: tmp_path / "drafters" / "dlite-smollm2-135m")
-    with pytest.raises(SystemExit, match=r"No drafter at .*dlite-smollm2-135m; the trained SmolLM2-135M drafter ships "
-                                         r"in the dlite-hf repository .*pass --drafter PATH"):  # fmt: skip
+    monkeypatch.setattr(loading, "drafter_search_path", lambda: [tmp_path / "drafters"])
+    with pytest.raises(SystemExit, match=r"No drafter named 'dlite-smollm2-135m' in .*drafters; the trained "
+                                         r"SmolLM2-135M drafter ships in the dlite-hf repository .*pass --drafter "
+                                         r"PATH.*DLITE_HF_DRAFTERS"):  # fmt: skip
         main(["compare", "--workloads", "chat", "--num-prompts", "1"])
-    with pytest.raises(SystemExit, match=r"No drafter at .*elsewhere\. Pass --drafter PATH"):
+    with pytest.raises(SystemExit, match=r"elsewhere' is neither an existing folder, a Hub id \(org/name\) nor a "):
         main(["compare", "--workloads", "chat", "--num-prompts", "1", "--drafter", str(tmp_path / "elsewhere")])
+
+
+def test_a_drafter_is_found_by_name_in_the_search_path(tmp_path, monkeypatch):
+    """`--drafter NAME` (and the default) finds the shipped drafter in $DLITE_HF_DRAFTERS, ./drafters or the
+    checkout, in that order; a folder and a Hub id work as given."""
+    from dlite_hf.assets import AssetError, drafter_search_path, resolve_drafter
+    from dlite_hf.defaults import DEFAULT_DRAFTER, default_drafter_dir
+
+    mine = tmp_path / "mine"
+    (mine / DEFAULT_DRAFTER).mkdir(parents=True)
+    monkeypatch.setenv("DLITE_HF_DRAFTERS", str(mine))
+    assert drafter_search_path()[0] == mine.resolve()
+    assert resolve_drafter(DEFAULT_DRAFTER) == mine.resolve() / DEFAULT_DRAFTER
+    monkeypatch.delenv("DLITE_HF_DRAFTERS")
+    monkeypatch.chdir(tmp_path)  # no ./drafters here: the checkout's copy
+    assert resolve_drafter(DEFAULT_DRAFTER) == default_drafter_dir().resolve()
+    assert resolve_drafter(str(mine)) == mine
+    with pytest.raises(AssetError, match="neither an existing folder"):
+        resolve_drafter("not-a-drafter")

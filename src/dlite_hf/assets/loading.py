@@ -8,13 +8,14 @@ transformers, huggingface_hub and peft are imported inside the functions, so imp
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-from ..defaults import check_attention, check_dtype
+from ..defaults import SHIPPED_DRAFTER_NOTE, check_attention, check_dtype, repo_root
 from .download import fetch_model
-from .registry import MODELS, AssetError, cache_dir
+from .registry import DRAFTERS, DRAFTERS_ENV, MODELS, AssetError, cache_dir
 
 
 def resolve_model(name_or_path: str, progress: bool = True) -> Path:
@@ -89,18 +90,57 @@ def load_target(
     return model, tokenizer
 
 
-def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
-    """A DLite drafter folder in eval mode, in `target`'s dtype (or `dtype`), checked against `target` when given.
-    The one drafter loader of the CLI, the benchmark and the demo.
+def drafter_search_path() -> list[Path]:
+    """Where a drafter given by name is looked for, in order: the folders of ``$DLITE_HF_DRAFTERS``, ``./drafters``,
+    and the dlite-hf checkout's ``drafters/`` (absent from an installed wheel)."""
+    roots = [Path(p).expanduser() for p in os.environ.get(DRAFTERS_ENV, "").split(os.pathsep) if p]
+    roots += [Path.cwd() / "drafters", repo_root() / "drafters"]
+    return list(dict.fromkeys(root.resolve() for root in roots))
+
+
+def resolve_drafter(name_or_path: str | Path) -> Path:
+    """Return a local drafter folder: an existing directory as is, a drafter name of :data:`DRAFTERS` from
+    :func:`drafter_search_path`, or a Hub id (org/name) through ``snapshot_download``.
 
     Raises:
-        FileNotFoundError: no folder at `path`.
+        AssetError: none of those, saying where it looked and what to pass.
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if text in DRAFTERS:
+        roots = drafter_search_path()
+        for root in roots:
+            if (root / text).is_dir():
+                return root / text
+        raise AssetError(
+            f"No drafter named {text!r} in {', '.join(str(r) for r in roots)}; {SHIPPED_DRAFTER_NOTE} (or set "
+            f"{DRAFTERS_ENV} to a folder that holds it)."
+        )
+    if _HUB_ID.fullmatch(text):
+        return _hub_snapshot(text)
+    raise AssetError(
+        f"{text!r} is neither an existing folder, a Hub id (org/name) nor a drafter name ({', '.join(DRAFTERS)}). "
+        "Pass a folder saved by `dlite-hf train` or save_pretrained."
+    )
+
+
+def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
+    """A DLite drafter (a folder, a Hub id or a drafter name: :func:`resolve_drafter`) in eval mode, in `target`'s
+    dtype (or `dtype`), checked against `target` when given. The one drafter loader of the CLI, the benchmark and
+    the demo.
+
+    Raises:
+        FileNotFoundError: no such drafter (the message says where it looked).
         ValueError / OSError: not a DLite checkpoint, or a drafter for another target (the message says which).
     """
     from .. import DLiteForSpeculation
 
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"No drafter at {path}: pass a folder saved by `dlite-hf train` or save_pretrained.")
+    try:
+        path = resolve_drafter(path)
+    except AssetError as error:
+        raise FileNotFoundError(str(error)) from None
     dtype = target.dtype if target is not None else dtype
     drafter = DLiteForSpeculation.from_pretrained(path, **({"dtype": dtype} if dtype is not None else {})).eval()
     if target is not None:

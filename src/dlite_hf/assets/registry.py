@@ -13,6 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CACHE_ENV = "DLITE_HF_CACHE"
+DRAFTERS_ENV = "DLITE_HF_DRAFTERS"
+"""Folders (separated like PATH) searched for a drafter given by name, before ./drafters and the checkout's."""
+
+DRAFTERS: dict[str, str] = {
+    "dlite-smollm2-135m": "the SmolLM2-135M-Instruct drafter trained by dlite-hf (its repository: drafters/)",
+}
+"""Drafters a command accepts by name (``--drafter dlite-smollm2-135m``), found in :data:`DRAFTERS_ENV`'s folders,
+``./drafters`` or the dlite-hf checkout's ``drafters/``."""
 
 
 class AssetError(RuntimeError):

@@ -46,9 +46,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--target", default="smollm2-135m", help="target: a registry name or a local folder")
+    parser.add_argument("--target", default="smollm2-135m", help="target: a local folder, Hub id or registry name")
     parser.add_argument(
-        "--drafter", default=None, help="methods dlite, dlite_fixed: drafter folder (default: the shipped one)"
+        "--drafter",
+        default=None,
+        help="methods dlite, dlite_fixed, hybrid: a drafter folder, Hub id or name (default: dlite-smollm2-135m)",
     )
     parser.add_argument("--drafter-nohead", default=None, help="method dlite_nohead: a no-sequential-head drafter")
     parser.add_argument("--drafter-history", default=None, help="method history: a history-aware checkpoint")
@@ -189,10 +191,14 @@ def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:
 
 
 def _default_drafter() -> str | None:
-    from ..defaults import default_drafter_dir
+    """The shipped drafter's folder (:data:`~dlite_hf.defaults.DEFAULT_DRAFTER`, found by name), or None."""
+    from ..assets import AssetError, resolve_drafter
+    from ..defaults import DEFAULT_DRAFTER
 
-    folder = default_drafter_dir()
-    return str(folder) if folder.exists() else None
+    try:
+        return str(resolve_drafter(DEFAULT_DRAFTER))
+    except AssetError:
+        return None
 
 
 def _same_vocabulary(a: Any, b: Any) -> bool:

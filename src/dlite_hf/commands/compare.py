@@ -9,11 +9,10 @@ from pathlib import Path
 from ..defaults import (
     ATTENTION_CHOICES,
     DEFAULT_ATTENTION,
+    DEFAULT_DRAFTER,
     DEFAULT_DTYPE,
     DEFAULT_TARGET,
     DTYPE_CHOICES,
-    SHIPPED_DRAFTER_NOTE,
-    default_drafter_dir,
 )
 from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
 from ..modeling.suffix_index import check_lookup_tokens
@@ -28,7 +27,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     both commands time, count and check outputs the same way; this one prints a row per prompt."""
     import torch
 
-    from ..assets import load_drafter, open_target
+    from ..assets import AssetError, load_drafter, open_target, resolve_drafter
     from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
     from ..bench.runner import run_bench
     from ..broad_mix import eval_prompts
@@ -59,14 +58,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise SystemExit(f"--workloads {args.workloads}: {error}") from None
     set_threads(args.threads)
-    drafter_dir = Path(args.drafter) if args.drafter else default_drafter_dir()
-    if not drafter_dir.exists():
-        what = (
-            f"; {SHIPPED_DRAFTER_NOTE}"
-            if not args.drafter
-            else ". Pass --drafter PATH (a folder saved by dlite-hf train)"
-        )
-        raise SystemExit(f"No drafter at {drafter_dir}{what}.")
+    try:  # found before any model loads
+        drafter_dir = resolve_drafter(args.drafter or DEFAULT_DRAFTER)
+    except AssetError as error:
+        raise SystemExit(f"--drafter {args.drafter or DEFAULT_DRAFTER}: {error}") from None
     target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
     try:
         drafter = load_drafter(drafter_dir, target)
@@ -154,7 +149,11 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     """Register the subcommand."""
     compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
     compare.add_argument("--target", default=DEFAULT_TARGET)
-    compare.add_argument("--drafter", default=None, help="drafter folder (default: the shipped one)")
+    compare.add_argument(
+        "--drafter",
+        default=None,
+        help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout has it)",
+    )
     compare.add_argument("--workloads", default="chat,code,math")
     compare.add_argument(
         "--num-prompts", type=int, default=None, help="eval prompts per workload (default 2; with --prompts: all)"

@@ -14,6 +14,7 @@ import torch
 
 from ..defaults import (
     DEFAULT_ATTENTION,
+    DEFAULT_DRAFTER,
     DEFAULT_DTYPE,
     DEFAULT_TARGET,
     check_attention,
@@ -136,8 +137,13 @@ def load_models(
             models.target = models.tokenizer = None
             models.target_error = f"Could not load the target from `{folder}`: {error}"
 
+    from ..assets import AssetError, resolve_drafter
+
     default = drafter is None or str(drafter) == ""
-    path = default_drafter_dir() if default else Path(drafter).expanduser()
+    try:  # a folder, a Hub id or a drafter name (the default: the shipped one, found by name)
+        path = resolve_drafter(DEFAULT_DRAFTER if default else drafter)
+    except AssetError:
+        path = default_drafter_dir() if default else Path(drafter).expanduser()
     models.drafter_path = str(path)
     if not path.is_dir():
         models.drafter_error = missing_drafter_message(path, default)
