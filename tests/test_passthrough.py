@@ -3,6 +3,8 @@ DFlash path behave exactly as with transformers' original `_get_candidate_genera
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from tiny_models import make_drafter, make_tiny_target
@@ -166,13 +168,13 @@ def test_assisted_decoding_on_a_prefilled_cache_equals_a_fresh_call(fitted_pair,
     greedy = {"do_sample": False, "max_new_tokens": 16}
     first = prompts[:1]
     cache = DynamicCache(config=target.config)
-    turn1 = target.generate(first, attention_mask=torch.ones_like(first), past_key_values=cache, **greedy, **kwargs)
+    # generate()'s spelling: `cache` from transformers 5.24 (the forward's name), `past_key_values` before
+    key = "cache" if "cache" in inspect.signature(type(target).forward).parameters else "past_key_values"
+    turn1 = target.generate(first, attention_mask=torch.ones_like(first), **{key: cache}, **greedy, **kwargs)
     assert cache.get_seq_length() == turn1.shape[1] - 1
     turn2_ids = torch.cat([turn1, turn1[:, -12:], prompts[1:2, :6]], dim=1)  # a reply, then a repeat: lookup pays
     fresh = target.generate(turn2_ids, attention_mask=torch.ones_like(turn2_ids), **greedy, **kwargs)
-    reused = target.generate(
-        turn2_ids, attention_mask=torch.ones_like(turn2_ids), past_key_values=cache, **greedy, **kwargs
-    )
+    reused = target.generate(turn2_ids, attention_mask=torch.ones_like(turn2_ids), **{key: cache}, **greedy, **kwargs)
     assert torch.equal(fresh, reused)
     assert cache.get_seq_length() == reused.shape[1] - 1  # the prefix was not processed twice
     assert "prepare_inputs_for_generation" not in target.__dict__  # the shadow lives for the call only
