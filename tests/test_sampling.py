@@ -34,10 +34,9 @@ SETTINGS = {
     "t1": {"temperature": 1.0, "top_k": 0},  # no logits processor at all
     "t0.7_top6": {"temperature": 0.7, "top_k": 6},  # drafts are sampled from processed logits
 }
-# the same with adaptive drafting: a round stops early when the drafter's joint confidence falls below 0.98 and
-# proposes nothing when its first draft's probability is below 0.5 (this peaked drafter: about half the calls draft
-# two tokens in their first round, a quarter skip a round); both decisions depend on the sampled drafts, and the
-# tokens must still follow the target
+# the same with adaptive drafting: a round stops early when the drafter's joint confidence in its sampled drafts
+# falls below 0.98, and proposes nothing when its most likely first draft's probability is below 0.8 (decided
+# before drawing); the tokens must still follow the target
 ADAPTIVE_SETTINGS = {"t1_adaptive": ("t1", 0.98, 0.8)}  # skips ~40% of first rounds (top q < 0.8)
 
 

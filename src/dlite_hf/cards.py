@@ -33,10 +33,14 @@ def _adaptive_text(config: Any) -> str:
         parts.append(f"a round stops drafting where the drafts' joint probability falls below {confidence:g}")
     if skip:
         parts.append(
-            f"a round whose first draft has probability below {skip:g} proposes nothing (a plain one-token step; "
+            f"a round whose most likely first draft has probability below {skip:g} proposes nothing (a plain "
+            "one-token step; "
             "pays off on CPUs, where a multi-token forward costs much more than a one-token one: pass "
             "`draft_skip_threshold=0.0` to `from_pretrained` on a GPU)"
         )
+        fallback = getattr(config, "lookup_fallback_min_match", 0)
+        if fallback:
+            parts.append(f"with hybrid drafting such a round drafts a retrieved match of {fallback}+ tokens instead")
     lengths = getattr(config, "draft_lengths", None)
     if lengths and confidence:
         parts.append(
