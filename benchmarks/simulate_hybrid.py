@@ -38,6 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+COST_SIZES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]  # block sizes (q new tokens) whose forward is timed
+
+
 def _forward_costs(target, context: int, sizes: list[int], repeats: int = 5) -> dict[int, float]:
     """Median seconds of a target forward over q new tokens on a cache of `context` tokens."""
     import torch
@@ -201,9 +204,8 @@ def _collect(args) -> tuple[dict, dict, float]:
                 history = messages + [{"role": "assistant", "content": reply}]
                 print(f"{label} {session['id']} turn {index}: {len(ids)} + {len(out)} tokens", flush=True)
             sessions.setdefault(label, []).append(turns)
-    sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]
     contexts = sorted({_context_key(t) for s in sessions.values() for ts in s for t in ts})
-    cost_tables = {c: _forward_costs(target, c, sizes) for c in contexts}
+    cost_tables = {c: _forward_costs(target, c, COST_SIZES) for c in contexts}
     drafter_s = statistics.median(d for s in sessions.values() for ts in s for t in ts for d in t.draft_s)
     return sessions, cost_tables, drafter_s
 
@@ -216,8 +218,7 @@ def _remeasure_costs(args, contexts: list[int]) -> dict[int, dict[int, float]]:
 
     torch.set_num_threads(1)
     target, _ = load_target(resolve_model(args.target), dtype=args.cost_dtype, attention=args.cost_attention)
-    sizes = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]
-    return {c: _forward_costs(target, c, sizes) for c in contexts}
+    return {c: _forward_costs(target, c, COST_SIZES) for c in contexts}
 
 
 def _context_key(turn: Turn) -> int:

@@ -132,12 +132,18 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny, tokenizer):
-    target, drafters = tiny
-    workloads = build_workloads(
+@pytest.fixture(scope="module")
+def agentic_turns(tokenizer):
+    """Three-turn agentic sessions (ToolTalk and a coding session, no BFCL), contexts to 3,000 tokens."""
+    return build_workloads(
         ["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=3000, agentic_max_turns=3, file_tokens=300,
         bfcl_sessions=0,
     )  # fmt: skip
+
+
+def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny, tokenizer, agentic_turns):
+    target, drafters = tiny
+    workloads = agentic_turns
     methods = make_methods({"plain": None, "dlite": drafters["dlite"], "hybrid": drafters["dlite"]})
     assert methods[2].lookup_tokens == 32 and methods[2].generate_kwargs(None)["prompt_lookup_num_tokens"] == 32
     result = run_bench(target, tokenizer, methods, workloads, max_new_tokens=12, progress=False, warmup=False)
@@ -154,12 +160,9 @@ def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny,
     assert described["lookup_length_factor"] == 2.0
 
 
-def test_prefix_cache_reuses_each_methods_previous_turn_and_changes_no_output(tiny, tokenizer):
+def test_prefix_cache_reuses_each_methods_previous_turn_and_changes_no_output(tiny, tokenizer, agentic_turns):
     target, drafters = tiny
-    workloads = build_workloads(
-        ["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=3000, agentic_max_turns=3, file_tokens=300,
-        bfcl_sessions=0,
-    )  # fmt: skip
+    workloads = agentic_turns
     methods = {"plain": None, "prompt_lookup": None, "hybrid": drafters["dlite"]}
     runs = {
         reuse: run_bench(

@@ -295,11 +295,8 @@ def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: li
 
     if kept is not None:
         cache, cached_ids = kept
-        shared = 0
-        for a, b in zip(cached_ids, ids[:-1]):
-            if a != b:
-                break
-            shared += 1
+        shared = first_difference(cached_ids, ids[:-1])
+        shared = len(cached_ids) if shared is None else shared
         if shared:
             excess = cache.get_seq_length() - shared
             if excess > 0:

@@ -29,6 +29,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from ..assets import AssetError, load_drafter, open_target, resolve_drafter
     from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
+    from ..bench.report import ALL_WORKLOADS
     from ..bench.runner import run_bench
     from ..broad_mix import eval_prompts
     from ..prompts import load_prompt_file
@@ -106,7 +107,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "plain_tok_s": plain["tok_s"],
             "dlite_tok_s": record["tok_s"],
             "tau": record["tau"],
-            "speedup": record["tok_s"] / plain["tok_s"] if plain["tok_s"] else 0.0,
+            "speedup": plain["wall_s"] / record["wall_s"] if record["wall_s"] else 0.0,  # as the bench's
             "identical": record["identical_to_plain"],
             "near_tie": verdict,
             "lossless_ok": record["lossless_ok"],
@@ -118,25 +119,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"speedup {row['speedup']:.2f}x  identical={row['identical']}"
             + (f" (near-tie at new token {record['first_mismatch']}: {verdict['ok']})" if verdict else "")
         )
-    total_plain = sum(plain_runs[r["workload"], r["id"]]["wall_s"] for r in rows)
-    total_dlite = sum(r["new_tokens"] / r["dlite_tok_s"] for r in rows if r["dlite_tok_s"])
-    tokens = sum(r["new_tokens"] for r in rows)
-    plain_tokens = sum(plain_runs[r["workload"], r["id"]]["new_tokens"] for r in rows)
+    # the run's own summary rows (dlite_hf.bench.report.summarize): the overall row, and one per workload
+    by_key = {(r["workload"], r["method"]): r for r in result["summary"]}
+    overall = ALL_WORKLOADS if len(workloads) > 1 else next(iter(workloads))
+    plain_all, mine = by_key[(overall, "plain")], by_key[(overall, method.name)]
     summary = {
         "decoding": decoding,
         "prompts": len(rows),
-        "plain_tok_s": plain_tokens / total_plain,
-        "dlite_tok_s": tokens / total_dlite,
-        "mean_tau": sum(r["tau"] for r in rows) / len(rows),
-        "mean_tau_by_workload": {
-            w: sum(r["tau"] for r in rows if r["workload"] == w) / sum(r["workload"] == w for r in rows)
-            for w in dict.fromkeys(r["workload"] for r in rows)
-        },
-        "speedup": (tokens / total_dlite) / (plain_tokens / total_plain),
+        "plain_tok_s": plain_all["tok_s"],
+        "dlite_tok_s": mine["tok_s"],
+        "mean_tau": mine["mean_tau"],
+        "mean_tau_by_workload": {w: by_key[(w, method.name)]["mean_tau"] for w in workloads},
+        "speedup": mine["speedup"],
         "dtype": dtype,
         "attention": args.attention,
-        "all_identical": all(r["identical"] for r in rows),
-        "exact_match_rate": sum(r["identical"] for r in rows) / len(rows),
+        "all_identical": mine["mismatches"] == 0,
+        "exact_match_rate": mine["exact_match_rate"],
         "lossless_ok": result["ok"],
     }
     print(json.dumps(summary, indent=2))
