@@ -635,7 +635,13 @@ def _slice_first_forward_to_uncached(model: Any, model_kwargs: dict[str, Any]) -
 
     def prepare_inputs_for_generation(input_ids, *args, **kwargs):
         first = kwargs.get("is_first_iteration") and kwargs.get("next_sequence_length") is None and not args
-        if first and input_ids.shape[1] > past:  # the full ids (the candidate generators need them) on the cache
+        if first:  # the full ids (the candidate generators need them) on the cache
+            if input_ids.shape[1] <= past:
+                raise ValueError(
+                    f"generate() got input_ids of {input_ids.shape[1]} tokens and a cache that already holds {past}: "
+                    "assisted decoding needs the whole sequence as input_ids (the cached prefix, then at least one "
+                    "new token). Pass the full ids, or crop the cache to a prefix of them (cache.crop(-n))."
+                )
             kwargs["next_sequence_length"] = input_ids.shape[1] - past
         return prepare(input_ids, *args, **kwargs)
 

@@ -180,3 +180,18 @@ def test_assisted_decoding_on_a_prefilled_cache_equals_a_fresh_call(fitted_pair,
     assert "prepare_inputs_for_generation" not in target.__dict__  # the shadow lives for the call only
     plain = target.generate(turn2_ids, attention_mask=torch.ones_like(turn2_ids), **greedy)
     assert torch.equal(plain, reused)
+
+
+def test_a_cache_as_long_as_the_input_is_refused_with_what_to_pass(fitted_pair):
+    """Only the new tokens as input_ids on a pre-filled cache: a clear error, not a forward over the wrong ids."""
+    from transformers import DynamicCache
+
+    target, drafter, prompts, _, _ = fitted_pair
+    key = "cache" if "cache" in inspect.signature(type(target).forward).parameters else "past_key_values"
+    cache = DynamicCache(config=target.config)
+    ids = prompts[:1]
+    turn1 = target.generate(ids, **{key: cache}, do_sample=False, max_new_tokens=8, assistant_model=drafter)
+    new_only = turn1[:, -3:]
+    with pytest.raises(ValueError, match=r"input_ids of 3 tokens and a cache that already holds 13: .*whole sequence"):
+        target.generate(new_only, **{key: cache}, do_sample=False, max_new_tokens=4, assistant_model=drafter)
+    assert "prepare_inputs_for_generation" not in target.__dict__  # removed although the call raised
