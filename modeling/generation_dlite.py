@@ -84,7 +84,7 @@ def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
 # The private method of transformers the hook wraps, and the parameters it must have (by name; others may come and
 # go, and their order does not matter): what the hook reads, and what a DLite candidate generator needs.
 _HOOKED_METHOD = "_get_candidate_generator"
-_DECODING_METHOD = "_assisted_decoding"  # wrapped too, only to remove the hooks in a `finally` (optional)
+_DECODING_METHOD = "_assisted_decoding"  # wrapped too: hook removal in a `finally`, a pre-filled cache (optional)
 _LIVE_RECORDERS = "_dlite_live_recorders"  # target attribute: {thread id: [TappedStateRecorder]} of running calls
 _REQUIRED_PARAMETERS = (
     "generation_config",
@@ -585,12 +585,12 @@ def install_generate_hook() -> bool:
     _get_candidate_generator._dlite_hook = True
     _get_candidate_generator._dlite_original = original
     setattr(GenerationMixin, _HOOKED_METHOD, _get_candidate_generator)
-    _install_cleanup(GenerationMixin)
+    _install_assisted_wrapper(GenerationMixin)
     _install_mode_check()
     return True
 
 
-def _install_cleanup(mixin: type) -> None:
+def _install_assisted_wrapper(mixin: type) -> None:
     """Wrap `_assisted_decoding` so that a call's forward hooks are removed when it ends, also when it raises
     (otherwise they stay on the target while the exception is alive). If the method is gone, the generator's
     finalizer still removes them, later.
