@@ -122,22 +122,27 @@ def _forward_costs(model, contexts, tokens, repeats, generator, breakdown: bool)
     import torch
 
     rows, parts_rows = [], []
+    modes = ("default", "sdpa_gqa")
     for context in contexts:
         cache = _random_cache(model, context, generator)
-        for n in tokens:
-            times: dict[str, list[float]] = {"default": [], "sdpa_gqa": []}
-            for repeat in range(repeats + 1):
-                for mode in times:  # interleaved, so background load hits both alike
+        times = {(n, mode): [] for n in tokens for mode in modes}
+        for repeat in range(repeats + 1):
+            # every block size and both modes interleaved within a repeat, so drift and background load hit the
+            # q=1 and the q=8 forwards alike (their ratio is the result)
+            for n in tokens:
+                for mode in modes:
                     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1" if mode == "sdpa_gqa" else "0"
                     new = torch.randint(100, 10000, (1, n), generator=generator)
                     start = time.perf_counter()
                     model(new, cache=cache, use_cache=True)
                     if repeat:  # the first round warms up
-                        times[mode].append(1000 * (time.perf_counter() - start))
+                        times[n, mode].append(1000 * (time.perf_counter() - start))
                     cache.crop(-n)
-            os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
-            rows.append({"context": context, "new_tokens": n, **{m: statistics.median(v) for m, v in times.items()}})
-            if breakdown and n in (1, 8):
+        os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
+        for n in tokens:
+            rows.append({"context": context, "new_tokens": n, **{m: statistics.median(times[n, m]) for m in modes}})
+        for n in (1, 8) if breakdown else ():
+            if n in tokens:
                 probe = _Breakdown(model)
                 samples = []
                 for _ in range(repeats):

@@ -32,7 +32,7 @@ SUMMARY_KEYS = {
     "workload", "method", "prompts", "mean_prompt_tokens", "new_tokens", "target_forwards", "wall_s", "prefill_s",
     "tok_s", "mean_tau", "tau_pooled", "speedup", "decode_speedup", "acceptance_rate", "drafter_ms_per_round",
     "target_ms_per_round", "drafter_share", "rounds", "peak_rss_delta_mb_max", "mismatches", "lossless",
-    "exact_match_rate", "near_ties", "lossless_failures",
+    "exact_match_rate", "near_ties", "lossless_failures", "wall_ratio",
 }  # fmt: skip
 META_KEYS = {"machine", "threads", "python", "torch", "transformers", "dlite_hf", "max_new_tokens", "started_utc"}
 ALL_METHODS = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history")
@@ -414,3 +414,30 @@ def test_cli_measures_a_users_prompt_file(tiny, tokenizer, tmp_path, monkeypatch
     path.write_text('{"messages": []}\n')
     with pytest.raises(SystemExit, match=r"--prompts .*prompt 1: expected a non-empty `messages` list"):
         main(argv)
+
+
+def _record(method: str, prompt: str, new_tokens: int, wall: float, decode: float) -> dict:
+    return {
+        "workload": "chat", "method": method, "prompt_id": prompt, "prompt_tokens": 10, "new_tokens": new_tokens,
+        "target_forwards": new_tokens, "rounds": 0, "accepted": 0, "drafted": 0, "tau": 1.0, "wall_s": wall,
+        "decode_s": decode, "prefill_s": wall - decode, "target_s": wall, "drafter_s": None,
+        "identical_to_plain": method == "plain" or new_tokens == 8, "lossless_ok": True, "peak_rss_delta_mb": None,
+    }  # fmt: skip
+
+
+def test_speedup_is_a_tokens_per_second_ratio_so_a_shorter_output_is_not_faster():
+    from dlite_hf.bench.report import summarize
+
+    records = [
+        _record("plain", "a", 8, wall=4.0, decode=3.0),
+        _record("plain", "b", 8, wall=4.0, decode=3.0),
+        _record("dlite", "a", 8, wall=2.0, decode=1.0),  # the same output in half the time: 2x
+        _record("dlite", "b", 4, wall=2.0, decode=1.5),  # a near-tie output half as long in half the time: 1x
+    ]
+    rows = {r["method"]: r for r in summarize(records, ["plain", "dlite"], ["chat"])}
+    # tokens/s: plain 16 / 8 s = 2; dlite 12 / 4 s = 3; decode: plain 16 / 6 s, dlite 12 / 2.5 s
+    assert rows["dlite"]["speedup"] == pytest.approx(1.5)
+    assert rows["dlite"]["decode_speedup"] == pytest.approx((12 / 2.5) / (16 / 6))
+    assert rows["dlite"]["wall_ratio"] == pytest.approx(2.0)  # what a wall-time ratio would have claimed
+    same = {r["method"]: r for r in summarize(records[:3], ["plain", "dlite"], ["chat"])}
+    assert same["dlite"]["speedup"] == pytest.approx(2.0) == same["dlite"]["wall_ratio"]  # identical outputs

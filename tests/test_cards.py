@@ -153,7 +153,8 @@ def tiny_checkpoint(tmp_path_factory):
 
 BENCH_DOCUMENT = {
     "schema_version": 1,
-    "meta": {"command": "dlite-hf bench --target smollm2-135m --max-new-tokens 128 --threads 1", "threads": 1},
+    "meta": {"command": "dlite-hf bench --target smollm2-135m --max-new-tokens 128 --threads 1", "threads": 1,
+             "machine": {"cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2}},
     "records": [{"workload": "code", "method": "dlite", "prompt_id": "humaneval/1", "tau": 2.5, "speedup": None}],
     "summary": [
         {"workload": "code", "method": "plain", "prompts": 4, "mean_tau": 1.0, "tok_s": 7.4183, "speedup": 1.0,
@@ -178,6 +179,7 @@ def test_card_command_renders_a_traceable_card(tiny_checkpoint, tmp_path):
     assert data["library_name"] == "transformers"
     assert 'AutoModel.from_pretrained("org/dlite-x")' in text
     assert f"Source: `{bench}`" in text and BENCH_DOCUMENT["meta"]["command"] in text
+    assert "on Intel(R) Xeon(R) Processor, 2 cores, 1 thread(s)" in text  # speedups are one CPU's ratios
     assert "| code | dlite | 4 | 2.32 | 11.06 | 1.49x | yes |" in text
     assert "| long-1024 | dlite | 4 | 1.90 | 5.50 | 1.22x | yes |" in text
     assert "| stage | stable |" in text  # from dlite_training.json

@@ -248,9 +248,10 @@ def test_the_checker_fails_a_verification_that_accepts_wrong_drafts(bf16_pair):
 
 
 def test_the_default_mode_is_the_one_the_committed_benchmark_measured_fastest():
-    """`make run` and the demo default to DEFAULT_DTYPE with DEFAULT_ATTENTION: of the main benchmark in four modes
-    (each pair of dtypes run side by side, one core each), that mode's fastest method has the highest tokens/s
-    over every workload."""
+    """`make run` and the demo default to DEFAULT_DTYPE with DEFAULT_ATTENTION: of the main benchmark's modes (each
+    pair of dtypes run side by side, one core each), that mode's fastest method has the highest tokens/s over every
+    workload, among the modes measured on the same machine (tokens/s of two CPUs are not comparable: the runs
+    record their machine, and the development machine's CPU changed between sessions)."""
     from dlite_hf.defaults import DEFAULT_ATTENTION
 
     runs = {
@@ -259,14 +260,19 @@ def test_the_default_mode_is_the_one_the_committed_benchmark_measured_fastest():
         ("float32", "packed_gqa"): "smollm2-135m-main-packed.json",
         ("bfloat16", "packed_gqa"): "smollm2-135m-main-bf16-packed.json",
     }
-    best = {}
+    by_machine: dict[str, dict[tuple[str, str], float]] = {}
     for (dtype, attention), name in runs.items():
         result = json.loads((RESULTS / name).read_text())
         assert result["meta"]["dtype"] == dtype and result["ok"] is True
         recorded = result["meta"].get("attention") or "sdpa"  # runs before the field existed used sdpa
         assert (recorded == "sdpa") == (attention == "sdpa"), (name, recorded)
-        best[dtype, attention] = max(r["tok_s"] for r in result["summary"] if r["workload"] == "all")
-    assert max(best, key=best.get) == (DEFAULT_DTYPE, DEFAULT_ATTENTION), best
+        best = max(r["tok_s"] for r in result["summary"] if r["workload"] == "all")
+        by_machine.setdefault(result["meta"]["machine"]["cpu"], {})[dtype, attention] = best
+    default = (DEFAULT_DTYPE, DEFAULT_ATTENTION)
+    compared = [modes for modes in by_machine.values() if default in modes and len(modes) > 1]
+    assert compared, f"the default mode {default} is not compared with another mode on one machine: {by_machine}"
+    for modes in compared:
+        assert max(modes, key=modes.get) == default, by_machine
 
 
 def test_the_benchmark_checks_every_bfloat16_divergence_and_fails_a_broken_verifier():

@@ -169,6 +169,10 @@ def card_from_checkpoint(
         attention = "packed_gqa" if attention == PACKED_GQA_SDPA else attention
         command = document.get("meta", {}).get("command") if isinstance(document, dict) else None
         source = f"`{_display_path(path)}`" + (f", written by `{command}`" if command else "")
+        machine = meta.get("machine") or {}
+        if machine.get("cpu"):  # speedups are ratios on one CPU: another CPU gives other ratios
+            cores = f", {machine['cpu_count']} cores" if machine.get("cpu_count") else ""
+            source += f", on {machine['cpu']}{cores}, {meta.get('threads', '?')} thread(s)"
     return render_model_card(
         config,
         base_model=base_model,
