@@ -141,18 +141,17 @@ def _forward_costs(model, contexts, tokens, repeats, generator, breakdown: bool)
         os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
         for n in tokens:
             rows.append({"context": context, "new_tokens": n, **{m: statistics.median(times[n, m]) for m in modes}})
-        for n in (1, 8) if breakdown else ():
-            if n in tokens:
-                probe = _Breakdown(model)
-                samples = []
-                for _ in range(repeats):
-                    probe.reset()
-                    model(torch.randint(100, 10000, (1, n), generator=generator), cache=cache)
-                    cache.crop(-n)
-                    samples.append(probe.components())
-                probe.remove()
-                medians = {k: 1000 * statistics.median(s[k] for s in samples) for k in samples[0]}
-                parts_rows.append({"context": context, "new_tokens": n, "ms": medians})
+        for n in [n for n in (1, 8) if breakdown and n in tokens]:
+            probe = _Breakdown(model)
+            samples = []
+            for _ in range(repeats):
+                probe.reset()
+                model(torch.randint(100, 10000, (1, n), generator=generator), cache=cache)
+                cache.crop(-n)
+                samples.append(probe.components())
+            probe.remove()
+            medians = {k: 1000 * statistics.median(s[k] for s in samples) for k in samples[0]}
+            parts_rows.append({"context": context, "new_tokens": n, "ms": medians})
         del cache
     return rows, parts_rows
 
