@@ -183,6 +183,72 @@ def test_prefix_cache_reuses_each_methods_previous_turn_and_changes_no_output(ti
     assert later and sum(r["cached_prompt_tokens"] for r in later) > 0.5 * sum(r["prompt_tokens"] for r in later)
 
 
+def test_repeats_keep_the_fastest_run_from_the_same_state_and_rotate_the_method_order(
+    tiny, tokenizer, agentic_turns, monkeypatch
+):
+    target, drafters = tiny
+    methods = {"plain": None, "prompt_lookup": None, "hybrid": drafters["dlite"]}
+    order: list[str] = []
+    measure = bench_runner._Runner.measure
+
+    def logged(self, method, input_ids, session=None, cache=None):
+        order.append(method.name)
+        return measure(self, method, input_ids, session=session, cache=cache)
+
+    monkeypatch.setattr(bench_runner._Runner, "measure", logged)
+    common = dict(max_new_tokens=12, progress=False, warmup=False, prefix_cache=True)
+    once = run_bench(target, tokenizer, methods, agentic_turns, **common)
+    order.clear()
+    twice = run_bench(target, tokenizer, methods, agentic_turns, repeats=2, **common)
+    assert once["ok"] and twice["ok"] and twice["meta"]["repeats"] == 2 and once["meta"]["repeats"] == 1
+    assert "measured 2 times with every method" in markdown_table(twice)
+    # every repeat starts from the same cache and suffix index: the same outputs, cache reuse and lookups as once
+    keys = ("prompt_id", "method", "new_tokens", "target_forwards", "cached_prompt_tokens", "lookup_rounds",
+            "lookup_accepted", "lookup_index_reused")  # fmt: skip
+    assert [[r.get(k) for k in keys] for r in once["records"]] == [[r.get(k) for k in keys] for r in twice["records"]]
+    for record in twice["records"]:
+        assert len(record["wall_s_repeats"]) == 2 and record["wall_s"] == min(record["wall_s_repeats"])
+    assert "wall_s_repeats" not in once["records"][0]
+    # the records keep plain first; the runs rotate: turn t starts with method t mod 3, all methods before a repeat
+    names = list(methods)
+    turns = len(twice["records"]) // 3
+    assert len(order) == 6 * turns
+    for turn in range(turns):
+        shift = turn % 3
+        assert order[6 * turn : 6 * turn + 6] == 2 * (names[shift:] + names[:shift])
+    assert [r["method"] for r in twice["records"][:3]] == names
+
+
+def test_a_repeat_with_another_output_fails_the_check(tiny, tokenizer, monkeypatch):
+    target, _ = tiny
+    workloads = build_workloads(["chat"], tokenizer, num_prompts=1)
+    measure = bench_runner._Runner.measure
+    calls = {"n": 0}
+
+    def flaky(self, method, input_ids, session=None, cache=None):
+        sequences, metrics = measure(self, method, input_ids, session=session, cache=cache)
+        calls["n"] += 1
+        if method.name == "prompt_lookup" and calls["n"] == 2:  # its first repeat emits another last token
+            sequences = sequences.clone()
+            sequences[0, -1] = (sequences[0, -1] + 1) % target.config.vocab_size
+        return sequences, metrics
+
+    monkeypatch.setattr(bench_runner._Runner, "measure", flaky)
+    result = run_bench(
+        target, tokenizer, {"prompt_lookup": None}, workloads, max_new_tokens=6, progress=False, warmup=False,
+        repeats=2,
+    )  # fmt: skip
+    assert result["ok"] is False and [m["method"] for m in result["mismatches"]] == ["prompt_lookup"]
+    assert "repeats [0] of 2 gave another output" in result["mismatches"][0]["reason"]
+
+
+@pytest.mark.parametrize("repeats", [0, -1, 1.5, True])
+def test_run_bench_refuses_a_bad_repeat_count(tiny, tokenizer, repeats):
+    target, _ = tiny
+    with pytest.raises(ValueError, match=rf"repeats={repeats!r} is invalid: expected an int >= 1"):
+        run_bench(target, tokenizer, {}, {}, repeats=repeats, progress=False)
+
+
 def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
     target, drafters = tiny
     monkeypatch.setattr(bench_command, "_load_target", lambda name, dtype, attention: (target, tokenizer, "/tiny"))
@@ -212,7 +278,12 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
     monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA")  # set by the command; removed for the tests after this one
     result = json.loads((tmp_path / "cli.json").read_text())
     assert result["meta"]["sdpa_force_gqa"] is True and " --sdpa-gqa" in result["meta"]["command"]
-    assert result["ok"] is True
+    assert result["ok"] is True and "--repeats" not in result["meta"]["command"]
+    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
+    assert main(_cli(tmp_path, "--repeats", "2")) == 0  # --repeats reaches the run and its recorded command
+    result = json.loads((tmp_path / "cli.json").read_text())
+    assert result["meta"]["repeats"] == 2 and " --repeats 2 " in result["meta"]["command"]
+    assert all(len(r["wall_s_repeats"]) == 2 for r in result["records"])
 
     original = bench_runner._Runner.generate
 
@@ -293,6 +364,7 @@ def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monke
         (["--methods", "dlite_nohead,assisted"], "dlite_nohead needs --drafter-nohead PATH; method assisted needs"),
         (["--methods", "plain", "--workloads", "long", "--long-lengths", "1024,20000"], "each length must be in"),
         (["--methods", "plain", "--bfcl-sessions", "-1"], "--bfcl-sessions and --coding-sessions must be >= 0"),
+        (["--methods", "plain", "--repeats", "0"], "--repeats 0 is invalid: expected >= 1"),
         (
             ["--methods", "dlite", "--confidence-threshold", "1.5"],
             "--confidence-threshold sets draft_confidence_threshold=1.5 is invalid",

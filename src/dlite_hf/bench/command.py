@@ -111,6 +111,13 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure every turn this many times with every method (interleaved, each from the same state) and keep "
+        "the fastest repeat: timing noise on a shared machine only adds time",
+    )
+    parser.add_argument(
         "--long-lengths", default="1024,4096", help=f"prompt lengths of the long workload (<= {LONG_MAX_TOKENS})"
     )
     parser.add_argument(
@@ -231,6 +238,8 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         if getattr(args, flag) is not None:
             parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
+    if args.repeats != 1:
+        parts += ["--repeats", str(args.repeats)]
     if "long" in workloads:
         parts += ["--long-lengths", args.long_lengths]
     if "agentic" in workloads:
@@ -302,6 +311,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"note: {flag} is ignored: method {method} is not in --methods.", file=sys.stderr)
     if args.num_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
         raise SystemExit("--num-prompts, --max-new-tokens and --threads must be positive.")
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats {args.repeats} is invalid: expected >= 1 (1 measures every turn once).")
     if args.agentic_max_turns < 1 or args.agentic_max_tokens < 256:
         raise SystemExit("--agentic-max-turns must be >= 1 and --agentic-max-tokens >= 256.")
     if args.bfcl_sessions < 0 or args.coding_sessions < 0:
@@ -401,6 +412,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         name=name,
         plots=not args.no_plots,
         prefix_cache=args.prefix_cache,
+        repeats=args.repeats,
     )
     from .report import markdown_table
 

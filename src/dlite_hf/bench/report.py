@@ -128,7 +128,13 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         f"transformers {meta.get('transformers')}, "
         f"dlite-hf {meta.get('dlite_hf')}, python {meta.get('python')}",
         f"- greedy, max_new_tokens {meta.get('max_new_tokens')}; started {meta.get('started_utc')}, "
-        f"took {_fmt(meta.get('duration_s'), '.0f')} s",
+        f"took {_fmt(meta.get('duration_s'), '.0f')} s"
+        + (
+            f"; every turn measured {meta['repeats']} times with every method (interleaved, each from the same "
+            "state), the fastest repeat kept; method order rotated by one per turn"
+            if meta.get("repeats", 1) > 1
+            else ""
+        ),
         "- speedup = the method's tokens/s / plain's, over the same prompts in this run (prefill included; with"
         " identical outputs, plain's wall time / the method's); decode speedup excludes the prefill forward;"
         " tau = new tokens / target forwards (plain = 1);"

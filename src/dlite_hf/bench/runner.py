@@ -8,6 +8,7 @@ their own statistics (rounds, drafts, accepted tokens, drafter time) from `draft
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import os
 import platform
@@ -333,12 +334,15 @@ def run_bench(
     name: str | None = None,
     plots: bool = True,
     prefix_cache: bool = False,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Benchmark ``methods`` on ``workloads`` with ``target``, greedy, interleaved per prompt.
 
-    For every turn of every session, ``plain`` runs first, then each other method on the same input ids; each
-    output is compared with plain's (``identical_to_plain``) and any difference is printed to stderr at once.
-    In multi-turn sessions plain's reply is appended as an ``assistant`` message before the next turn.
+    For every turn of every session, every method runs on the same input ids, one after the other; the order
+    rotates by one method from turn to turn, so no method always runs first (after another turn's work) or last.
+    Each output is compared with plain's (``identical_to_plain``) and any difference is printed to stderr as soon
+    as the turn's methods have run. In multi-turn sessions plain's reply is appended as an ``assistant`` message
+    before the next turn.
 
     Args:
         target: the target causal LM (batch size 1, as transformers' assisted generation).
@@ -358,6 +362,11 @@ def run_bench(
             the prefix the next prompt shares with it, so a turn prefills only its new tokens (as a serving stack
             with prefix caching does); each record's ``cached_prompt_tokens`` says how many were reused. Off: every
             turn prefills its whole context.
+        repeats: measure every turn this many times with every method (the rounds interleaved: all methods once,
+            then all again), each repeat from the same state (the turn's cache and suffix index are copied), and
+            keep the fastest repeat's metrics (timing noise on a shared machine only adds time); each record's
+            ``wall_s_repeats`` lists every repeat's wall time. The repeats' outputs must be identical (greedy
+            decoding is deterministic); a repeat that differs is reported as a failed check.
 
     Returns:
         The results document (see ``benchmarks/README.md`` for the schema); ``result["ok"]`` is False when any
@@ -367,6 +376,11 @@ def run_bench(
     """
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(
+            f"repeats={repeats!r} is invalid: expected an int >= 1 (how many times every turn is measured with "
+            "every method; the fastest repeat is kept). Pass 1 to measure each turn once."
+        )
     bench_methods = make_methods(methods)
     sessions = {label: [as_session(dict(s), label) for s in items] for label, items in workloads.items()}
     runner = _Runner(target, tokenizer, bench_methods, max_new_tokens, prefix_cache=prefix_cache)
@@ -377,6 +391,7 @@ def run_bench(
     info.update(dtype=runner.dtype, near_tie_epsilon=runner.epsilon if runner.dtype != "float32" else None)
     info["attention"] = getattr(target.config, "_attn_implementation", None)
     info["prefix_cache"] = prefix_cache
+    info.update(repeats=repeats, method_order="rotated by one method per turn")
     records: list[dict[str, Any]] = []
     mismatches: list[dict[str, Any]] = []
     session_log: list[dict[str, Any]] = []
@@ -386,10 +401,12 @@ def run_bench(
             warm_ids = torch.tensor([chat_prompt_ids(tokenizer, _WARMUP_MESSAGES)])
             for method in bench_methods:
                 runner.generate(method, warm_ids, max_new_tokens=min(8, max_new_tokens))
-        with _progress(total, progress) as bar:
+        turns_done = 0  # turns measured so far, over every session: the method order rotates with it
+        with _progress(total * repeats, progress) as bar:
             for label, items in sessions.items():
                 for session in items:
-                    entry = _run_session(runner, label, session, records, mismatches, bar)
+                    entry = _run_session(runner, label, session, records, mismatches, bar, repeats, turns_done)
+                    turns_done += entry["turns_measured"]
                     session_log.append(entry)
     finally:
         runner.close()
@@ -423,6 +440,17 @@ def run_bench(
     return result
 
 
+def _snapshot(cache: Any, session: Any) -> tuple[Any, Any]:
+    """Copies of a turn's starting state (a method's KV cache and its `DraftSession`'s suffix index), for a repeat
+    that must not change what the next repeat starts from."""
+    cache_copy = copy.deepcopy(cache) if cache is not None else None
+    session_copy = None
+    if session is not None:
+        session_copy = type(session)(min_match=session.min_match)
+        session_copy.index = copy.deepcopy(session.index)
+    return cache_copy, session_copy
+
+
 def _run_session(
     runner: _Runner,
     label: str,
@@ -430,8 +458,11 @@ def _run_session(
     records: list[dict[str, Any]],
     mismatches: list[dict[str, Any]],
     bar: Any,
+    repeats: int = 1,
+    rotation: int = 0,
 ) -> dict[str, Any]:
-    """Measure every turn of one session with every method; returns the session's log entry."""
+    """Measure every turn of one session with every method, ``repeats`` times (the fastest kept), in an order
+    rotated by ``rotation`` + the turn's number; returns the session's log entry."""
     history: list[dict[str, str]] = []
     multi_turn = len(session["turns"]) > 1
     turns = list(_iterate_turns(session))
@@ -443,27 +474,43 @@ def _run_session(
     draft_sessions = {method.name: method.new_session() for method in runner.methods}
     # with prefix_cache, each method keeps its own KV cache across the turns, as a serving stack's prefix cache does
     caches: dict[str, tuple[Any, list[int]]] = {}
+    methods = runner.methods
     for index, turn in turns:
         messages = history + list(turn)
         ids = chat_prompt_ids(runner.tokenizer, messages)
         limit = session.get("max_tokens")
         if limit is not None and len(ids) > limit:
             stop = "max_tokens"
-            bar.total -= (len(turns) - index) * len(runner.methods)
+            bar.total -= (len(turns) - index) * len(methods) * repeats
             bar.refresh()
             break
         context_tokens = len(ids)
         input_ids = torch.tensor([ids])
         prompt_id = f"{session['id']}#{index}" if multi_turn else session["id"]
-        reference: torch.Tensor | None = None
-        for method in runner.methods:
-            bar.set_postfix_str(f"{label} {prompt_id[-28:]} {method.name} ctx={len(ids)}", refresh=False)
-            cache = _reusable_cache(runner, caches.get(method.name), ids) if runner.prefix_cache else None
-            sequences, metrics = runner.measure(method, input_ids, session=draft_sessions[method.name], cache=cache)
+        shift = (rotation + measured) % len(methods)
+        order = methods[shift:] + methods[:shift]
+        starts = {
+            m.name: _reusable_cache(runner, caches.get(m.name), ids) if runner.prefix_cache else None for m in methods
+        }
+        runs: dict[str, list[tuple[torch.Tensor, dict[str, Any]]]] = {m.name: [] for m in methods}
+        for repeat in range(repeats):
+            last = repeat == repeats - 1  # the last repeat runs on the real state, which the next turn goes on from
+            for method in order:
+                bar.set_postfix_str(f"{label} {prompt_id[-28:]} {method.name} ctx={len(ids)}", refresh=False)
+                cache, draft_session = starts[method.name], draft_sessions[method.name]
+                if not last:
+                    cache, draft_session = _snapshot(cache, draft_session)
+                runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
+                bar.update(1)
+        reference = runs["plain"][-1][0]
+        for method in methods:
+            sequences, metrics = min(runs[method.name], key=lambda run: run[1]["wall_s"])
+            cache = starts[method.name]
             if cache is not None:
-                caches[method.name] = (cache, sequences[0, : cache.get_seq_length()].tolist())
-            if reference is None:
-                reference = sequences
+                caches[method.name] = (cache, runs[method.name][-1][0][0, : cache.get_seq_length()].tolist())
+            unstable = [
+                r for r, (other, _) in enumerate(runs[method.name]) if not torch.equal(other, runs[method.name][-1][0])
+            ]
             difference = (
                 None
                 if method.name == "plain"
@@ -481,25 +528,31 @@ def _run_session(
                 "identical_to_plain": difference is None,
                 "first_mismatch": difference,
                 "near_tie": verdict.to_dict() if verdict is not None else None,
-                "lossless_ok": difference is None or (verdict is not None and verdict.ok),
+                "lossless_ok": not unstable and (difference is None or (verdict is not None and verdict.ok)),
             }
+            if repeats > 1:
+                record["wall_s_repeats"] = [run[1]["wall_s"] for run in runs[method.name]]
             records.append(record)
             if not record["lossless_ok"]:
                 mismatch = {
                     k: record[k] for k in ("workload", "prompt_id", "turn", "method", "first_mismatch", "new_tokens")
                 }
                 mismatch["plain_new_tokens"] = int(reference.shape[1] - len(ids))
-                if verdict is not None:
+                if unstable:
+                    mismatch["reason"] = (
+                        f"repeats {unstable} of {repeats} gave another output than the last repeat: greedy decoding "
+                        "from the same state must repeat exactly"
+                    )
+                elif verdict is not None:
                     mismatch["reason"] = verdict.reason
                 mismatches.append(mismatch)
-                why = f": {verdict.reason}" if verdict is not None else ""
+                why = f": {mismatch['reason']}" if "reason" in mismatch else ""
                 bar.write(
                     f"LOSSLESS CHECK FAILED: {method.name} on {label} {prompt_id}: greedy output differs from plain "
                     f"at new token {difference} ({mismatch['new_tokens']} vs {mismatch['plain_new_tokens']} new "
                     f"tokens){why}.",
                     file=sys.stderr,
                 )
-            bar.update(1)
         measured += 1
         reply = runner.tokenizer.decode(reference[0, len(ids) :], skip_special_tokens=True).strip()
         history = messages + [{"role": "assistant", "content": reply}]
