@@ -1,11 +1,12 @@
-"""The out-of-domain figures of the README and the training log are the committed result files' (a re-run that
-moves them must update both)."""
+"""The README's speed tables and the out-of-domain figures of the README and the training log are the committed
+result files' (a re-run that moves them must update both)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -42,43 +43,51 @@ def test_the_training_logs_out_of_domain_tau_table_is_the_result_file() -> None:
     assert quoted in readme, quoted
 
 
-def _check_speed_table(run: str, labels: dict[str, str], cell) -> dict:
-    """Every README row `label` of a speed table: plain's tok/s, then one `cell(summary_row)` per method."""
-    result = json.loads((RESULTS / f"{run}.json").read_text())
-    summary = {(s["workload"], s["method"]): s for s in result["summary"]}
-    for label, workload in labels.items():
-        cells = _row(label)
-        assert cells[0] == f"{summary[(workload, 'plain')]['tok_s']:.2f}"
-        for shown, method in zip(cells[1:], ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")):
-            assert re.sub(r"\*", "", shown) == cell(summary[(workload, method)]), (label, method, shown)
+MAIN_RUN = "smollm2-135m-main-bf16-packed-r2"  # the README's main table
+OOD_RUN = "smollm2-135m-ood-bf16-packed"  # its out-of-domain table
+
+
+def _check_speed_table(repo_script, table: str, run: str) -> dict:
+    """Every row `benchmarks/readme_tables.py` renders from `run` is a line of the README, verbatim."""
+    tables = repo_script("benchmarks/readme_tables.py")
+    result = tables.load(run)
+    readme = (REPO / "README.md").read_text().splitlines()
+    rendered = tables.rows(result, table)
+    assert set(rendered) == set(tables.LABELS[table]), "the run lacks a workload the README's table shows"
+    for workload, line in rendered.items():
+        assert line in readme, f"README row for {workload} is not `python benchmarks/readme_tables.py {table} {run}`"
+    assert tables.HEADER.splitlines()[0] in readme
     assert result["ok"] and all(d["ok"] for d in result["divergences"])
     return result
 
 
-def test_the_out_of_domain_speed_table_is_the_bench_run() -> None:
-    labels = {
-        "legal (MultiLexSum)": "legal",
-        "clinical (MTS-Dialog)": "clinical",
-        "long 1k (essays; this run)": "long-1024",
-        "all (9)": "all",
-    }
-    _check_speed_table("smollm2-135m-ood-bf16-packed", labels, lambda s: f"{s['mean_tau']:.2f} / {s['speedup']:.2f}x")
+def test_the_out_of_domain_speed_table_is_the_bench_run(repo_script) -> None:
+    _check_speed_table(repo_script, "ood", OOD_RUN)
 
 
-def test_the_main_table_is_the_bench_run() -> None:
-    labels = {
-        "chat (MT-bench)": "chat",
-        "code (HumanEval)": "code",
-        "math (ASDiv)": "math",
-        "tool (BFCL)": "tool",
-        "agentic (ToolTalk, coding session; 16 turns)": "agentic",
-        "long 1k (essays)": "long-1024",
-        "long 4k": "long-4096",
-        "all (34)": "all",
-    }
-
-    def cell(s: dict) -> str:
-        return f"{s['mean_tau']:.2f} ({s['tau_pooled']:.2f}) / {s['speedup']:.2f}x ({s['decode_speedup']:.2f}x)"
-
-    result = _check_speed_table("smollm2-135m-main-bf16-packed", labels, cell)
+def test_the_main_table_is_the_bench_run(repo_script) -> None:
+    result = _check_speed_table(repo_script, "main", MAIN_RUN)
     assert result["meta"]["prefix_cache"]
+    assert MAIN_RUN in " ".join((REPO / "README.md").read_text().split()), "the README names the run it quotes"
+
+
+def test_the_readme_renderer_bolds_the_fastest_and_refuses_other_documents(repo_script, tmp_path) -> None:
+    tables = repo_script("benchmarks/readme_tables.py")
+    methods = ("plain", *tables.METHODS)
+    summary = [
+        {"workload": "legal", "method": m, "prompts": 2, "tok_s": 10.0, "mean_tau": 1.0 + i, "tau_pooled": 1.0,
+         "speedup": [1.0, 1.5, 1.2, 1.1, 1.4][i], "decode_speedup": 1.0}
+        for i, m in enumerate(methods)
+    ]  # fmt: skip
+    row = tables.rows({"summary": summary}, "ood")
+    expected = "| legal (MultiLexSum) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x |"
+    assert row == {"legal": expected}
+    with pytest.raises(ValueError, match="has no dlite_fixed, hybrid rows"):
+        tables.rows({"summary": summary[:3]}, "ood")
+    with pytest.raises(ValueError, match="table='card': expected one of"):
+        tables.rows({"summary": summary}, "card")
+    (tmp_path / "x.json").write_text("[]")
+    with pytest.raises(ValueError, match="is not a `dlite-hf bench` results document"):
+        tables.load(str(tmp_path / "x.json"))
+    with pytest.raises(FileNotFoundError, match="No bench result"):
+        tables.load("no-such-run")

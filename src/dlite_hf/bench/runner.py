@@ -451,6 +451,66 @@ def _snapshot(cache: Any, session: Any) -> tuple[Any, Any]:
     return cache_copy, session_copy
 
 
+Run = tuple[torch.Tensor, dict[str, Any]]  # one measured generate(): (sequences, metrics)
+
+
+def _measure_turn(
+    runner: _Runner,
+    input_ids: torch.Tensor,
+    order: Sequence[BenchMethod],
+    starts: Mapping[str, Any],
+    draft_sessions: Mapping[str, Any],
+    repeats: int,
+    bar: Any,
+    postfix: str,
+) -> dict[str, list[Run]]:
+    """Every method's runs of one turn, ``repeats`` rounds of ``order``; every round but the last from copies of
+    each method's starting cache and suffix index, the last on the real ones (the next turn goes on from them)."""
+    runs: dict[str, list[Run]] = {m.name: [] for m in order}
+    for repeat in range(repeats):
+        last = repeat == repeats - 1
+        for method in order:
+            bar.set_postfix_str(f"{postfix} {method.name}", refresh=False)
+            cache, draft_session = starts[method.name], draft_sessions[method.name]
+            if not last:
+                cache, draft_session = _snapshot(cache, draft_session)
+            runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
+            bar.update(1)
+    return runs
+
+
+def _check_runs(
+    runner: _Runner, method: BenchMethod, runs: list[Run], reference: torch.Tensor, prompt_length: int
+) -> tuple[Run, dict[str, Any], str | None]:
+    """The fastest of a method's runs of a turn, its verdict fields against plain's ``reference``, and why it
+    fails the check (None when it passes): another output than plain's other than at a verified near-tie, or
+    repeats that disagree with each other."""
+    fastest = min(runs, key=lambda run: run[1]["wall_s"])
+    unstable = [r for r, (other, _) in enumerate(runs) if not torch.equal(other, runs[-1][0])]
+    sequences = fastest[0]
+    difference = (
+        None
+        if method.name == "plain"
+        else first_difference(reference[0, prompt_length:].tolist(), sequences[0, prompt_length:].tolist())
+    )
+    verdict = None if difference is None else runner.near_tie(prompt_length, reference, sequences)
+    fields = {
+        "identical_to_plain": difference is None,
+        "first_mismatch": difference,
+        "near_tie": verdict.to_dict() if verdict is not None else None,
+        "lossless_ok": not unstable and (difference is None or (verdict is not None and verdict.ok)),
+    }
+    reason = None
+    if unstable:
+        reason = (
+            f"repeats {unstable} of {len(runs)} gave another output than the last repeat: greedy decoding from the "
+            "same state must repeat exactly"
+        )
+    elif verdict is not None and not verdict.ok:
+        reason = verdict.reason
+    return fastest, fields, reason
+
+
 def _run_session(
     runner: _Runner,
     label: str,
@@ -492,31 +552,14 @@ def _run_session(
         starts = {
             m.name: _reusable_cache(runner, caches.get(m.name), ids) if runner.prefix_cache else None for m in methods
         }
-        runs: dict[str, list[tuple[torch.Tensor, dict[str, Any]]]] = {m.name: [] for m in methods}
-        for repeat in range(repeats):
-            last = repeat == repeats - 1  # the last repeat runs on the real state, which the next turn goes on from
-            for method in order:
-                bar.set_postfix_str(f"{label} {prompt_id[-28:]} {method.name} ctx={len(ids)}", refresh=False)
-                cache, draft_session = starts[method.name], draft_sessions[method.name]
-                if not last:
-                    cache, draft_session = _snapshot(cache, draft_session)
-                runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
-                bar.update(1)
+        postfix = f"{label} {prompt_id[-28:]} ctx={len(ids)}"
+        runs = _measure_turn(runner, input_ids, order, starts, draft_sessions, repeats, bar, postfix)
         reference = runs["plain"][-1][0]
-        for method in methods:
-            sequences, metrics = min(runs[method.name], key=lambda run: run[1]["wall_s"])
-            cache = starts[method.name]
-            if cache is not None:
+        for method in methods:  # records in the methods' own order, plain first
+            (_, metrics), fields, reason = _check_runs(runner, method, runs[method.name], reference, len(ids))
+            if starts[method.name] is not None:
+                cache = starts[method.name]
                 caches[method.name] = (cache, runs[method.name][-1][0][0, : cache.get_seq_length()].tolist())
-            unstable = [
-                r for r, (other, _) in enumerate(runs[method.name]) if not torch.equal(other, runs[method.name][-1][0])
-            ]
-            difference = (
-                None
-                if method.name == "plain"
-                else first_difference(reference[0, len(ids) :].tolist(), sequences[0, len(ids) :].tolist())
-            )
-            verdict = None if difference is None else runner.near_tie(len(ids), reference, sequences)
             record = {
                 "workload": label,
                 "session_id": session["id"],
@@ -525,10 +568,7 @@ def _run_session(
                 "source": session.get("source", ""),
                 "method": method.name,
                 **metrics,
-                "identical_to_plain": difference is None,
-                "first_mismatch": difference,
-                "near_tie": verdict.to_dict() if verdict is not None else None,
-                "lossless_ok": not unstable and (difference is None or (verdict is not None and verdict.ok)),
+                **fields,
             }
             if repeats > 1:
                 record["wall_s_repeats"] = [run[1]["wall_s"] for run in runs[method.name]]
@@ -538,19 +578,14 @@ def _run_session(
                     k: record[k] for k in ("workload", "prompt_id", "turn", "method", "first_mismatch", "new_tokens")
                 }
                 mismatch["plain_new_tokens"] = int(reference.shape[1] - len(ids))
-                if unstable:
-                    mismatch["reason"] = (
-                        f"repeats {unstable} of {repeats} gave another output than the last repeat: greedy decoding "
-                        "from the same state must repeat exactly"
-                    )
-                elif verdict is not None:
-                    mismatch["reason"] = verdict.reason
+                if reason is not None:
+                    mismatch["reason"] = reason
                 mismatches.append(mismatch)
-                why = f": {mismatch['reason']}" if "reason" in mismatch else ""
+                why = f": {reason}" if reason is not None else ""
                 bar.write(
                     f"LOSSLESS CHECK FAILED: {method.name} on {label} {prompt_id}: greedy output differs from plain "
-                    f"at new token {difference} ({mismatch['new_tokens']} vs {mismatch['plain_new_tokens']} new "
-                    f"tokens){why}.",
+                    f"at new token {record['first_mismatch']} ({mismatch['new_tokens']} vs "
+                    f"{mismatch['plain_new_tokens']} new tokens){why}.",
                     file=sys.stderr,
                 )
         measured += 1

@@ -1,0 +1,98 @@
+"""The README's speed tables, rendered from a committed bench result (the README quotes these lines verbatim).
+
+Usage: .venv/bin/python benchmarks/readme_tables.py main smollm2-135m-main-bf16-packed-r2
+       .venv/bin/python benchmarks/readme_tables.py ood smollm2-135m-ood-bf16-packed
+
+Prints the table's header and one row per workload: plain's tokens/s, then one cell per method. A main-table cell
+is `mean tau (pooled tau) / speedup (decode speedup)`, an out-of-domain cell `mean tau / speedup`; the fastest
+method's speedup of each row is bold. `tests/test_readme_figures.py` checks the README's rows against this output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")
+HEADER = (
+    "| workload | plain tok/s | prompt lookup | DLite (shipped) | DLite, K every round | **hybrid** |\n"
+    "|---|---:|---:|---:|---:|---:|"
+)
+# README label of each workload (a `{n}` is the row's prompt count)
+LABELS: dict[str, dict[str, str]] = {
+    "main": {
+        "chat": "chat (MT-bench)",
+        "code": "code (HumanEval)",
+        "math": "math (ASDiv)",
+        "tool": "tool (BFCL)",
+        "agentic": "agentic (ToolTalk, coding session; {n} turns)",
+        "long-1024": "long 1k (essays)",
+        "long-4096": "long 4k",
+        "all": "all ({n})",
+    },
+    "ood": {
+        "legal": "legal (MultiLexSum)",
+        "clinical": "clinical (MTS-Dialog)",
+        "long-1024": "long 1k (essays; this run)",
+        "all": "all ({n})",
+    },
+}
+
+
+def load(run: str) -> dict[str, Any]:
+    """A committed result document by run name (`benchmarks/results/RUN.json`) or path."""
+    path = Path(run)
+    if not path.suffix:
+        path = RESULTS / f"{run}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"No bench result {path}: pass a run name from benchmarks/results/ or a JSON path.")
+    result = json.loads(path.read_text())
+    if not isinstance(result, dict) or "summary" not in result:
+        raise ValueError(f"{path} is not a `dlite-hf bench` results document (it has no 'summary').")
+    return result
+
+
+def rows(result: Mapping[str, Any], table: str) -> dict[str, str]:
+    """`{workload: README row}` of `table` ("main" or "ood") for the workloads the run measured."""
+    if table not in LABELS:
+        raise ValueError(f"table={table!r}: expected one of {sorted(LABELS)}.")
+    summary = {(s["workload"], s["method"]): s for s in result["summary"]}
+    missing = [m for m in METHODS if not any(method == m for _, method in summary)]
+    if missing:
+        raise ValueError(f"The run has no {', '.join(missing)} rows; the README tables compare {', '.join(METHODS)}.")
+    out = {}
+    for workload, label in LABELS[table].items():
+        if (workload, "plain") not in summary:
+            continue
+        speeds = [summary[(workload, m)]["speedup"] for m in METHODS]
+        fastest = max(range(len(METHODS)), key=speeds.__getitem__)
+        cells = []
+        for index, method in enumerate(METHODS):
+            s = summary[(workload, method)]
+            speed = f"{s['speedup']:.2f}x"
+            speed = f"**{speed}**" if index == fastest else speed
+            if table == "main":
+                cells.append(f"{s['mean_tau']:.2f} ({s['tau_pooled']:.2f}) / {speed} ({s['decode_speedup']:.2f}x)")
+            else:
+                cells.append(f"{s['mean_tau']:.2f} / {speed}")
+        plain = summary[(workload, "plain")]
+        shown = label.format(n=plain["prompts"])
+        out[workload] = f"| {shown} | {plain['tok_s']:.2f} | " + " | ".join(cells) + " |"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("table", choices=sorted(LABELS))
+    parser.add_argument("run", help="a run name in benchmarks/results/ (or a path to its JSON)")
+    args = parser.parse_args()
+    print(HEADER)
+    print("\n".join(rows(load(args.run), args.table).values()))
+
+
+if __name__ == "__main__":
+    main()
