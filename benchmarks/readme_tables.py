@@ -45,9 +45,7 @@ LABELS: dict[str, dict[str, str]] = {
 
 def load(run: str) -> dict[str, Any]:
     """A committed result document by run name (`benchmarks/results/RUN.json`) or path."""
-    path = Path(run)
-    if not path.suffix:
-        path = RESULTS / f"{run}.json"
+    path = Path(run) if run.endswith(".json") else RESULTS / f"{run}.json"  # names may hold dots (qwen2.5-...)
     if not path.is_file():
         raise FileNotFoundError(f"No bench result {path}: pass a run name from benchmarks/results/ or a JSON path.")
     result = json.loads(path.read_text())
@@ -61,7 +59,8 @@ def rows(result: Mapping[str, Any], table: str) -> dict[str, str]:
     if table not in LABELS:
         raise ValueError(f"table={table!r}: expected one of {sorted(LABELS)}.")
     summary = {(s["workload"], s["method"]): s for s in result["summary"]}
-    missing = [m for m in METHODS if not any(method == m for _, method in summary)]
+    measured = {method for _, method in summary}
+    missing = [m for m in METHODS if m not in measured]
     if missing:
         raise ValueError(f"The run has no {', '.join(missing)} rows; the README tables compare {', '.join(METHODS)}.")
     out = {}

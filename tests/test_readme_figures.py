@@ -91,3 +91,4 @@ def test_the_readme_renderer_bolds_the_fastest_and_refuses_other_documents(repo_
         tables.load(str(tmp_path / "x.json"))
     with pytest.raises(FileNotFoundError, match="No bench result"):
         tables.load("no-such-run")
+    assert tables.load("qwen2.5-coder-0.5b-assisted")["summary"]  # a run name with dots is a name, not a path
