@@ -27,7 +27,7 @@ def child(method: str, length: int, drafter_dir: str, new_tokens: int) -> dict:
 
     import dlite_hf
     from dlite_hf.assets import fetch_model
-    from dlite_hf.modeling import generation_dlite
+    from dlite_hf.modeling import tapping
     from dlite_hf.prompts import load_long
     from dlite_hf.rows import chat_prompt_ids
 
@@ -37,13 +37,13 @@ def child(method: str, length: int, drafter_dir: str, new_tokens: int) -> dict:
     prompt = load_long(length, tokenizer, split="eval", limit=1)[0]
     ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])])
     kept = {"max_bytes": 0}
-    original = generation_dlite.TappedStateRecorder._hook
+    original = tapping.TappedStateRecorder._hook
 
     def counting_hook(self, position, module, args, output):
         original(self, position, module, args, output)
         kept["max_bytes"] = max(kept["max_bytes"], sum(t.numel() * t.element_size() for t in self.states.values()))
 
-    generation_dlite.TappedStateRecorder._hook = counting_hook
+    tapping.TappedStateRecorder._hook = counting_hook
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kwargs = {"max_new_tokens": new_tokens, "do_sample": False}
     if method == "dlite":

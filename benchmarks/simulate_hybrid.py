@@ -8,11 +8,10 @@ the measured target forward over `q` new tokens at the turn's context, plus the 
 drafts; the estimated speedup is plain's cost over the rule's. The tuning split (`tune_hybrid.tuning_workloads`)
 shares no prompt with any benchmark.
 
-Rules: a round drafts the retrieved continuation when the matched suffix has at least `m` tokens, `min(N, f x
-match length)` of them (at least 1); with `gate`, a match shorter than `trust` tokens is drafted only when the
-drafter's first draft agrees with it; with `adapt`, a retrieved draft that got nothing accepted raises the
-threshold for the rest of the call to one more than its match, and one that did lowers it by one (not below m);
-with `fallback` F, a round whose drafter proposes nothing (its first draft is below the checkpoint's
+Rules: the hybrid rule of the engine-neutral core (`dlite_hf.modeling.drafting.HybridRule`, `select_proposal`:
+the code `generate()` runs), over a grid of its settings. A round drafts the retrieved continuation when the
+matched suffix has at least `m` tokens, `min(N, f x match length)` of them (at least 1); with `fallback` F, a
+round whose drafter proposes nothing (its first draft is below the checkpoint's
 `draft_skip_threshold`) drafts the retrieved continuation of a match of at least F tokens instead of a plain
 one-token step. Otherwise the drafter drafts (its checkpoint's adaptive decoding). `--cost-dtype bfloat16
 --cost-attention packed_gqa` re-measures the forward costs in that mode (the replayed texts stay float32 greedy).
@@ -28,7 +27,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import statistics
 import sys
@@ -114,10 +112,15 @@ class Turn:
 
 
 def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int):
-    """Tau and estimated cost of `rule` over sessions of turns; a session shares one index across its turns."""
+    """Tau and estimated cost of `rule` over sessions of turns; a session shares one index across its turns.
+
+    `rule` is `(lookup_tokens, HybridRule)`, or `(None, None)` for the drafter alone. Each round's choice is the
+    engine-neutral core's own (`dlite_hf.modeling.drafting.select_proposal`, the one `generate()` and the vLLM
+    plugin call), fed with the replayed suffix index and the drafter's replayed drafts."""
+    from dlite_hf.modeling.drafting import select_proposal
     from dlite_hf.modeling.suffix_index import SuffixIndex
 
-    m, n, f, gate, trust, adapt, fallback = rule
+    lookup_tokens, hybrid = rule
     tokens = forwards = 0
     cost = plain_cost = 0.0
     for session in turns_by_session:
@@ -131,35 +134,19 @@ def replay(turns_by_session, rule, costs_by_turn, drafter_s: float, lookup_s: fl
             index.append([turn.tokens[p]])
             p += 1
             forwards += 1
-            m_now = m  # adapt: a retrieved draft that failed raises the bar for this call, a good one lowers it
             while p < end:
                 budget = min(end - p, max_new)  # never draft past what plain produced
-                draft: list[int] = []
-                round_cost = lookup_s
-                match = index.lookup(n)
-                use = match.length >= m_now and match.continuation
-                if use:
-                    length = max(1, min(n, math.ceil(f * match.length)))
-                    draft = match.continuation[:length]
-                if use and gate and match.length < trust:
-                    first = turn.dlite(p, 1)
-                    round_cost += drafter_s
-                    if first[:1] != draft[:1]:
-                        use = False
-                        draft = turn.dlite(p, budget)
-                elif not use:
-                    draft = turn.dlite(p, budget)
-                    round_cost += drafter_s
-                    if not draft and fallback and match.length >= fallback and match.continuation:
-                        use = True  # the drafter skipped: a short match beats a one-token step
-                        draft = match.continuation[: max(1, min(n, math.ceil(f * match.length)))]
+                match = index.lookup(lookup_tokens) if hybrid is not None else None
+                proposal = select_proposal(match, hybrid, lambda t=turn, p=p, b=budget: (t.dlite(p, b), None))
+                round_cost = (lookup_s if hybrid is not None else 0.0) + (
+                    drafter_s if proposal.source == "dlite" or proposal.fallback else 0.0
+                )
+                draft = list(proposal.tokens)
                 draft = draft[: budget - 1] if budget > 1 else []
                 accepted = 0
                 while accepted < len(draft) and draft[accepted] == turn.tokens[p + accepted]:
                     accepted += 1
                 committed = min(accepted + 1, end - p)
-                if adapt and use and draft:
-                    m_now = max(m_now, match.length + 1) if accepted == 0 else max(m, m_now - 1)
                 cost += round_cost + _cost(costs, len(draft) + 1)
                 index.append(turn.tokens[p : p + committed])
                 p += committed
@@ -270,18 +257,25 @@ def main() -> None:
     costs_by_turn = {id(t): cost_tables[_context_key(t)] for s in sessions.values() for ts in s for t in ts}
     lookup_s = 10e-6  # benchmarks/lookup_cost.py: a few microseconds a round, at every context length
 
-    rules = [(10**9, 16, 1.0, False, 0, False, None)]  # the drafter alone
+    from dlite_hf.modeling.drafting import HybridRule
+
+    rules = [(None, None)]  # the drafter alone
     for m, n, f in itertools.product((2, 3, 4, 6, 8), (8, 16, 32), (0.5, 1.0, 2.0, 1e9)):
-        rules.append((m, n, f, False, 0, False, None))
-        rules.append((m, n, f, False, 0, True, None))
-        for trust in (8, 16):
-            rules.append((m, n, f, True, trust, False, None))
-        for fallback in range(1, m):
-            rules.append((m, n, f, False, 0, False, fallback))
+        for fallback in range(0, m):
+            rules.append((n, HybridRule(min_match=m, length_factor=f, fallback_min_match=fallback)))
     results = []
     for rule in rules:
-        keys = ("min_match", "lookup_tokens", "length_factor", "gate", "trust", "adapt", "fallback")
-        row = {"rule": dict(zip(keys, rule))}
+        lookup_tokens, hybrid = rule
+        row = {
+            "rule": {"min_match": None, "lookup_tokens": None, "length_factor": None, "fallback": None}
+            if hybrid is None
+            else {
+                "min_match": hybrid.min_match,
+                "lookup_tokens": lookup_tokens,
+                "length_factor": hybrid.length_factor,
+                "fallback": hybrid.fallback_min_match or None,
+            }
+        }
         for label, turns in sessions.items():
             row[label] = replay(turns, rule, costs_by_turn, drafter_s, lookup_s, args.max_new_tokens)
         row["all"] = replay(
@@ -294,14 +288,12 @@ def main() -> None:
     for c, table in cost_tables.items():
         print(f"  {c}: " + ", ".join(f"q={q} {1000 * t:.1f}" for q, t in table.items()))
     print("| rule | " + " | ".join(labels) + " |")
-    for row in [*results[:15], next(r for r in results if r["rule"]["min_match"] == 10**9)]:
+    for row in [*results[:15], next(r for r in results if r["rule"]["min_match"] is None)]:
         rule = row["rule"]
         name = (
             "drafter only"
-            if rule["min_match"] == 10**9
+            if rule["min_match"] is None
             else f"m{rule['min_match']} N{rule['lookup_tokens']} f{rule['length_factor']:g}"
-            + (f" gate<{rule['trust']}" if rule["gate"] else "")
-            + (" adaptive" if rule["adapt"] else "")
             + (f" fallback>={rule['fallback']}" if rule["fallback"] else "")
         )
         print(f"| {name} | " + " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.2f}x" for lb in labels))

@@ -10,25 +10,13 @@ from typing import Any, ClassVar
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .suffix_index import check_fallback_min_match, check_length_factor, check_min_match
-
-THRESHOLD_MEANINGS = {
-    "draft_confidence_threshold": "0 drafts K tokens every round, e.g. 0.1 stops where the drafts' joint probability "
-    "under the drafter falls below 10%",
-    "draft_skip_threshold": "0 never skips a round's drafts, e.g. 0.5 skips them when the most likely first draft's "
-    "probability under the drafter is below 50%",
-}
-
-
-def check_threshold(name: str, value: Any, where: str = "") -> None:
-    """Raise `ValueError` unless `value` is a valid `name` (a key of `THRESHOLD_MEANINGS`): a number in [0, 1).
-
-    The one check of the config, `draft()` overrides and the bench's command line; `where` prefixes the name
-    in the message (e.g. "DLiteConfig.")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"{where}{name}={value!r} is invalid: expected a number in [0, 1): {THRESHOLD_MEANINGS[name]}."
-        )
+from .options import (
+    THRESHOLD_MEANINGS,
+    check_fallback_min_match,
+    check_length_factor,
+    check_min_match,
+    check_threshold,
+)
 
 
 def default_target_layer_ids(num_target_layers: int, num_tapped: int) -> list[int]:

@@ -22,8 +22,11 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
-from .configuration_dlite import DLiteConfig, check_threshold
-from .generation_dlite import DLiteCandidateGenerator, install_generate_hook
+from .candidate_generators import DLiteCandidateGenerator, make_candidate_generator
+from .configuration_dlite import DLiteConfig
+from .drafting import DraftRules, draft_tokens
+from .integration import install_generate_hook
+from .options import check_threshold
 from .suffix_index import DraftSession
 
 
@@ -204,6 +207,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         self._draft_head: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self.last_generation_stats = None
         self.post_init()
+        install_generate_hook()  # on first use of a drafter, not on import: generate(assistant_model=self) works
 
     # ----------------------------------------------------------------------------------------- target binding
     def check_target(self, target: nn.Module) -> None:
@@ -483,7 +487,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         k = config.num_draft_tokens
         return hidden.reshape(num_blocks, rows_per_block, width)[:, -k:]
 
-    def _head_step(
+    def head_step(
         self,
         block: torch.Tensor,
         prev_ids: torch.Tensor,
@@ -549,7 +553,7 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
         logits, hiddens = [], []
         for i in range(self.config.num_draft_tokens):
-            step_logits, normed, state = self._head_step(
+            step_logits, normed, state = self.head_step(
                 block[:, i], prev_ids[:, i], state, restrict_to_draft_vocab, compact_draft_vocab
             )
             logits.append(step_logits)
@@ -600,40 +604,25 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             raise ValueError(f"num_tokens={k} is invalid: expected 1..{self.config.num_draft_tokens} (config K).")
         if logits_processor is not None and prefix_ids is None:
             raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
-        threshold = self.config.draft_confidence_threshold if confidence_threshold is None else confidence_threshold
-        skip = self.config.draft_skip_threshold if skip_threshold is None else skip_threshold
-        check_threshold("draft_confidence_threshold", threshold, where="draft(confidence_threshold=...): ")
-        check_threshold("draft_skip_threshold", skip, where="draft(skip_threshold=...): ")
-        block = self.encode_block(context_states, anchor_ids, history_states, history_valid, history_positions)
-        state = self.head.init_state(block[:, 0]) if self.head is not None else None
-        prev = anchor_ids
-        tokens, all_logits = [], []
-        confidence = None  # [N] joint probability of the drafts so far
-        unsure = False  # every row's confidence has fallen below the threshold: stop at the next allowed length
-        lengths = self.config.draft_lengths
-        for i in range(k):
-            logits, _, state = self._head_step(block[:, i], prev, state, restrict=True)
-            if logits_processor is not None:
-                seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
-                logits = logits_processor(seen, logits)
-            probs = torch.softmax(logits, dim=-1) if do_sample or threshold > 0 or skip > 0 else None
-            if i == 0 and skip > 0 and bool((probs.max(dim=-1).values < skip).all()):  # q alone, nothing drawn yet
-                return anchor_ids.new_empty(anchor_ids.shape[0], 0), logits.new_empty(
-                    logits.shape[0], 0, logits.shape[-1]
-                )
-            if do_sample:
-                prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-            else:
-                prev = logits.argmax(dim=-1)
-            if threshold > 0 or skip > 0:
-                chosen = probs.gather(-1, prev[:, None])[:, 0]
-                confidence = chosen if confidence is None else confidence * chosen
-            tokens.append(prev)
-            all_logits.append(logits)
-            unsure = unsure or (threshold > 0 and bool((confidence < threshold).all()))
-            if unsure and (lengths is None or len(tokens) in lengths):
-                break
-        return torch.stack(tokens, 1), torch.stack(all_logits, 1)
+        if confidence_threshold is not None:
+            where = "draft(confidence_threshold=...): "
+            check_threshold("draft_confidence_threshold", confidence_threshold, where=where)
+        if skip_threshold is not None:
+            check_threshold("draft_skip_threshold", skip_threshold, where="draft(skip_threshold=...): ")
+        rules = DraftRules.from_config(self.config, confidence_threshold, skip_threshold)
+        history = None if history_states is None else (history_states, history_valid, history_positions)
+        return draft_tokens(
+            self,
+            context_states,
+            anchor_ids,
+            k,
+            rules,
+            do_sample=do_sample,
+            logits_processor=logits_processor,
+            prefix_ids=prefix_ids,
+            generator=generator,
+            history=history,
+        )
 
     @staticmethod
     def draft_session(min_match: int | None = None) -> DraftSession:
@@ -642,10 +631,9 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         return DraftSession(min_match=min_match)
 
     def get_candidate_generator(self, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
-        """Called by the generate() hook when this drafter is passed as `assistant_model`."""
-        return DLiteCandidateGenerator(drafter=self, target=target, **kwargs)
+        """Called by the generate() integration when this drafter is passed as `assistant_model`: the hybrid
+        generator with `prompt_lookup_num_tokens`, else DLite alone (`candidate_generators.py`)."""
+        return make_candidate_generator(self, target, **kwargs)
 
-
-install_generate_hook()
 DLiteConfig.register_for_auto_class()
 DLiteForSpeculation.register_for_auto_class("AutoModel")

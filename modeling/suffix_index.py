@@ -19,61 +19,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-__all__ = [
-    "DEFAULT_LOOKUP_TOKENS",
-    "MAX_LOOKUP_TOKENS",
-    "DraftSession",
-    "LookupMatch",
-    "SuffixIndex",
-    "check_lookup_tokens",
-    "check_min_match",
-]
+from .options import check_min_match
 
-# The cap on a retrieved draft (`prompt_lookup_num_tokens`) that dlite-hf's own commands use: chosen on the tuning
-# split by `benchmarks/simulate_hybrid.py` from the measured cost of verifying longer blocks.
-DEFAULT_LOOKUP_TOKENS = 32
-MAX_LOOKUP_TOKENS = 256
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_lookup_tokens(value: object, shown: str | None = None) -> None:
-    """Raise `ValueError` unless `value` is a valid cap on a retrieved draft (`prompt_lookup_num_tokens` beside a
-    DLite drafter); `shown` is how the caller spells the setting (default ``prompt_lookup_num_tokens=<value>``)."""
-    if not _is_int(value) or not 1 <= value <= MAX_LOOKUP_TOKENS:
-        raise ValueError(
-            f"{shown or f'prompt_lookup_num_tokens={value!r}'} is invalid: beside a DLite assistant_model it turns on "
-            f"hybrid drafting and caps a retrieved draft; expected an int in [1, {MAX_LOOKUP_TOKENS}] "
-            f"(e.g. {DEFAULT_LOOKUP_TOKENS}), or no prompt lookup for DLite drafts only."
-        )
-
-
-def check_min_match(value: object, shown: str) -> None:
-    """Raise `ValueError` unless `value` is a valid shortest match (tokens) whose continuation a round drafts."""
-    if not _is_int(value) or value < 1:
-        raise ValueError(
-            f"{shown} is invalid: expected an int >= 1 (the shortest matched suffix, in tokens, whose retrieved "
-            "continuation a hybrid round drafts)."
-        )
-
-
-def check_fallback_min_match(value: object, shown: str) -> None:
-    """Raise `ValueError` unless `value` is a valid fallback match length: 0 (off) or an int >= 1."""
-    if not _is_int(value) or value < 0:
-        raise ValueError(
-            f"{shown} is invalid: expected 0 (off) or an int >= 1 (the shortest matched suffix whose retrieved "
-            "continuation a hybrid round drafts when the drafter proposes nothing)."
-        )
-
-
-def check_length_factor(value: object, shown: str) -> None:
-    """Raise `ValueError` unless `value` is a valid cap on retrieved draft tokens per matched token."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            f"{shown} is invalid: expected a number > 0 (retrieved draft tokens per matched token, e.g. 2.0)."
-        )
+__all__ = ["DraftSession", "LookupMatch", "SuffixIndex"]
 
 
 class LookupMatch(NamedTuple):

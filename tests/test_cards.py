@@ -262,7 +262,7 @@ def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
 
 def test_card_usage_shows_the_decoding_measured_fastest(tiny_checkpoint, tmp_path):
     from dlite_hf.commands.card import fastest_decoding
-    from dlite_hf.modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
+    from dlite_hf.modeling.options import DEFAULT_LOOKUP_TOKENS
 
     def document(hybrid_speedup):
         rows = [

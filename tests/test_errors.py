@@ -13,8 +13,14 @@ from transformers import AutoModel, Qwen3Config, Qwen3ForCausalLM
 from transformers.generation.utils import GenerationMixin
 
 from dlite_hf import DLiteForSpeculation
-from dlite_hf.modeling import generation_dlite
-from dlite_hf.modeling.generation_dlite import _hook_problem, install_generate_hook
+from dlite_hf.modeling import integration
+from dlite_hf.modeling.integration import install_generate_hook
+
+
+def _hook_problem(method):
+    return integration._signature_problem(
+        method, integration._REQUIRED_PARAMETERS[integration._HOOKED_METHOD]
+    )
 
 FIX_HINT = "A drafter only works with the target it was trained on: load the matching drafter"
 
@@ -291,7 +297,7 @@ def test_a_changed_method_is_left_alone_with_a_warning(monkeypatch, pair):
     def changed(self, generation_config, input_ids, logits_processor, model_kwargs, assistant_model=None):
         return None
 
-    monkeypatch.setattr(GenerationMixin, generation_dlite._HOOKED_METHOD, changed)
+    monkeypatch.setattr(GenerationMixin, integration._HOOKED_METHOD, changed)
     with pytest.warns(RuntimeWarning, match="cannot route generate") as caught:
         assert install_generate_hook() is False
     assert "Every other generation mode works unchanged" in str(caught[0].message)
@@ -314,7 +320,7 @@ def test_a_new_optional_parameter_keeps_dlite_working(monkeypatch, pair):
             assistant_tokenizer=assistant_tokenizer,
         )  # fmt: skip
 
-    monkeypatch.setattr(GenerationMixin, generation_dlite._HOOKED_METHOD, newer)
+    monkeypatch.setattr(GenerationMixin, integration._HOOKED_METHOD, newer)
     assert install_generate_hook() is True and GenerationMixin._get_candidate_generator._dlite_original is newer
     ids = _prompt()
     plain = target.generate(ids, max_new_tokens=6, do_sample=False)

@@ -206,18 +206,18 @@ def test_draft_vocabulary_is_lossless_and_restricts_candidates(fitted_pair):
 
 
 def test_drafter_keeps_a_constant_amount_of_target_state(monkeypatch):
-    from dlite_hf.modeling import generation_dlite
+    from dlite_hf.modeling import tapping
 
     target = make_tiny_target("llama", seed=8)
     drafter = make_drafter(target, seed=9)
     kept = []
-    original = generation_dlite.TappedStateRecorder._hook
+    original = tapping.TappedStateRecorder._hook
 
     def counting(self, position, module, args, output):
         original(self, position, module, args, output)
         kept.append(sum(t.numel() for t in self.states.values()))
 
-    monkeypatch.setattr(generation_dlite.TappedStateRecorder, "_hook", counting)
+    monkeypatch.setattr(tapping.TappedStateRecorder, "_hook", counting)
     peaks = []
     for length in (12, 600):
         kept.clear()

@@ -10,7 +10,7 @@ from pathlib import Path
 import dlite_hf.modeling.modeling_dlite as modeling_module
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("configuration_dlite.py", "modeling_dlite.py", "generation_dlite.py", "suffix_index.py")
+FILES = ("configuration_dlite.py", "modeling_dlite.py", "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py", "suffix_index.py")
 
 
 def test_editable_install_imports_the_repository_modeling_folder():
@@ -88,7 +88,7 @@ def test_no_import_cycles_between_the_package_modules():
         name: {dep for dep in _module_level_imports(path, name, path.name == "__init__.py") if dep in modules} - {name}
         for name, path in modules.items()
     }
-    assert {"dlite_hf.cli", "dlite_hf.bench.command", "dlite_hf.modeling.generation_dlite"} <= graph.keys()
+    assert {"dlite_hf.cli", "dlite_hf.bench.command", "dlite_hf.modeling.candidate_generators"} <= graph.keys()
     # the check sees real edges: relative imports out of a subpackage module and between its siblings
     assert "dlite_hf.defaults" in graph["dlite_hf.demo.settings"]
     assert {"dlite_hf.demo.runner", "dlite_hf.demo.models"} <= graph["dlite_hf.demo.page"]

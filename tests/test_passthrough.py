@@ -12,8 +12,9 @@ from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
 from transformers.generation.utils import GenerationMixin
 
 from dlite_hf import install_generate_hook
-from dlite_hf.modeling.generation_dlite import _HOOKED_METHOD
+from dlite_hf.modeling.integration import _HOOKED_METHOD
 
+install_generate_hook()  # what creating a drafter does (`import dlite_hf` alone patches nothing)
 HOOKED = GenerationMixin._get_candidate_generator
 ORIGINAL = HOOKED._dlite_original
 
@@ -152,16 +153,15 @@ def test_install_generate_hook_is_idempotent(monkeypatch):
     assert GenerationMixin._get_candidate_generator is fresh
 
 
-@pytest.mark.parametrize("method", ["prompt_lookup", "dlite", "hybrid"])
+@pytest.mark.parametrize("method", ["dlite", "hybrid"])
 def test_assisted_decoding_on_a_prefilled_cache_equals_a_fresh_call(fitted_pair, method):
     """A multi-turn prefix cache: `generate(full_ids, past_key_values=cache)` with the previous turn in the cache.
     transformers' assisted loop would run its first forward over all of `full_ids` on top of the cache; the wrapper
-    keeps only the uncached tokens there (as plain decoding's prefill does), for every assistant."""
+    keeps only the uncached tokens there (as plain decoding's prefill does), for calls with a DLite assistant."""
     from transformers import DynamicCache
 
     target, drafter, prompts, _, _ = fitted_pair
     kwargs = {
-        "prompt_lookup": {"prompt_lookup_num_tokens": 7},
         "dlite": {"assistant_model": drafter},
         "hybrid": {"assistant_model": drafter, "prompt_lookup_num_tokens": 16},
     }[method]

@@ -27,7 +27,7 @@ def test_shipped_drafter_files_and_size():
         "config.json",
         "configuration_dlite.py",
         "modeling_dlite.py",
-        "generation_dlite.py",
+        "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py",
         "suffix_index.py",
         "README.md",
         "dlite_training.json",

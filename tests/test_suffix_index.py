@@ -131,16 +131,23 @@ def test_draft_session_is_per_thread_and_validates():
 
 def test_sessions_are_seen_by_every_copy_of_the_module(tmp_path):
     """A trust_remote_code copy of suffix_index.py (another module object) sees the package's active session."""
-    import importlib.util
+    import importlib
+    import sys
     from pathlib import Path
 
     import dlite_hf.modeling.suffix_index as package_copy
 
-    copy = tmp_path / "suffix_index_copy.py"
-    copy.write_text(Path(package_copy.__file__).read_text())
-    spec = importlib.util.spec_from_file_location("suffix_index_copy", copy)
-    other = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(other)
+    # as trust_remote_code lays it out: the file and the files it imports, in a package of their own
+    folder = tmp_path / "remote_copy"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    for name in ("suffix_index.py", "options.py"):
+        (folder / name).write_text((Path(package_copy.__file__).parent / name).read_text())
+    sys.path.insert(0, str(tmp_path))
+    try:
+        other = importlib.import_module("remote_copy.suffix_index")
+    finally:
+        sys.path.remove(str(tmp_path))
     assert other.DraftSession is not DraftSession
     with DraftSession() as session:
         assert other.DraftSession.current() is session

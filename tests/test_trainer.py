@@ -115,7 +115,7 @@ def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
     trainer.save_model(args.output_dir)
     folder = Path(args.output_dir)
     names = {p.name for p in folder.iterdir()}
-    code = {"modeling_dlite.py", "generation_dlite.py", "suffix_index.py"}
+    code = {"modeling_dlite.py", "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py", "suffix_index.py"}
     assert {"model.safetensors", "config.json", "README.md", *code} <= names
     assert not any(name.endswith(".bin") and name != "training_args.bin" for name in names)
     with safe_open(folder / "model.safetensors", "pt") as handle:

@@ -1,14 +1,16 @@
 """dlite-hf: DLite history-free speculative decoding for transformers.
 
-Importing the package registers the ``"dlite"`` model type with ``AutoConfig`` / ``AutoModel`` and installs
-the ``generate(assistant_model=<DLite drafter>)`` integration. Heavier parts (training, benchmarks, the demo)
-are imported lazily.
+Importing the package registers the ``"dlite"`` model type with ``AutoConfig`` / ``AutoModel`` and patches
+nothing: the ``generate(assistant_model=<DLite drafter>)`` integration (``modeling/integration.py``) is installed
+when a drafter is first created or loaded. Heavier parts (training, benchmarks, the demo) are imported lazily.
 """
 
 from transformers import AutoConfig, AutoModel
 
+from .modeling.candidate_generators import DLiteCandidateGenerator, HybridCandidateGenerator
 from .modeling.configuration_dlite import DLiteConfig
-from .modeling.generation_dlite import DLiteCandidateGenerator, DLiteGenerationStats, install_generate_hook
+from .modeling.generation_stats import DLiteGenerationStats
+from .modeling.integration import install_generate_hook
 from .modeling.modeling_dlite import DLiteForSpeculation, DLiteOutput, DLitePreTrainedModel
 from .modeling.suffix_index import DraftSession
 
@@ -16,7 +18,6 @@ __version__ = "0.1.0"
 
 AutoConfig.register(DLiteConfig.model_type, DLiteConfig, exist_ok=True)
 AutoModel.register(DLiteConfig, DLiteForSpeculation, exist_ok=True)
-install_generate_hook()
 
 _LAZY = {
     "DLiteTrainer": "dlite_hf.training.trainer",
@@ -28,10 +29,12 @@ __all__ = [
     "DLiteConfig",
     "DLiteForSpeculation",
     "DLiteGenerationStats",
+    "HybridCandidateGenerator",
     "DLiteOutput",
     "DLitePreTrainedModel",
     "DraftSession",
     "__version__",
+    "install_generate_hook",
     *_LAZY,
 ]
 

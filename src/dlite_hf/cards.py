@@ -157,7 +157,7 @@ def render_model_card(
         raise ValueError(f"fastest={fastest!r} is invalid: expected None, 'dlite' or 'hybrid'.")
     usage_generate = "out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)"
     if fastest == "hybrid":
-        from .modeling.suffix_index import DEFAULT_LOOKUP_TOKENS
+        from .modeling.options import DEFAULT_LOOKUP_TOKENS
 
         usage_generate = (
             "# hybrid drafting (DLite plus a suffix index of the context), the decoding measured fastest (Results)\n"

@@ -276,7 +276,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             user_prompts = load_prompt_file(args.prompts)
         except (OSError, ValueError) as error:
             raise SystemExit(f"--prompts {args.prompts}: {error}") from None
-    from ..modeling.configuration_dlite import check_threshold
+    from ..modeling.options import check_threshold
 
     for flag, field in THRESHOLD_FLAGS.items():  # before any model loads
         if getattr(args, flag) is not None:
@@ -284,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
             except ValueError as error:
                 raise SystemExit(str(error)) from error
-    from ..modeling.suffix_index import check_fallback_min_match, check_lookup_tokens, check_min_match
+    from ..modeling.options import check_fallback_min_match, check_lookup_tokens, check_min_match
 
     for flag, check in (
         ("lookup_tokens", check_lookup_tokens),

@@ -30,8 +30,10 @@ from typing import Any
 from torch import nn
 from transformers import GenerationConfig
 
-from ..modeling.generation_dlite import DECODING_OPTIONS, decoding_options
-from ..modeling.suffix_index import DEFAULT_LOOKUP_TOKENS, DraftSession
+from ..modeling.candidate_generators import decoding_options
+from ..modeling.options import DECODING_OPTIONS
+from ..modeling.options import DEFAULT_LOOKUP_TOKENS
+from ..modeling.suffix_index import DraftSession
 
 __all__ = [
     "DLITE_METHODS",

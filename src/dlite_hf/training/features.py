@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..modeling.generation_dlite import TappedStateRecorder, find_decoder_layers
+from ..modeling.tapping import TappedStateRecorder, find_decoder_layers
 
 
 def find_final_norm(target: nn.Module, layers: nn.ModuleList) -> nn.Module:

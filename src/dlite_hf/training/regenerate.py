@@ -21,9 +21,31 @@ import torch
 
 from ..rows import chat_prompt_ids, completed_ids
 
-__all__ = ["regenerate"]
+__all__ = ["pending_prompts", "regenerate"]
 
 logger = logging.getLogger(__name__)
+
+
+def pending_prompts(
+    tokenizer: Any, prompts: list[dict[str, Any]], done: set[str], max_prompt_tokens: int, first_id: str = "{id}"
+) -> tuple[list[tuple[str, list[int], str | None]], int]:
+    """The prompts still to answer as `(id, chat-templated ids, workload)`, and how many were over
+    `max_prompt_tokens`. A prompt is done when `first_id` (its first row's id, e.g. "{id}#0" for samples) is in
+    `done`. Raises `ValueError` on a duplicate prompt id."""
+    seen: set[str] = set()
+    todo, skipped = [], 0
+    for prompt in prompts:
+        if prompt["id"] in seen:
+            raise ValueError(f"Duplicate prompt id {prompt['id']!r} in the prompt file; ids must be unique.")
+        seen.add(prompt["id"])
+        if first_id.format(id=prompt["id"]) in done:
+            continue
+        ids = chat_prompt_ids(tokenizer, prompt["messages"])
+        if len(ids) > max_prompt_tokens:
+            skipped += 1
+            continue
+        todo.append((prompt["id"], ids, prompt.get("workload")))
+    return todo, skipped
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
@@ -66,19 +88,7 @@ def regenerate(
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = completed_ids(out_path)
-    seen: set[str] = set()
-    todo, skipped = [], 0
-    for prompt in prompts:
-        if prompt["id"] in seen:
-            raise ValueError(f"Duplicate prompt id {prompt['id']!r} in the prompt file; ids must be unique.")
-        seen.add(prompt["id"])
-        if prompt["id"] in done:
-            continue
-        ids = chat_prompt_ids(tokenizer, prompt["messages"])
-        if len(ids) > max_prompt_tokens:
-            skipped += 1
-            continue
-        todo.append((prompt["id"], ids, prompt.get("workload")))
+    todo, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens)
     todo.sort(key=lambda item: len(item[1]))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     eos_ids = _eos_ids(model)
@@ -134,4 +144,4 @@ def regenerate(
                 bar.update(len(batch))
     if bar is not None:
         bar.close()
-    return {"written": written, "already_done": len(done & seen), "skipped_too_long": skipped}
+    return {"written": written, "already_done": len(done & {p["id"] for p in prompts}), "skipped_too_long": skipped}

@@ -1,0 +1,388 @@
+"""generate(assistant_model=<DLite drafter>): transformers' candidate generators for DLite, one class each.
+
+* :class:`DLiteCandidateGenerator`: the drafter drafts every round from the target's latest hidden states, read by
+  hooks on the verification forward itself (`tapping.py`): no extra target forward, no KV cache, no history.
+* :class:`HybridCandidateGenerator` (`prompt_lookup_num_tokens=N` beside the drafter): composes the suffix-index
+  proposer (`suffix_index.py`) with the DLite generator. A round whose context suffix occurred before, at least
+  `lookup_min_match` tokens long, drafts what followed it there; every other round asks the drafter. A retrieved
+  draft is deterministic, so it is verified as a proposal with q = one-hot: no candidate logits, and transformers
+  compares the target's own choice (greedy) or sample (sampling) with it, exact speculative sampling for that q.
+* History variants (`history_window != 0`: the teacher and sliding-window ablations) keep the states of every
+  accepted position (:class:`AcceptedHistory`), whichever source drafts, as a history-modelling drafter must.
+
+The decisions of a round (the adaptive rules, the hybrid's choice) are the engine-neutral core's (`drafting.py`);
+this file adapts them to transformers' candidate-generator protocol. It touches no private transformers API: the
+routing of `generate()` to these classes is `integration.py`'s.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.generation.candidate_generator import CandidateGenerator
+
+from .drafting import DraftRules, HybridRule, Proposal, select_proposal
+from .generation_stats import DLiteGenerationStats
+from .options import DECODING_OPTIONS, check_lookup_tokens, check_option
+from .suffix_index import DraftSession
+from .tapping import TappedStateRecorder, find_decoder_layers, track_recorder
+
+__all__ = [
+    "AcceptedHistory",
+    "DLiteCandidateGenerator",
+    "HybridCandidateGenerator",
+    "LatestState",
+    "decoding_options",
+    "make_candidate_generator",
+]
+
+
+def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
+    """The :data:`~.options.DECODING_OPTIONS` of one call: the call's `generation_config` value where set, else the
+    drafter config's. A value set per call is validated here, with its origin in the message."""
+    misspelt = sorted(
+        key for key in vars(generation_config) if key.startswith(("draft_", "lookup_")) and key not in DECODING_OPTIONS
+    )
+    if misspelt:  # a custom GenerationConfig entry is kept whatever its name: an unknown one would be ignored
+        raise ValueError(
+            f"GenerationConfig has {', '.join(misspelt)}, which no DLite decoding option is called; expected some of "
+            f"{', '.join(DECODING_OPTIONS)}."
+        )
+    options = {}
+    for name in DECODING_OPTIONS:
+        value = getattr(generation_config, name, None)
+        if value is None:
+            options[name] = getattr(config, name)
+            continue
+        check_option(name, value, f"GenerationConfig.{name}={value!r}")
+        options[name] = value
+    return options
+
+
+class LatestState:
+    """History-free context: the tapped states of the newest position only."""
+
+    rows_to_keep_all = False
+
+    def __init__(self, recorder: TappedStateRecorder):
+        self.recorder = recorder
+        self.row = 0
+
+    def observe(self, row: int) -> None:
+        """After a target forward: `row` of it predicted the new anchor."""
+        self.row = row
+
+    def draft_inputs(self, device: torch.device) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        return self.recorder.rows(self.row, self.row + 1)[:, 0].to(device), None
+
+
+class AcceptedHistory:
+    """History variants: the states of every accepted position (`window` > 0 keeps the last `window` of them)."""
+
+    rows_to_keep_all = True
+
+    def __init__(self, recorder: TappedStateRecorder, window: int):
+        self.recorder = recorder
+        self.window = window
+        self.states: torch.Tensor | None = None  # [1, T, L, H_t]
+
+    def observe(self, row: int) -> None:
+        accepted = self.recorder.rows(0, row + 1)
+        self.states = accepted if self.states is None else torch.cat([self.states, accepted], 1)
+
+    def draft_inputs(self, device: torch.device) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        context, past = self.states[:, -1], self.states[:, :-1]
+        if self.window > 0:
+            past = past[:, -self.window :]
+        if past.shape[1] > 0:
+            span = past.shape[1]
+            history = (
+                past.to(device),
+                torch.ones(1, span, dtype=torch.bool, device=device),
+                -torch.arange(span, 0, -1, device=device)[None],
+            )
+        else:  # no past position yet: a one-position dummy, masked
+            history = (
+                context.new_zeros(1, 1, *context.shape[1:]).to(device),
+                torch.zeros(1, 1, dtype=torch.bool, device=device),
+                -torch.ones(1, 1, dtype=torch.long, device=device),
+            )
+        return context.to(device), history
+
+
+def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, input_ids: torch.Tensor, kwargs):
+    """Refuse the settings a DLite assistant cannot serve, each with what to do instead."""
+    if input_ids.shape[0] != 1:
+        raise ValueError(
+            f"DLite speculative decoding through `generate(assistant_model=...)` supports batch size 1, got a "
+            f"batch of {input_ids.shape[0]} sequences. transformers' assisted generation is single-sequence; "
+            "batched speculative decoding is vLLM's (README, Serving with vLLM). Call generate() once per prompt."
+        )
+    for option in ("assistant_early_exit", "use_mtp"):
+        if getattr(generation_config, option, None) not in (None, False):
+            raise ValueError(
+                f"generate() got a DLite assistant_model and {option}={getattr(generation_config, option)!r}; "
+                f"{option} is another speculative method (the target drafts for itself). Pass one of them."
+            )
+    if getattr(generation_config, "speculation_type", None) not in (None, "dlite"):
+        raise ValueError(
+            f"generate() got a DLite assistant_model with speculation_type={generation_config.speculation_type!r}"
+            "; DLite drafters are used without speculation_type (or with speculation_type=None)."
+        )
+    # A vocabulary mismatch makes transformers ask for `tokenizer`/`assistant_tokenizer`; check the pair first so
+    # the user who follows that advice learns the real problem (wrong target) instead of "remove the tokenizer".
+    drafter.check_target(target)
+    target_dtype = target.get_output_embeddings().weight.dtype
+    if drafter.dtype != target_dtype:
+        raise ValueError(
+            f"The DLite drafter is in {drafter.dtype} but the target is in {target_dtype}. The drafter runs in "
+            "the target's dtype (a float32 drafter beside a reduced-precision target only drafts slower): load "
+            f"it with `from_pretrained(..., dtype={target_dtype})`, or call `drafter.to({target_dtype})`."
+        )
+    if kwargs.get("assistant_tokenizer") is not None:
+        raise ValueError(
+            "generate() got `assistant_tokenizer` with a DLite assistant_model. DLite drafts in the target's own "
+            "vocabulary (it borrows the target's lm_head); universal assisted decoding across tokenizers does "
+            "not apply. Remove `assistant_tokenizer`."
+        )
+    requested = generation_config.num_assistant_tokens
+    if requested is not None and int(requested) < 1:
+        raise ValueError(f"num_assistant_tokens={requested} is invalid: expected >= 1 (it can only lower K).")
+
+
+class DLiteCandidateGenerator(CandidateGenerator):
+    """Drafts K tokens per round from the target's latest hidden states; no KV cache, no history.
+
+    Uses transformers' model-outputs protocol (`requires_model_outputs`) to know whether a round is the prefill
+    and how many drafts were accepted; the hidden states come from hooks on the verification forward itself.
+    """
+
+    requires_model_outputs: bool = True
+    model_kwargs_overrides: dict[str, Any] = {}  # nothing extra: no output_hidden_states for every position
+    is_dlite: bool = True  # what the integration looks for (also on a trust_remote_code copy of this class)
+
+    def __init__(
+        self,
+        drafter: nn.Module,
+        target: nn.Module,
+        generation_config: Any,
+        input_ids: torch.LongTensor,
+        logits_processor: Any = None,
+        model_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        config = drafter.config
+        _check_call(drafter, target, generation_config, input_ids, kwargs)
+        stop_strings = generation_config.stop_strings
+        self.stop_strings = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings or [])
+        self.tokenizer = kwargs.get("target_tokenizer")
+        if self.stop_strings and self.tokenizer is None:
+            raise ValueError("stop_strings need the target's tokenizer: pass tokenizer=... to generate().")
+        drafter.bind_target(target)
+        self.drafter = drafter
+        self.device = drafter.device
+        requested = generation_config.num_assistant_tokens
+        k = int(config.num_draft_tokens)
+        self.num_tokens = k if requested is None else min(k, int(requested))
+        self.max_length = generation_config.max_length
+        self.do_sample = bool(generation_config.do_sample)
+        self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+        self.options = decoding_options(generation_config, config)
+        self.rules = DraftRules.from_config(
+            config, self.options["draft_confidence_threshold"], self.options["draft_skip_threshold"]
+        )
+        layers = find_decoder_layers(target, config.num_target_layers)
+        history = config.history_window != 0
+        rows = 0 if history else max(config.num_draft_tokens, self._retrieved_tokens()) + 1
+        self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
+        self.context = AcceptedHistory(self.recorder, config.history_window) if history else LatestState(self.recorder)
+        # the hooks leave when the call ends, also when it raises (integration.py's `_assisted_decoding` wrapper),
+        # and at the latest with the generator
+        track_recorder(target, self.recorder)
+        weakref.finalize(self, self.recorder.remove)
+        self.is_prefill = True
+        self.stats = DLiteGenerationStats()
+        drafter.last_generation_stats = self.stats
+        active = DraftSession.current()  # its statistics are this call's, hybrid or not
+        if active is not None:
+            active.last_generation_stats = self.stats
+        self._prompt_length = input_ids.shape[1]
+        self._forward_started = 0.0
+        self._drafted_now = 0
+        self._source_now: str | None = None  # "lookup" or "dlite": who drafted the block being verified
+
+    # ------------------------------------------------------------------------------------- what subclasses add
+    def _retrieved_tokens(self) -> int:
+        """The longest retrieved draft a round may verify (0: this generator retrieves nothing)."""
+        return 0
+
+    def _start(self, input_ids: torch.LongTensor) -> None:
+        """Before the prefill."""
+
+    def _propose(self, input_ids: torch.LongTensor, budget: int) -> Proposal:
+        """This round's proposal, at most `budget` tokens."""
+        if min(self.num_tokens, budget) <= 0:
+            return Proposal(None, [])
+        tokens, q = self._draft(input_ids, min(self.num_tokens, budget))
+        return Proposal("dlite", tokens, q)
+
+    def _committed(self, tokens: list[int]) -> None:
+        """After a target forward committed `tokens`."""
+
+    # ------------------------------------------------------------------------------------- the drafter's round
+    def _draft(self, input_ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The drafter's round: up to `budget` tokens after the anchor `input_ids[:, -1]`."""
+        started = time.perf_counter()
+        context, history = self.context.draft_inputs(self.device)
+        history_kwargs = dict(zip(("history_states", "history_valid", "history_positions"), history or ()))
+        result = self.drafter.draft(  # the drafter's public round: the core's draft_tokens with these rules
+            context,
+            input_ids[:, -1].to(self.device),
+            num_tokens=budget,
+            do_sample=self.do_sample,
+            logits_processor=self.logits_processor,
+            confidence_threshold=self.rules.confidence_threshold,
+            skip_threshold=self.rules.skip_threshold,
+            prefix_ids=input_ids.to(self.device),
+            **history_kwargs,
+        )
+        self.stats.drafter_time_s += time.perf_counter() - started
+        return result
+
+    def _context_row(self, n_last_matches: int) -> int:
+        # After the prefill the last prompt position predicted the anchor; after a verification forward over
+        # [anchor_prev, d_1..d_k], row n (the last accepted position) predicted the new anchor.
+        return self.recorder.forward_rows - 1 if self.is_prefill else n_last_matches
+
+    def get_candidates(
+        self,
+        input_ids: torch.LongTensor,
+        model_kwargs: dict[str, Any] | None = None,
+        model_outputs: Any = None,
+        is_first_iteration: bool = False,
+        n_last_matches: int = 0,
+        **kwargs: Any,
+    ) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        self._drafted_now = 0
+        self._source_now = None
+        if is_first_iteration:  # let the loop run the plain prefill; its hooks give the first context
+            self._start(input_ids)
+            self._forward_started = time.perf_counter()
+            return input_ids, None
+        self.context.observe(self._context_row(int(n_last_matches)))
+        self.is_prefill = False
+        proposal = self._propose(input_ids, self.max_length - input_ids.shape[1] - 1)
+        tokens, logits = proposal.tokens, proposal.q
+        if proposal.source == "lookup":
+            tokens = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
+        if proposal.source is not None and self.stop_strings and tokens.shape[1]:
+            tokens, logits = self._cut_at_stop_string(input_ids, tokens, logits)
+        if proposal.source is None or tokens.shape[1] == 0:  # nothing to propose: a plain one-token step
+            if proposal.source is not None:  # skipped (draft_skip_threshold) or cut before the first draft
+                self.stats.skipped += 1
+            self._forward_started = time.perf_counter()
+            return input_ids, None
+        self._source_now = proposal.source
+        self._drafted_now = tokens.shape[1]
+        candidate_ids = torch.cat([input_ids, tokens.to(input_ids.device)], dim=1)
+        self._forward_started = time.perf_counter()
+        return candidate_ids, logits
+
+    def _cut_at_stop_string(
+        self, input_ids: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Drop the drafts from the first one that completes a stop string on.
+
+        transformers stops on stop strings only after a round, so a stop string completed inside an accepted block
+        would let the rest of the block through; plain decoding would have stopped right there. Keeping drafts
+        only up to the token before it means a stop string can complete only at the round's last committed token
+        (the target's own bonus token), exactly where plain decoding stops.
+        """
+        tail = input_ids[0, -16:].tolist()
+        base = self.tokenizer.decode(tail)
+        drafted = tokens[0].tolist()
+        for m in range(1, len(drafted) + 1):
+            text = self.tokenizer.decode(tail + drafted[:m])
+            for stop in self.stop_strings:
+                if text.find(stop, max(0, len(base) - len(stop) + 1)) != -1:
+                    return tokens[:, : m - 1], None if logits is None else logits[:, : m - 1]
+        return tokens, logits
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int):
+        """Called after each target forward: book-keeping only (K is fixed)."""
+        stats = self.stats
+        stats.target_time_s += time.perf_counter() - self._forward_started
+        committed = input_ids.shape[1] - self._prompt_length - stats.new_tokens
+        stats.new_tokens += committed
+        stats.target_forwards += 1
+        stats.tokens_per_forward.append(int(committed))
+        if self._drafted_now:
+            stats.rounds += 1
+            stats.drafted += self._drafted_now
+            stats.accepted += int(num_matches)
+            if self._source_now == "lookup":
+                stats.lookup_rounds += 1
+                stats.lookup_drafted += self._drafted_now
+                stats.lookup_accepted += int(num_matches)
+        if committed > 0:
+            self._committed(input_ids[0, -committed:].tolist())
+
+
+class HybridCandidateGenerator(DLiteCandidateGenerator):
+    """DLite plus a suffix index of the context: the core's :func:`~.drafting.select_proposal` picks each round's
+    source. The index is the active :class:`DraftSession`'s (shared across a conversation's calls), else one per
+    call."""
+
+    def __init__(self, drafter: nn.Module, target: nn.Module, generation_config: Any, *args: Any, **kwargs: Any):
+        lookup_tokens = generation_config.prompt_lookup_num_tokens
+        check_lookup_tokens(lookup_tokens)
+        self.lookup_tokens = int(lookup_tokens)
+        super().__init__(drafter, target, generation_config, *args, **kwargs)
+        self.session = DraftSession.current() or DraftSession()
+        # precedence: this call's GenerationConfig, then the session's, then the drafter config's
+        per_call = getattr(generation_config, "lookup_min_match", None) is not None
+        min_match = self.options["lookup_min_match"]
+        if not per_call and self.session.min_match is not None:
+            min_match = self.session.min_match
+        self.rule = HybridRule(
+            min_match=int(min_match),
+            length_factor=float(self.options["lookup_length_factor"]),
+            fallback_min_match=int(self.options["lookup_fallback_min_match"]),
+        )
+
+    def _retrieved_tokens(self) -> int:
+        return self.lookup_tokens
+
+    def _start(self, input_ids: torch.LongTensor) -> None:
+        started = time.perf_counter()
+        self.stats.lookup_index_reused = self.session.index.start_stream(input_ids[0].tolist())
+        self.stats.lookup_time_s += time.perf_counter() - started
+
+    def _propose(self, input_ids: torch.LongTensor, budget: int) -> Proposal:
+        if budget <= 0:
+            return Proposal(None, [])
+        started = time.perf_counter()
+        match = self.session.index.lookup(min(self.lookup_tokens, budget))
+        self.stats.lookup_time_s += time.perf_counter() - started
+        proposal = select_proposal(match, self.rule, lambda: self._draft(input_ids, min(self.num_tokens, budget)))
+        if proposal.fallback:
+            self.stats.lookup_fallback_rounds += 1
+        return proposal
+
+    def _committed(self, tokens: list[int]) -> None:  # index what this forward committed
+        started = time.perf_counter()
+        self.session.index.append(tokens)
+        self.stats.lookup_time_s += time.perf_counter() - started
+
+
+def make_candidate_generator(drafter: nn.Module, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
+    """The generator for one `generate()` call: the hybrid with `prompt_lookup_num_tokens`, else DLite alone."""
+    generation_config = kwargs["generation_config"]
+    if generation_config.prompt_lookup_num_tokens is not None:
+        return HybridCandidateGenerator(drafter=drafter, target=target, **kwargs)
+    return DLiteCandidateGenerator(drafter=drafter, target=target, **kwargs)
+

@@ -1,0 +1,202 @@
+"""The engine-neutral drafting core: one speculation round's decisions, for every engine that runs DLite.
+
+In: the tapped target states of the newest position and the anchor token (the newest committed token). Out: the
+draft tokens and their q (the processed logits each one was drawn from). Between them sit the rules that decide how
+many tokens a round proposes, and, for hybrid drafting, whether the round drafts with the drafter at all:
+
+* :class:`DraftRules` and :func:`draft_tokens`: the drafter's adaptive round (stop early below a joint confidence,
+  skip a round whose most likely first draft is unsure);
+* :class:`HybridRule` and :func:`select_proposal`: the choice between a continuation retrieved from the suffix index
+  and the drafter's round (and the fallback to a short retrieved match when the drafter proposes nothing).
+
+transformers' `generate()` (`candidate_generators.py`), the vLLM plugin (`vllm_plugin/`) and the hybrid simulator
+(`benchmarks/simulate_hybrid.py`) all call these. Nothing here imports `transformers.generation` or vLLM; the drafter
+is anything with DLite's block interface (`encode_block`, `head`, `head_step`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from .options import check_threshold
+
+__all__ = ["BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "select_proposal"]
+
+
+class BlockDrafter(Protocol):
+    """What the core needs of a drafter (`DLiteForSpeculation` is one)."""
+
+    head: Any
+
+    def encode_block(self, context_states: torch.Tensor, anchor_ids: torch.Tensor, *history: Any) -> torch.Tensor:
+        """`[N, K, H]` backbone outputs of the K draft positions."""
+
+    def head_step(
+        self, block: torch.Tensor, prev_ids: torch.Tensor, state: Any, restrict: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """One step of the sequential head: `(logits [N, V], normed hidden, new state)`."""
+
+
+@dataclass(frozen=True)
+class DraftRules:
+    """The adaptive rules of one drafter round.
+
+    Attributes:
+        confidence_threshold: stop once every row's joint probability of its drafts is below this (0: never).
+        skip_threshold: propose nothing when, in every row, the most likely first draft's probability is below
+            this (0: never).
+        draft_lengths: the draft counts a confidence stop may end at (None: any).
+    """
+
+    confidence_threshold: float = 0.0
+    skip_threshold: float = 0.0
+    draft_lengths: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_threshold("draft_confidence_threshold", self.confidence_threshold, where="DraftRules: ")
+        check_threshold("draft_skip_threshold", self.skip_threshold, where="DraftRules: ")
+
+    @classmethod
+    def from_config(
+        cls, config: Any, confidence_threshold: float | None = None, skip_threshold: float | None = None
+    ) -> DraftRules:
+        """The rules of a drafter config, with per-call overrides where given (None: the config's)."""
+        lengths = config.draft_lengths
+        return cls(
+            confidence_threshold=(
+                config.draft_confidence_threshold if confidence_threshold is None else confidence_threshold
+            ),
+            skip_threshold=config.draft_skip_threshold if skip_threshold is None else skip_threshold,
+            draft_lengths=None if lengths is None else tuple(lengths),
+        )
+
+
+@torch.no_grad()
+def draft_tokens(
+    drafter: BlockDrafter,
+    context_states: torch.Tensor,
+    anchor_ids: torch.Tensor,
+    num_tokens: int,
+    rules: DraftRules,
+    do_sample: bool = False,
+    logits_processor: Any = None,
+    prefix_ids: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    history: Sequence[torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One drafter round: up to `num_tokens` tokens after each anchor, with their processed logits.
+
+    Each position is chosen from the *processed* logits (`logits_processor` given the committed prefix
+    `prefix_ids` plus the tokens drafted so far): argmax when greedy, a sample otherwise, and those logits are
+    returned as q. The rules keep speculative sampling exact: the confidence stop after draft n looks only at
+    drafts 1..n, already drawn and proposed; the skip looks at the first position's top probability before
+    anything is drawn (a skip on the *sampled* first draft would bias q; `tests/test_sampling.py`).
+
+    Args:
+        history: `(history_states, history_valid, history_positions)` for history-modelling drafters, else None.
+
+    Returns:
+        `tokens` `[N, n]` and `logits` `[N, n, V]`, `0 <= n <= num_tokens`; `n = 0` only through the skip rule.
+    """
+    threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
+    block = drafter.encode_block(context_states, anchor_ids, *(history or ()))
+    state = drafter.head.init_state(block[:, 0]) if drafter.head is not None else None
+    prev = anchor_ids
+    tokens, all_logits = [], []
+    confidence = None  # [N] joint probability of the drafts so far
+    unsure = False  # every row's confidence has fallen below the threshold: stop at the next allowed length
+    for i in range(num_tokens):
+        logits, _, state = drafter.head_step(block[:, i], prev, state, restrict=True)
+        if logits_processor is not None:
+            seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
+            logits = logits_processor(seen, logits)
+        probs = torch.softmax(logits, dim=-1) if do_sample or threshold > 0 or skip > 0 else None
+        if i == 0 and skip > 0 and bool((probs.max(dim=-1).values < skip).all()):  # q alone, nothing drawn yet
+            return anchor_ids.new_empty(anchor_ids.shape[0], 0), logits.new_empty(logits.shape[0], 0, logits.shape[-1])
+        if do_sample:
+            prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:
+            prev = logits.argmax(dim=-1)
+        if threshold > 0 or skip > 0:
+            chosen = probs.gather(-1, prev[:, None])[:, 0]
+            confidence = chosen if confidence is None else confidence * chosen
+        tokens.append(prev)
+        all_logits.append(logits)
+        unsure = unsure or (threshold > 0 and bool((confidence < threshold).all()))
+        if unsure and (lengths is None or len(tokens) in lengths):
+            break
+    return torch.stack(tokens, 1), torch.stack(all_logits, 1)
+
+
+@dataclass(frozen=True)
+class HybridRule:
+    """The hybrid's choice between a retrieved continuation and the drafter (the drafter config's `lookup_*`).
+
+    Attributes:
+        min_match: a round whose context suffix occurred before, at least this many tokens long, drafts what
+            followed it there.
+        length_factor: at most this many retrieved tokens per matched token (at least 1).
+        fallback_min_match: a round whose drafter proposes nothing drafts a retrieved match of at least this many
+            tokens instead of a plain one-token step (0: off).
+    """
+
+    min_match: int
+    length_factor: float
+    fallback_min_match: int = 0
+
+    def retrieved(self, match: Any) -> list[int]:
+        """The draft of a suffix-index match (`length`, `continuation`): empty if nothing followed it."""
+        if not match.continuation:
+            return []
+        return list(match.continuation[: max(1, math.ceil(self.length_factor * match.length))])
+
+
+@dataclass
+class Proposal:
+    """What one round proposes for verification.
+
+    Attributes:
+        source: "lookup" (retrieved: q is one-hot, verified as a deterministic proposal), "dlite" (the drafter's
+            round, possibly empty: it skipped) or None (nothing was tried: no budget).
+        tokens: the draft tokens (a list of ids for a retrieved draft; the drafter's own `[N, n]` tensor).
+        q: the drafter's processed logits `[N, n, V]`; None for a retrieved draft.
+        fallback: a retrieved draft proposed because the drafter proposed nothing.
+    """
+
+    source: str | None
+    tokens: Any
+    q: Any = None
+    fallback: bool = False
+
+    def __len__(self) -> int:
+        shape = getattr(self.tokens, "shape", None)
+        return int(shape[-1]) if shape is not None else len(self.tokens)
+
+
+def select_proposal(
+    match: Any | None,
+    rule: HybridRule | None,
+    draft: Callable[[], tuple[Any, Any]] | None,
+) -> Proposal:
+    """The hybrid selection rule of one round.
+
+    Args:
+        match: this round's suffix-index answer (`length`, `continuation`), None when no index was asked.
+        rule: the hybrid rule (None: DLite alone).
+        draft: runs the drafter's round and returns `(tokens, q)`; None when the round has no budget for it.
+    """
+    if match is not None and rule is not None and match.length >= rule.min_match and match.continuation:
+        return Proposal("lookup", rule.retrieved(match))
+    if draft is None:
+        return Proposal(None, [])
+    tokens, q = draft()
+    proposal = Proposal("dlite", tokens, q)
+    fallback = rule.fallback_min_match if rule is not None else 0
+    if not len(proposal) and match is not None and fallback and match.length >= fallback and match.continuation:
+        return Proposal("lookup", rule.retrieved(match), fallback=True)  # a short match, not a one-token step
+    return proposal

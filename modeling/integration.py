@@ -1,0 +1,265 @@
+"""The one file that touches private transformers APIs: routing `generate(assistant_model=<DLite drafter>)`.
+
+transformers' `_get_candidate_generator` is a fixed if/elif chain with no plug-in point, so a DLite drafter needs
+four narrow wrappers, installed together on first use of a drafter (`DLiteForSpeculation.__init__`, so also on
+`from_pretrained`), never on `import dlite_hf`:
+
+* `GenerationMixin._get_candidate_generator`: an assistant that provides `get_candidate_generator` gets its own
+  generator; every other assistant goes to transformers unchanged;
+* `GenerationMixin._assisted_decoding`: with a DLite assistant only, the call's forward hooks are removed when it
+  ends (also when it raises), and a pre-filled cache works (see :func:`_prefilled_call`); every other assisted call
+  (prompt lookup, another assistant model) runs exactly as upstream;
+* the instance's `prepare_inputs_for_generation`, shadowed only while DLite calls on a pre-filled cache run;
+* `GenerationConfig.get_generation_mode`: a DLite assistant in a mode that would ignore it is refused.
+
+Every wrapped method's signature is checked first. If a release moved one, nothing is installed and a warning says
+what changed. Idempotent, also across the package's copy and a trust_remote_code copy of this file (the marks
+live on the wrapped functions). The upstream patch in `docs/upstream-protocol.md` deletes exactly this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import warnings
+from typing import Any
+
+from .tapping import remove_thread_recorders
+
+__all__ = ["install_generate_hook", "wrapped_method_problems"]
+
+_HOOKED_METHOD = "_get_candidate_generator"
+_DECODING_METHOD = "_assisted_decoding"
+_PREFILLED = "_dlite_prefilled_calls"  # target attribute: {thread id: cached tokens} of live DLite calls
+_LOCK = threading.Lock()  # guards installing and removing the instance shadow across threads
+
+# Each wrapped method and the parameters the wrapper reads (by name; others may come and go, in any order).
+_REQUIRED_PARAMETERS = {
+    _HOOKED_METHOD: (
+        "generation_config",
+        "input_ids",
+        "logits_processor",
+        "model_kwargs",
+        "assistant_model",
+        "target_tokenizer",
+        "assistant_tokenizer",
+    ),
+    _DECODING_METHOD: ("assistant_model", "**"),
+    "prepare_inputs_for_generation": ("input_ids", "next_sequence_length", "is_first_iteration"),
+    "get_generation_mode": ("assistant_model",),
+}
+
+
+def _signature_problem(method: Any, required: tuple[str, ...]) -> str | None:
+    """Why `method` cannot be wrapped (a parameter the wrapper reads is gone), or None if it can."""
+    if method is None:
+        return "it does not exist"
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError) as error:
+        return f"its signature cannot be read ({error})"
+    names = set(parameters)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        names.add("**")
+    missing = [name for name in required if name not in names]
+    if missing:
+        shown = ", ".join("**kwargs" if name == "**" else name for name in missing)
+        return f"it has no parameter {shown} (it has {', '.join(parameters)})"
+    return None
+
+
+def _originals() -> dict[str, Any]:
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
+
+    def unwrapped(owner: type, name: str) -> Any:
+        method = getattr(owner, name, None)
+        return getattr(method, "_dlite_original", method)
+
+    return {
+        _HOOKED_METHOD: unwrapped(GenerationMixin, _HOOKED_METHOD),
+        _DECODING_METHOD: unwrapped(GenerationMixin, _DECODING_METHOD),
+        "prepare_inputs_for_generation": getattr(GenerationMixin, "prepare_inputs_for_generation", None),
+        "get_generation_mode": unwrapped(GenerationConfig, "get_generation_mode"),
+    }
+
+
+def wrapped_method_problems() -> dict[str, str]:
+    """`{method: why it cannot be wrapped}` for this transformers release; empty when every wrapper fits."""
+    problems = {}
+    for name, method in _originals().items():
+        problem = _signature_problem(method, _REQUIRED_PARAMETERS[name])
+        if problem is not None:
+            problems[name] = problem
+    return problems
+
+
+def _is_dlite(assistant: Any) -> bool:
+    return assistant is not None and callable(getattr(assistant, "get_candidate_generator", None))
+
+
+def install_generate_hook() -> bool:
+    """Install the wrappers (see the module docstring); returns whether they are installed.
+
+    If any wrapped method is gone or lost a parameter the wrappers read, nothing is wrapped: a warning says so,
+    every generation mode is untouched, and `generate(assistant_model=<DLite drafter>)` raises transformers' own
+    error for an unknown assistant.
+    """
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
+
+    if getattr(getattr(GenerationMixin, _HOOKED_METHOD, None), "_dlite_hook", False):
+        return True
+    with _LOCK:
+        if getattr(getattr(GenerationMixin, _HOOKED_METHOD, None), "_dlite_hook", False):
+            return True
+        problems = wrapped_method_problems()
+        if problems:
+            import transformers
+
+            changed = "; ".join(f"{name}: {why}" for name, why in problems.items())
+            warnings.warn(
+                f"dlite-hf cannot route generate(assistant_model=<DLite drafter>) on transformers "
+                f"{transformers.__version__}: private generation methods changed ({changed}). Nothing was patched. "
+                "Every other generation mode works unchanged; for DLite drafting install a tested transformers "
+                "(constraints.txt) or a newer dlite-hf.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return False
+        originals = _originals()
+        _mark(GenerationMixin, _DECODING_METHOD, _assisted_decoding_wrapper(originals[_DECODING_METHOD]))
+        _mark(GenerationConfig, "get_generation_mode", _mode_check_wrapper(originals["get_generation_mode"]))
+        # last: the mark the fast path above looks for
+        _mark(GenerationMixin, _HOOKED_METHOD, _candidate_generator_wrapper(originals[_HOOKED_METHOD]))
+    return True
+
+
+def _mark(owner: type, name: str, wrapper: Any) -> None:
+    wrapper._dlite_hook = True
+    wrapper._dlite_original = wrapper.__wrapped__  # the unwrapped method, also when another copy wrapped it before
+    setattr(owner, name, wrapper)
+
+
+def _candidate_generator_wrapper(original: Any) -> Any:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _get_candidate_generator(self, *args, **kwargs):
+        try:
+            arguments = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:  # not a call this wrapper understands: transformers decides
+            return original(self, *args, **kwargs)
+        assistant = arguments.get("assistant_model")
+        if not _is_dlite(assistant):
+            return original(self, *args, **kwargs)
+        return assistant.get_candidate_generator(
+            target=self,
+            generation_config=arguments["generation_config"],
+            input_ids=arguments["input_ids"],
+            logits_processor=arguments.get("logits_processor"),
+            model_kwargs=arguments.get("model_kwargs"),
+            target_tokenizer=arguments.get("target_tokenizer"),
+            assistant_tokenizer=arguments.get("assistant_tokenizer"),
+        )
+
+    return _get_candidate_generator
+
+
+def _assisted_decoding_wrapper(original: Any) -> Any:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _assisted_decoding(self, *args, **kwargs):
+        try:
+            assistant = signature.bind(self, *args, **kwargs).arguments.get("assistant_model")
+        except TypeError:
+            assistant = None
+        if not _is_dlite(assistant):  # prompt lookup, another assistant model: upstream, untouched
+            return original(self, *args, **kwargs)
+        with _prefilled_call(self, kwargs):
+            try:
+                return original(self, *args, **kwargs)
+            finally:  # the hooks leave with the call, also when it raises
+                remove_thread_recorders(self)
+
+    return _assisted_decoding
+
+
+class _prefilled_call:
+    """A DLite call on a cache that already holds `past` tokens (`generate(full_ids, cache=cache)`, the previous
+    turn of a conversation in the cache): plain decoding then runs its prefill over the uncached tokens only, but
+    transformers' assisted loop would run its first forward over all of `full_ids` on top of the cache (the prefix
+    twice: wrong output). While such calls run, the target's `prepare_inputs_for_generation` is shadowed on the
+    instance so that each call's first iteration keeps its uncached tokens, as `_prefill` does.
+
+    Thread-safe: the shadow reads this thread's own `past`, it is installed by the first live call and removed by
+    the last, so concurrent calls on one target (each with its own cache) never remove each other's."""
+
+    def __init__(self, model: Any, model_kwargs: dict[str, Any]):
+        cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+        get_length = getattr(cache, "get_seq_length", None)
+        self.model, self.past = model, (get_length() if callable(get_length) else 0)
+
+    def __enter__(self) -> None:
+        if not self.past:
+            return
+        model, me = self.model, threading.get_ident()
+        with _LOCK:
+            calls = model.__dict__.get(_PREFILLED)
+            if calls is None:
+                if "prepare_inputs_for_generation" in model.__dict__:  # someone else's shadow: leave it alone
+                    self.past = 0
+                    return
+                calls = model.__dict__[_PREFILLED] = {}
+                model.prepare_inputs_for_generation = _shadow(model.prepare_inputs_for_generation, calls)
+            calls[me] = self.past
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.past:
+            return
+        model = self.model
+        with _LOCK:
+            calls = model.__dict__.get(_PREFILLED, {})
+            calls.pop(threading.get_ident(), None)
+            if not calls:
+                model.__dict__.pop(_PREFILLED, None)
+                model.__dict__.pop("prepare_inputs_for_generation", None)
+
+
+def _shadow(prepare: Any, calls: dict[int, int]) -> Any:
+    def prepare_inputs_for_generation(input_ids, *args, **kwargs):
+        past = calls.get(threading.get_ident())
+        first = past and kwargs.get("is_first_iteration") and kwargs.get("next_sequence_length") is None and not args
+        if first:  # the full ids (the candidate generators need them) on the cache
+            if input_ids.shape[1] <= past:
+                raise ValueError(
+                    f"generate() got input_ids of {input_ids.shape[1]} tokens and a cache that already holds {past}: "
+                    "assisted decoding needs the whole sequence as input_ids (the cached prefix, then at least one "
+                    "new token). Pass the full ids, or crop the cache to a prefix of them (cache.crop(-n))."
+                )
+            kwargs["next_sequence_length"] = input_ids.shape[1] - past
+        return prepare(input_ids, *args, **kwargs)
+
+    return prepare_inputs_for_generation
+
+
+def _mode_check_wrapper(original: Any) -> Any:
+    """Refuse a DLite assistant in a generation mode that would ignore it (beam search, contrastive search,
+    constrained decoding): transformers only warns and decodes without it."""
+    from transformers.generation.configuration_utils import GenerationMode
+
+    @functools.wraps(original)
+    def get_generation_mode(self, assistant_model=None, *args, **kwargs):
+        mode = original(self, assistant_model, *args, **kwargs)
+        if _is_dlite(assistant_model) and mode != GenerationMode.ASSISTED_GENERATION:
+            raise ValueError(
+                f"A DLite drafter drafts for greedy search and sampling only, but this call's settings select "
+                f"{getattr(mode, 'value', mode)} (num_beams={self.num_beams}, penalty_alpha={self.penalty_alpha}, "
+                f"constraints={'set' if self.constraints is not None else None}); transformers would run it "
+                "without the drafter. Use num_beams=1 (greedy or do_sample=True), or leave out assistant_model."
+            )
+        return mode
+
+    return get_generation_mode

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The broad mix answered by the target with vLLM (issue 27): a resumable background job. Its working state lives
+# outside the work tree ($DLITE_WORK, default ~/.cache/dlite-hf/work); run it again after a kill and it goes on.
+# Finished rows become the dataset's parquet shards with `dlite-hf dataset export` (see datasets/README.md).
+#   nohup bash scripts/regenerate_mix.sh > ~/.cache/dlite-hf/work/regen.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
+DLITE=${DLITE:-.venv/bin/dlite-hf}
+PER_DOMAIN=${PER_DOMAIN:-6000}
+MAX_NEW=${MAX_NEW:-512}
+MAX_PROMPT=${MAX_PROMPT:-2048}
+mkdir -p "$WORK/regen"
+[ -f "$WORK/mix/mix.json" ] || "$DLITE" mix build --out "$WORK/mix" --prompts-per-domain "$PER_DOMAIN" --texts-per-domain 500 --seed 0
+# greedy first (every prompt), then one sampled response per prompt (temperature 0.7, top-p 0.9)
+"$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/greedy.jsonl" \
+  --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --batch-size 512 --seed 0
+"$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/sampled.jsonl" \
+  --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --batch-size 512 --seed 1 \
+  --samples 1 --temperature 0.7 --top-p 0.9
