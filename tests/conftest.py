@@ -33,6 +33,14 @@ def repo_script():
     return load
 
 
+@pytest.fixture(scope="module")
+def tiny_pair():
+    """A tiny seeded Qwen3 target (vocabulary 128) and an untrained DLite drafter for it: the shared fixture of the
+    tests that need a drafter and a target but not accepted drafts (refusals, checkpoints, the hybrid's lookups)."""
+    target = make_tiny_target("qwen3", seed=3)
+    return target, make_drafter(target, seed=4)
+
+
 @pytest.fixture(scope="session")
 def fitted_pair():
     """A tiny Qwen3 target and a drafter fitted to its greedy outputs of 8 prompts (long accepted runs)."""

@@ -11,7 +11,7 @@ from dlite_hf.defaults import check_attention
 
 
 @pytest.fixture
-def pair():
+def sdpa_and_packed():
     sdpa = make_tiny_target("qwen3", seed=5)  # 4 query heads over 2 key/value heads
     packed = make_tiny_target("qwen3", seed=5)
     attention.use_packed_gqa_attention(packed)
@@ -19,7 +19,7 @@ def pair():
     return sdpa, packed
 
 
-def test_logits_match_sdpa_for_decode_verification_and_prefill(pair, monkeypatch):
+def test_logits_match_sdpa_for_decode_verification_and_prefill(sdpa_and_packed, monkeypatch):
     from transformers.integrations import sdpa_attention
 
     delegated = []
@@ -27,31 +27,31 @@ def test_logits_match_sdpa_for_decode_verification_and_prefill(pair, monkeypatch
     monkeypatch.setattr(
         sdpa_attention, "sdpa_attention_forward", lambda *a, **k: delegated.append(1) or honest(*a, **k)
     )
-    sdpa, packed = pair
+    sdpa, packed = sdpa_and_packed
     prompt = torch.randint(1, 128, (1, 40), generator=torch.Generator().manual_seed(0))
-    for model in pair:
+    for model in sdpa_and_packed:
         assert model.model.layers[0].self_attn.num_key_value_groups == 2
     with torch.no_grad():
-        outputs = [model(prompt, use_cache=True) for model in pair]
+        outputs = [model(prompt, use_cache=True) for model in sdpa_and_packed]
         torch.testing.assert_close(outputs[1].logits, outputs[0].logits, rtol=1e-5, atol=1e-5)  # prefill (q = 40)
         for q in (1, 3, 8):  # a decode step and verification blocks on top of the cache
             new = torch.randint(1, 128, (1, q), generator=torch.Generator().manual_seed(q))
-            steps = [model(new, past_key_values=out.past_key_values) for model, out in zip(pair, outputs)]
+            steps = [model(new, past_key_values=out.past_key_values) for model, out in zip(sdpa_and_packed, outputs)]
             torch.testing.assert_close(steps[1].logits, steps[0].logits, rtol=1e-5, atol=1e-5)
             for out in outputs:
                 out.past_key_values.crop(-q)
     assert not delegated  # the short queries (and this 40-token prefill) took the packed path
 
 
-def test_left_padded_batches_match_sdpa(pair):
+def test_left_padded_batches_match_sdpa(sdpa_and_packed):
     ids = torch.tensor([[0, 0, 5, 9, 11, 13], [3, 4, 5, 6, 7, 8]])
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
-    outs = [m.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False) for m in pair]
+    outs = [m.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False) for m in sdpa_and_packed]
     assert torch.equal(outs[0], outs[1])
 
 
-def test_greedy_speculation_with_packed_attention_is_token_exact(pair):
-    _, packed = pair
+def test_greedy_speculation_with_packed_attention_is_token_exact(sdpa_and_packed):
+    _, packed = sdpa_and_packed
     drafter = make_drafter(packed, seed=5)
     prompt = torch.tensor([[3, 5, 7, 9, 3, 5, 7, 9, 11]])
     plain = packed.generate(prompt, max_new_tokens=20, do_sample=False)

@@ -11,14 +11,14 @@ import torch
 from tiny_models import make_drafter, make_smollm_vocab_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from dlite_hf import prompts as P
 from dlite_hf.bench import command as bench_command
 from dlite_hf.bench import runner as bench_runner
 from dlite_hf.bench.methods import BenchMethod, make_methods
 from dlite_hf.bench.report import PLOT_NAMES, markdown_table
 from dlite_hf.bench.runner import run_bench
-from dlite_hf.bench.workloads import CODING_TASKS, build_workloads, coding_session, session_from_messages
 from dlite_hf.cli import main
+from dlite_hf.data import prompts as P
+from dlite_hf.data.workloads import CODING_TASKS, build_workloads, coding_session, session_from_messages
 from dlite_hf.rows import chat_prompt_ids
 
 RECORD_KEYS = {

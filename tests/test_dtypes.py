@@ -194,7 +194,7 @@ def bf16_pair(smollm2_dir):
 
 
 def _prompts(tokenizer, n: int = 3) -> list[torch.Tensor]:
-    from dlite_hf.prompts import load_prompts
+    from dlite_hf.data.prompts import load_prompts
     from dlite_hf.rows import chat_prompt_ids
 
     prompts = [p for w in ("code", "chat", "math") for p in load_prompts(w, "eval", limit=1)][:n]

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DraftSession
-
-
-@pytest.fixture(scope="module")
-def pair():
-    target = make_tiny_target("qwen3", seed=5)
-    return target, make_drafter(target, seed=6)
 
 
 def _repetitive_prompt(seed: int, length: int = 24) -> torch.Tensor:
@@ -29,8 +22,8 @@ def _hybrid(target, drafter, ids, lookup=8, **kwargs):
 
 @pytest.mark.parametrize("lookup", [1, 4, 16])
 @pytest.mark.parametrize("min_match", [1, 2, 5])
-def test_greedy_is_identical_to_plain_and_stats_add_up(pair, lookup, min_match):
-    target, drafter = pair
+def test_greedy_is_identical_to_plain_and_stats_add_up(tiny_pair, lookup, min_match):
+    target, drafter = tiny_pair
     used_lookup = 0
     for seed, max_new in [(0, 1), (1, 7), (2, 19), (3, 40)]:  # max_new_tokens falls inside blocks too
         ids = _repetitive_prompt(seed)
@@ -50,8 +43,8 @@ def test_greedy_is_identical_to_plain_and_stats_add_up(pair, lookup, min_match):
     assert used_lookup > 0  # the repeated phrase was retrieved
 
 
-def test_the_rule_follows_the_match_length(pair, monkeypatch):
-    target, drafter = pair
+def test_the_rule_follows_the_match_length(tiny_pair, monkeypatch):
+    target, drafter = tiny_pair
     ids = _repetitive_prompt(4)
     with DraftSession(min_match=10_000):  # never long enough: the drafter's rounds only, as without lookup
         never = _hybrid(target, drafter, ids, max_new_tokens=24)
@@ -99,8 +92,8 @@ def test_the_rule_follows_the_match_length(pair, monkeypatch):
     assert seen and drafter.last_generation_stats.lookup_rounds == 0
 
 
-def test_a_session_reuses_the_previous_turn_and_stays_lossless(pair):
-    target, drafter = pair
+def test_a_session_reuses_the_previous_turn_and_stays_lossless(tiny_pair):
+    target, drafter = tiny_pair
     turn1 = _repetitive_prompt(7)
     session = DraftSession(min_match=2)
     with session:
@@ -148,8 +141,8 @@ def test_eos_inside_a_retrieved_block(fitted_pair):
     assert checked >= 3
 
 
-def test_bad_prompt_lookup_num_tokens_with_a_drafter(pair):
-    target, drafter = pair
+def test_bad_prompt_lookup_num_tokens_with_a_drafter(tiny_pair):
+    target, drafter = tiny_pair
     ids = _repetitive_prompt(0)
     for bad in (0, 257, 2.5):
         with pytest.raises(ValueError) as raised:
@@ -158,14 +151,14 @@ def test_bad_prompt_lookup_num_tokens_with_a_drafter(pair):
         assert f"prompt_lookup_num_tokens={bad!r}" in message and "int in [1, 256]" in message, message
 
 
-def test_fallback_drafts_a_short_match_where_the_drafter_skips(pair, monkeypatch):
+def test_fallback_drafts_a_short_match_where_the_drafter_skips(tiny_pair, monkeypatch):
     """`lookup_fallback_min_match`: a round whose drafter proposes nothing drafts a shorter retrieved match instead
     of a one-token step; outputs stay identical to plain, and only skipped rounds change."""
     from transformers import GenerationConfig
 
     from dlite_hf.modeling.suffix_index import SuffixIndex
 
-    target, drafter = pair
+    target, drafter = tiny_pair
     seen = []
     original = SuffixIndex.lookup
 
@@ -199,12 +192,12 @@ def test_fallback_drafts_a_short_match_where_the_drafter_skips(pair, monkeypatch
     assert on.target_forwards < off.target_forwards  # the retrieved drafts were accepted
 
 
-def test_fallback_min_match_is_validated_per_call_and_in_the_config(pair):
+def test_fallback_min_match_is_validated_per_call_and_in_the_config(tiny_pair):
     from transformers import GenerationConfig
 
     from dlite_hf import DLiteConfig
 
-    target, drafter = pair
+    target, drafter = tiny_pair
     ids = _repetitive_prompt(8)
     with pytest.raises(ValueError, match=r"lookup_fallback_min_match=-1 is invalid: expected 0 \(off\)"):
         target.generate(

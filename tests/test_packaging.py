@@ -7,16 +7,29 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import dlite_hf.modeling.modeling_dlite as modeling_module
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("configuration_dlite.py", "modeling_dlite.py", "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py", "suffix_index.py")
+FILES = (
+    "configuration_dlite.py",
+    "modeling_dlite.py",
+    "candidate_generators.py",
+    "drafting.py",
+    "generation_stats.py",
+    "integration.py",
+    "options.py",
+    "tapping.py",
+    "suffix_index.py",
+)
 
 
 def test_editable_install_imports_the_repository_modeling_folder():
     assert Path(modeling_module.__file__).resolve() == (ROOT / "modeling" / "modeling_dlite.py").resolve()
 
 
+@pytest.mark.heavy  # builds a wheel: in `make test` and CI, not test-fast
 def test_wheel_contains_the_modeling_files_once(tmp_path):
     subprocess.run(
         [

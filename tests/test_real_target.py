@@ -10,7 +10,7 @@ import torch
 from transformers import TextIteratorStreamer
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
-from dlite_hf.prompts import load_prompts
+from dlite_hf.data.prompts import load_prompts
 from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real
@@ -85,7 +85,7 @@ def test_hybrid_is_lossless_on_real_agentic_turns_and_reuses_the_session(smollm2
     from transformers import AutoModel
 
     from dlite_hf import DraftSession
-    from dlite_hf.bench.workloads import CODING_TASKS, coding_session, tooltalk_sessions
+    from dlite_hf.data.workloads import CODING_TASKS, coding_session, tooltalk_sessions
     from dlite_hf.defaults import default_drafter_dir
 
     target, tokenizer = smollm2

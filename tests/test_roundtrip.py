@@ -19,7 +19,17 @@ import dlite_hf
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 
 MODELING_DIR = Path(dlite_hf.modeling.__file__).parent
-CODE_FILES = ["configuration_dlite.py", "modeling_dlite.py", "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py", "suffix_index.py"]
+CODE_FILES = [
+    "configuration_dlite.py",
+    "modeling_dlite.py",
+    "candidate_generators.py",
+    "drafting.py",
+    "generation_stats.py",
+    "integration.py",
+    "options.py",
+    "tapping.py",
+    "suffix_index.py",
+]
 
 
 @pytest.fixture(scope="module")

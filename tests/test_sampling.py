@@ -41,7 +41,7 @@ ADAPTIVE_SETTINGS = {"t1_adaptive": ("t1", 0.98, 0.8)}  # skips ~40% of first ro
 
 
 @pytest.fixture(scope="module")
-def pair():
+def peaked_pair():
     target = make_tiny_target("qwen3", seed=3, vocab_size=VOCAB)
     drafter = make_drafter(target, seed=4)
     with torch.no_grad():
@@ -184,8 +184,8 @@ def draw(
 
 
 @pytest.mark.parametrize("setting", [*SETTINGS, *ADAPTIVE_SETTINGS])
-def test_sampled_tokens_follow_the_target_distribution(pair, setting, monkeypatch):
-    target, drafter = pair
+def test_sampled_tokens_follow_the_target_distribution(peaked_pair, setting, monkeypatch):
+    target, drafter = peaked_pair
     base, threshold, skip = ADAPTIVE_SETTINGS.get(setting, (setting, 0.0, 0.0))
     settings = SETTINGS[base]
     monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
@@ -211,9 +211,9 @@ def test_sampled_tokens_follow_the_target_distribution(pair, setting, monkeypatc
     assert_follows(counts, marginals, setting)
 
 
-def test_wrong_candidate_logits_are_detected(pair, monkeypatch):
+def test_wrong_candidate_logits_are_detected(peaked_pair, monkeypatch):
     """Power: if the candidate logits are not those the drafts were sampled from, the same test rejects."""
-    target, drafter = pair
+    target, drafter = peaked_pair
     settings = SETTINGS["t1"]
     marginals = exact_marginals(target, **settings)
     honest = DLiteCandidateGenerator.get_candidates
@@ -240,8 +240,8 @@ def test_wrong_candidate_logits_are_detected(pair, monkeypatch):
 HYBRID_PROMPT = torch.tensor([[3, 7, 1, 12, 5, 3, 7, 12, 1, 5]])
 
 
-def test_hybrid_sampling_follows_the_target_distribution(pair):
-    target, drafter = pair
+def test_hybrid_sampling_follows_the_target_distribution(peaked_pair):
+    target, drafter = peaked_pair
     settings = SETTINGS["t1"]
     marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
     counts, totals = draw(target, drafter, N_SAMPLES, seed_base=30_000, prompt=HYBRID_PROMPT, hybrid=True, **settings)
@@ -249,10 +249,10 @@ def test_hybrid_sampling_follows_the_target_distribution(pair):
     assert_follows(counts, marginals, "hybrid")
 
 
-def test_hybrid_fallback_sampling_follows_the_target_distribution(pair, monkeypatch):
+def test_hybrid_fallback_sampling_follows_the_target_distribution(peaked_pair, monkeypatch):
     """`lookup_fallback_min_match`: where the drafter's sampled first draft is unlikely (it skips), a retrieved
     draft of any match is verified instead; the skip depends only on the drafter's own draws, so still lossless."""
-    target, drafter = pair
+    target, drafter = peaked_pair
     settings = SETTINGS["t1"]
     for name, value in (("draft_skip_threshold", 0.8), ("lookup_min_match", 10_000), ("lookup_fallback_min_match", 1)):
         monkeypatch.setattr(drafter.config, name, value)
@@ -265,13 +265,13 @@ def test_hybrid_fallback_sampling_follows_the_target_distribution(pair, monkeypa
     assert_follows(counts, marginals, "hybrid-fallback")
 
 
-def test_a_skip_that_looks_at_the_sampled_draft_is_detected(pair, monkeypatch):
+def test_a_skip_that_looks_at_the_sampled_draft_is_detected(peaked_pair, monkeypatch):
     """Power: skipping a round when the *sampled* first draft is unlikely (instead of when the first position's top
     probability is) keeps only the drafts the drafter was sure of, so the proposal no longer follows q: biased.
     This was the skip rule before; the fallback setting above exposes it."""
     from dlite_hf import DLiteForSpeculation
 
-    target, drafter = pair
+    target, drafter = peaked_pair
     settings = SETTINGS["t1"]
     for name, value in (("draft_skip_threshold", 0.8), ("lookup_min_match", 10_000), ("lookup_fallback_min_match", 1)):
         monkeypatch.setattr(drafter.config, name, value)
@@ -293,9 +293,9 @@ def test_a_skip_that_looks_at_the_sampled_draft_is_detected(pair, monkeypatch):
     assert min(p_values) < ALPHA, p_values
 
 
-def test_hybrid_with_a_wrong_proposal_distribution_is_detected(pair, monkeypatch):
+def test_hybrid_with_a_wrong_proposal_distribution_is_detected(peaked_pair, monkeypatch):
     """Power: verifying a retrieved draft as if it were sampled from a uniform q (not one-hot) biases the tokens."""
-    target, drafter = pair
+    target, drafter = peaked_pair
     settings = SETTINGS["t1"]
     marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
     honest = DLiteCandidateGenerator.get_candidates
@@ -319,10 +319,10 @@ def test_hybrid_with_a_wrong_proposal_distribution_is_detected(pair, monkeypatch
 
 
 @pytest.fixture(scope="module")
-def bf16_pair(pair):
-    """The pair in bfloat16. The exact marginals come from the bfloat16 weights upcast to float64: what the
+def bf16_pair(peaked_pair):
+    """The peaked_pair in bfloat16. The exact marginals come from the bfloat16 weights upcast to float64: what the
     bfloat16 target computes up to rounding, which 1,500 samples cannot resolve."""
-    target, drafter = pair
+    target, drafter = peaked_pair
     target = copy.deepcopy(target).to(torch.bfloat16)
     drafter = copy.deepcopy(drafter).to(torch.bfloat16)
     return target, drafter.bind_target(target)

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModel
 
 from dlite_hf import DLiteForSpeculation
+from dlite_hf.data.prompts import load_prompts
 from dlite_hf.defaults import default_drafter_dir
-from dlite_hf.prompts import load_prompts
 from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real
@@ -27,7 +27,12 @@ def test_shipped_drafter_files_and_size():
         "config.json",
         "configuration_dlite.py",
         "modeling_dlite.py",
-        "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py",
+        "candidate_generators.py",
+        "drafting.py",
+        "generation_stats.py",
+        "integration.py",
+        "options.py",
+        "tapping.py",
         "suffix_index.py",
         "README.md",
         "dlite_training.json",

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import AutoModel
 
+from dlite_hf.data.prompts import load_prompts
 from dlite_hf.defaults import default_drafter_dir
 from dlite_hf.modeling.drafting import HybridRule
 from dlite_hf.modeling.options import DEFAULT_LOOKUP_TOKENS
-from dlite_hf.prompts import load_prompts
 from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real

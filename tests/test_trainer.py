@@ -63,6 +63,7 @@ def test_two_step_smoke_every_parameter_changes(tiny_setup, tmp_path, stage):
     assert all(not any(p.requires_grad for p in m.parameters()) for m in [target] + ([teacher] if teacher else []))
 
 
+@pytest.mark.heavy  # 200 training steps: in `make test` and CI, not test-fast
 def test_short_run_learns(tiny_setup, tmp_path):
     target, dataset = tiny_setup
     model = make_drafter(target, seed=3)
@@ -115,7 +116,16 @@ def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
     trainer.save_model(args.output_dir)
     folder = Path(args.output_dir)
     names = {p.name for p in folder.iterdir()}
-    code = {"modeling_dlite.py", "candidate_generators.py", "drafting.py", "generation_stats.py", "integration.py", "options.py", "tapping.py", "suffix_index.py"}
+    code = {
+        "modeling_dlite.py",
+        "candidate_generators.py",
+        "drafting.py",
+        "generation_stats.py",
+        "integration.py",
+        "options.py",
+        "tapping.py",
+        "suffix_index.py",
+    }
     assert {"model.safetensors", "config.json", "README.md", *code} <= names
     assert not any(name.endswith(".bin") and name != "training_args.bin" for name in names)
     with safe_open(folder / "model.safetensors", "pt") as handle:

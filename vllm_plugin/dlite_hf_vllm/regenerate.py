@@ -70,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-fraction", type=float, default=0.3, help="vLLM gpu_memory_utilization (CPU: RAM)")
     args = parser.parse_args(argv)
     if args.chunk < 1 or args.max_new_tokens < 1 or args.samples < 0:
-        raise SystemExit(f"--chunk {args.chunk}, --max-new-tokens {args.max_new_tokens}: expected >= 1; "
-                         f"--samples {args.samples}: expected >= 0.")
+        raise SystemExit(
+            f"--chunk {args.chunk}, --max-new-tokens {args.max_new_tokens}: expected >= 1; "
+            f"--samples {args.samples}: expected >= 0."
+        )
     job = _read_job(Path(args.job))
     engine = _engine_version()
     tag = _sampling_tag(args)
@@ -105,8 +107,14 @@ def main(argv: list[str] | None = None) -> int:
                     if args.samples:
                         # one seed per (prompt, sample): a resumed run draws the same response again
                         seed = (args.seed * 1_000_003 + start + len(meta)) % (2**31)
-                        params.append(SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature,
-                                                     top_p=args.top_p, seed=seed))
+                        params.append(
+                            SamplingParams(
+                                max_tokens=args.max_new_tokens,
+                                temperature=args.temperature,
+                                top_p=args.top_p,
+                                seed=seed,
+                            )
+                        )
                         meta.append((f"{row['id']}#{sample}", row))
                     else:
                         params.append(SamplingParams(max_tokens=args.max_new_tokens, temperature=0.0))
@@ -119,26 +127,41 @@ def main(argv: list[str] | None = None) -> int:
                 completion = output.outputs[0]
                 response = [int(t) for t in completion.token_ids]
                 ids = [int(t) for t in row["prompt_ids"]]
-                lines.append(json.dumps({
-                    "id": row_id,
-                    "workload": row.get("workload"),
-                    "input_ids": ids + response,
-                    "loss_mask": [0] * len(ids) + [1] * len(response),
-                    "prompt_tokens": len(ids),
-                    "finished": completion.finish_reason == "stop",
-                    "engine": f"{engine}:{args.dtype}",
-                    "sampling": tag,
-                }, separators=(",", ":")) + "\n")
+                lines.append(
+                    json.dumps(
+                        {
+                            "id": row_id,
+                            "workload": row.get("workload"),
+                            "input_ids": ids + response,
+                            "loss_mask": [0] * len(ids) + [1] * len(response),
+                            "prompt_tokens": len(ids),
+                            "finished": completion.finish_reason == "stop",
+                            "engine": f"{engine}:{args.dtype}",
+                            "sampling": tag,
+                        },
+                        separators=(",", ":"),
+                    )
+                    + "\n"
+                )
                 tokens += len(response)
             handle.write("".join(lines))
             handle.flush()
             os.fsync(handle.fileno())
             written += len(lines)
-            print(f"[dlite-vllm] {written} rows, {tokens} response tokens, {tokens / gen_time:.1f} tokens/s",
-                  flush=True)
-    _write_summary(args.summary, {"written": written, "tokens": tokens, "generate_s": round(gen_time, 2),
-                                  "load_s": round(loaded - started, 2), "tokens_per_s": round(tokens / gen_time, 2),
-                                  "engine": engine})
+            print(
+                f"[dlite-vllm] {written} rows, {tokens} response tokens, {tokens / gen_time:.1f} tokens/s", flush=True
+            )
+    _write_summary(
+        args.summary,
+        {
+            "written": written,
+            "tokens": tokens,
+            "generate_s": round(gen_time, 2),
+            "load_s": round(loaded - started, 2),
+            "tokens_per_s": round(tokens / gen_time, 2),
+            "engine": engine,
+        },
+    )
     return 0
 
 

@@ -81,8 +81,8 @@ def export_rows(
         prompt = prompts.get(_prompt_id(row["id"]))
         if prompt is None:
             raise ValueError(
-                f"{rows_path}: row {row['id']!r} has no prompt in {prompts_path}; export the rows with the prompt file "
-                "they were generated from."
+                f"{rows_path}: row {row['id']!r} has no prompt in {prompts_path}; export the rows with the prompt "
+                "file they were generated from."
             )
         n = int(row["prompt_tokens"])
         new.append(

@@ -76,11 +76,33 @@ def regenerate_vllm(
         for row in todo:
             handle.write(json.dumps(row, separators=(",", ":")) + "\n")
     command = [
-        str(python), "-m", "dlite_hf_vllm.regenerate", "--model", str(model_dir), "--job", str(job),
-        "--out", str(out_path), "--dtype", dtype, "--max-new-tokens", str(max_new_tokens),
-        "--max-model-len", str(max_prompt_tokens + max_new_tokens), "--chunk", str(chunk),
-        "--samples", str(samples), "--temperature", str(temperature), "--top-p", str(top_p), "--seed", str(seed),
-        "--summary", str(summary_path),
+        str(python),
+        "-m",
+        "dlite_hf_vllm.regenerate",
+        "--model",
+        str(model_dir),
+        "--job",
+        str(job),
+        "--out",
+        str(out_path),
+        "--dtype",
+        dtype,
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--max-model-len",
+        str(max_prompt_tokens + max_new_tokens),
+        "--chunk",
+        str(chunk),
+        "--samples",
+        str(samples),
+        "--temperature",
+        str(temperature),
+        "--top-p",
+        str(top_p),
+        "--seed",
+        str(seed),
+        "--summary",
+        str(summary_path),
     ]
     summary_path.unlink(missing_ok=True)
     result = subprocess.run(command, check=False)  # its progress goes to this process's stdout and stderr

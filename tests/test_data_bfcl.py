@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import dlite_hf.prompts as P
-from dlite_hf.bench.bfcl import BFCL_CATEGORIES, BFCLEnvironment, bfcl_sessions
+import dlite_hf.data.prompts as P
+from dlite_hf.data.bfcl import BFCL_CATEGORIES, BFCLEnvironment, bfcl_sessions
 
 FILE_SYSTEM_ENTRY = {
     "id": "handmade_0",

