@@ -9,8 +9,8 @@ from tiny_models import make_drafter, make_tiny_target
 from transformers import LlamaConfig, Qwen3Config
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
+from dlite_hf.modeling.blocks import gather_history
 from dlite_hf.modeling.configuration_dlite import default_target_layer_ids
-from dlite_hf.modeling.modeling_dlite import gather_history
 
 V, H_T = 128, 64  # make_tiny_target's vocabulary and hidden size
 

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = (
     "configuration_dlite.py",
     "modeling_dlite.py",
+    "blocks.py",
     "candidate_generators.py",
     "drafting.py",
     "generation_stats.py",

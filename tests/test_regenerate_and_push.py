@@ -151,6 +151,7 @@ def test_push_to_hub_uploads_drafter_code_and_card(tmp_path, monkeypatch):
         "config.json",
         "configuration_dlite.py",
         "modeling_dlite.py",
+        "blocks.py",
         "candidate_generators.py",
         "drafting.py",
         "generation_stats.py",

@@ -22,6 +22,7 @@ MODELING_DIR = Path(dlite_hf.modeling.__file__).parent
 CODE_FILES = [
     "configuration_dlite.py",
     "modeling_dlite.py",
+    "blocks.py",
     "candidate_generators.py",
     "drafting.py",
     "generation_stats.py",

@@ -27,6 +27,7 @@ def test_shipped_drafter_files_and_size():
         "config.json",
         "configuration_dlite.py",
         "modeling_dlite.py",
+        "blocks.py",
         "candidate_generators.py",
         "drafting.py",
         "generation_stats.py",

@@ -118,6 +118,7 @@ def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
     names = {p.name for p in folder.iterdir()}
     code = {
         "modeling_dlite.py",
+        "blocks.py",
         "candidate_generators.py",
         "drafting.py",
         "generation_stats.py",

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 from transformers import Trainer
 
-from ..modeling.modeling_dlite import DLiteForSpeculation, gather_history
+from ..modeling.blocks import gather_history
+from ..modeling.modeling_dlite import DLiteForSpeculation
 from .arguments import DLiteTrainingArguments
 from .data import DLiteCollator
 from .features import FeatureCache, target_features
