@@ -33,8 +33,8 @@ def main() -> None:
     from dlite_hf import DLiteForSpeculation
     from dlite_hf.assets import open_target
     from dlite_hf.bench.replay import replay_tau
+    from dlite_hf.data.prompts import load_prompts
     from dlite_hf.defaults import default_drafter_dir
-    from dlite_hf.prompts import load_prompts
     from dlite_hf.rows import chat_prompt_ids
     from dlite_hf.training.features import target_features
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlite_hf.bench.results import Goal, ResultsError, SummaryRow, as_summary_rows, load_result
+
 __all__ = ["GENERAL_WORKLOADS", "add_goals", "evaluate_goals", "main"]
 
 GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
@@ -28,38 +30,41 @@ MAX_DRAFTER_MS_SPREAD = 0.15  # drafter ms per round varies by less than 15% acr
 HYBRID_AGENTIC_FACTOR = 1.25  # the hybrid's agentic speedup is at least 1.25x prompt lookup's
 
 
-def _rows(summary: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
-    return {(r["workload"], r["method"]): r for r in summary}
+Rows = dict[tuple[str, str], SummaryRow]
+
+
+def _rows(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> Rows:
+    return {(r.workload, r.method): r for r in as_summary_rows(summary)}
 
 
 def _goal(name: str, met: bool | None, measured: str) -> dict[str, Any]:
     return {"goal": name, "met": met, "measured": measured}
 
 
-def _speedup_goal(rows, workload: str, strict: bool, method: str, peer: str) -> dict[str, Any]:
+def _speedup_goal(rows: Rows, workload: str, strict: bool, method: str, peer: str) -> dict[str, Any]:
     relation = ">" if strict else ">="
     name = f"{workload}: {method} speedup {relation} {peer} speedup"
     mine, theirs = rows.get((workload, method)), rows.get((workload, peer))
     if mine is None or theirs is None:
         return _goal(name, None, f"not measured (run workload {workload} with methods {method},{peer})")
-    a, b = mine["speedup"], theirs["speedup"]
+    a, b = mine.speedup, theirs.speedup
     met = a > b if strict else a >= b
-    return _goal(name, met, f"{a:.2f}x vs {b:.2f}x (tau {mine['mean_tau']:.2f} vs {theirs['mean_tau']:.2f})")
+    return _goal(name, met, f"{a:.2f}x vs {b:.2f}x (tau {mine.mean_tau:.2f} vs {theirs.mean_tau:.2f})")
 
 
-def _general_tau(rows, method: str) -> float | None:
-    taus = [rows[(w, method)]["mean_tau"] for w in GENERAL_WORKLOADS if (w, method) in rows]
+def _general_tau(rows: Rows, method: str) -> float | None:
+    taus = [rows[(w, method)].mean_tau for w in GENERAL_WORKLOADS if (w, method) in rows]
     return sum(taus) / len(taus) if taus else None
 
 
-def _tau_drop(rows, method: str) -> tuple[float, float, float] | None:
+def _tau_drop(rows: Rows, method: str) -> tuple[float, float, float] | None:
     general, agentic = _general_tau(rows, method), rows.get(("agentic", method))
     if general is None or agentic is None:
         return None
-    return general, agentic["mean_tau"], 1.0 - agentic["mean_tau"] / general
+    return general, agentic.mean_tau, 1.0 - agentic.mean_tau / general
 
 
-def _agentic_tau_goal(rows, method: str, history: str) -> dict[str, Any]:
+def _agentic_tau_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
     name = (
         f"agentic: {method} tau within {MAX_AGENTIC_TAU_DROP:.0%} of its general tau, "
         f"and {history}'s tau falls further"
@@ -77,7 +82,7 @@ def _agentic_tau_goal(rows, method: str, history: str) -> dict[str, Any]:
     return _goal(name, met and theirs[2] > drop, text)
 
 
-def _long_rows(rows, method: str) -> list[tuple[int, Mapping[str, Any]]]:
+def _long_rows(rows: Rows, method: str) -> list[tuple[int, SummaryRow]]:
     found = []
     for (workload, name), row in rows.items():
         if name == method and workload.startswith("long-") and workload[5:].isdigit():
@@ -85,21 +90,21 @@ def _long_rows(rows, method: str) -> list[tuple[int, Mapping[str, Any]]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def _drafter_ms_goal(rows, method: str, history: str) -> dict[str, Any]:
+def _drafter_ms_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
     name = f"long context: {method} drafter ms per round varies < {MAX_DRAFTER_MS_SPREAD:.0%} across lengths"
-    points = [(n, r["drafter_ms_per_round"]) for n, r in _long_rows(rows, method) if r["drafter_ms_per_round"]]
+    points = [(n, r.drafter_ms_per_round) for n, r in _long_rows(rows, method) if r.drafter_ms_per_round]
     if len(points) < 2:
         return _goal(name, None, f"not measured (run the long workload at two or more lengths with {method})")
     values = [v for _, v in points]
     spread = (max(values) - min(values)) / min(values)
     text = ", ".join(f"{n}: {v:.1f} ms" for n, v in points) + f" (spread {spread:.0%})"
-    others = [(n, r["drafter_ms_per_round"]) for n, r in _long_rows(rows, history) if r["drafter_ms_per_round"]]
+    others = [(n, r.drafter_ms_per_round) for n, r in _long_rows(rows, history) if r.drafter_ms_per_round]
     if others:
         text += f"; {history}: " + ", ".join(f"{n}: {v:.1f} ms" for n, v in others)
     return _goal(name, spread < MAX_DRAFTER_MS_SPREAD, text)
 
 
-def _hybrid_goals(rows, hybrid: str, method: str, peer: str) -> list[dict[str, Any]]:
+def _hybrid_goals(rows: Rows, hybrid: str, method: str, peer: str) -> list[dict[str, Any]]:
     """The hybrid issue's goals, for every workload of the run that has the hybrid."""
     goals = []
     workloads = list(dict.fromkeys(w for (w, m) in rows if m == hybrid and w != "all"))
@@ -109,22 +114,22 @@ def _hybrid_goals(rows, hybrid: str, method: str, peer: str) -> list[dict[str, A
         if any(o is None for o in others):
             goals.append(_goal(name, None, f"not measured (run workload {workload} with {peer},{method})"))
             continue
-        best = max(o["mean_tau"] for o in others)
-        goals.append(_goal(name, mine["mean_tau"] >= best, f"{mine['mean_tau']:.2f} vs {best:.2f}"))
+        best = max(o.mean_tau for o in others)
+        goals.append(_goal(name, mine.mean_tau >= best, f"{mine.mean_tau:.2f} vs {best:.2f}"))
     for workload in (w for w in workloads if w == "agentic" or w.startswith("agentic")):
         name = f"{workload}: {hybrid} speedup >= {HYBRID_AGENTIC_FACTOR}x {peer}'s"
         theirs = rows.get((workload, peer))
         if theirs is None:
             goals.append(_goal(name, None, f"not measured (run workload {workload} with {peer})"))
             continue
-        a, b = rows[(workload, hybrid)]["speedup"], theirs["speedup"]
+        a, b = rows[(workload, hybrid)].speedup, theirs.speedup
         goals.append(_goal(name, a >= HYBRID_AGENTIC_FACTOR * b, f"{a:.2f}x vs {b:.2f}x ({a / b:.2f} of it)"))
     goals += [_speedup_goal(rows, w, False, hybrid, method) for w in SPEEDUP_WORKLOADS if (w, hybrid) in rows]
     return goals
 
 
 def evaluate_goals(
-    summary: Sequence[Mapping[str, Any]],
+    summary: Sequence[SummaryRow | Mapping[str, Any]],
     method: str = "dlite",
     peer: str = "prompt_lookup",
     history: str = "history",
@@ -161,16 +166,18 @@ def add_goals(path: str | Path) -> list[dict[str, Any]]:
 
     path = Path(path)
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-        summary = result["summary"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        result = load_result(path)
+    except ResultsError as error:
+        raise SystemExit(str(error)) from None
+    except OSError as error:
         raise SystemExit(
             f"{path}: not a `dlite-hf bench` results document ({error!r}); pass NAME.json of a run."
         ) from None
-    result["goals"] = evaluate_goals(summary)
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    goals = evaluate_goals(result.summary)
+    result.goals = [Goal.from_dict(goal, "goals") for goal in goals]
+    path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
     path.with_suffix(".md").write_text(markdown_table(result), encoding="utf-8")
-    return result["goals"]
+    return goals
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,8 +37,8 @@ def main() -> None:
     from dlite_hf import DLiteForSpeculation
     from dlite_hf.assets import open_target
     from dlite_hf.bench.replay import replay_tau, summarise
+    from dlite_hf.data.prompts import OUT_OF_DOMAIN_WORKLOADS
     from dlite_hf.defaults import default_drafter_dir
-    from dlite_hf.prompts import OUT_OF_DOMAIN_WORKLOADS
     from dlite_hf.training.features import target_features
 
     torch.set_num_threads(args.threads)

@@ -27,8 +27,8 @@ def child(method: str, length: int, drafter_dir: str, new_tokens: int) -> dict:
 
     import dlite_hf
     from dlite_hf.assets import fetch_model
+    from dlite_hf.data.long_context import load_long
     from dlite_hf.modeling import tapping
-    from dlite_hf.prompts import load_long
     from dlite_hf.rows import chat_prompt_ids
 
     folder = fetch_model("smollm2-135m", progress=False)

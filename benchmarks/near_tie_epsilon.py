@@ -32,8 +32,8 @@ def main() -> None:
     import torch
 
     from dlite_hf.assets import open_target
+    from dlite_hf.data.prompts import load_prompts
     from dlite_hf.neartie import NEAR_TIE_EPSILON, float32_reference
-    from dlite_hf.prompts import load_prompts
     from dlite_hf.rows import chat_prompt_ids
 
     torch.set_num_threads(args.threads)

@@ -24,8 +24,8 @@ IN_DOMAIN = ("chat", "code", "math", "tool", "news", "writing", "story_qa", "dia
 
 
 def _prompts(workloads: list[str], per_workload: int, long_tokens: int, tokenizer) -> list[dict]:
-    from dlite_hf.broad_mix import eval_prompts
-    from dlite_hf.prompts import load_long
+    from dlite_hf.data.domains import eval_prompts
+    from dlite_hf.data.long_context import load_long
 
     out = []
     for workload in workloads:

@@ -11,10 +11,11 @@ method's speedup of each row is bold. `tests/test_readme_figures.py` checks the 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from dlite_hf.bench.results import BenchResult, SummaryRow, as_result, load_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")
@@ -43,22 +44,19 @@ LABELS: dict[str, dict[str, str]] = {
 }
 
 
-def load(run: str) -> dict[str, Any]:
-    """A committed result document by run name (`benchmarks/results/RUN.json`) or path."""
+def load(run: str) -> BenchResult:
+    """A committed result document by run name (`benchmarks/results/RUN.json`) or path, typed and checked."""
     path = Path(run) if run.endswith(".json") else RESULTS / f"{run}.json"  # names may hold dots (qwen2.5-...)
     if not path.is_file():
         raise FileNotFoundError(f"No bench result {path}: pass a run name from benchmarks/results/ or a JSON path.")
-    result = json.loads(path.read_text())
-    if not isinstance(result, dict) or "summary" not in result:
-        raise ValueError(f"{path} is not a `dlite-hf bench` results document (it has no 'summary').")
-    return result
+    return load_result(path)
 
 
-def rows(result: Mapping[str, Any], table: str) -> dict[str, str]:
+def rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str, str]:
     """`{workload: README row}` of `table` ("main" or "ood") for the workloads the run measured."""
     if table not in LABELS:
         raise ValueError(f"table={table!r}: expected one of {sorted(LABELS)}.")
-    summary = {(s["workload"], s["method"]): s for s in result["summary"]}
+    summary = as_result(result).rows_by_key()
     measured = {method for _, method in summary}
     missing = [m for m in METHODS if m not in measured]
     if missing:
@@ -67,21 +65,25 @@ def rows(result: Mapping[str, Any], table: str) -> dict[str, str]:
     for workload, label in LABELS[table].items():
         if (workload, "plain") not in summary:
             continue
-        speeds = [summary[(workload, m)]["speedup"] for m in METHODS]
-        fastest = max(range(len(METHODS)), key=speeds.__getitem__)
-        cells = []
-        for index, method in enumerate(METHODS):
-            s = summary[(workload, method)]
-            speed = f"{s['speedup']:.2f}x"
-            speed = f"**{speed}**" if index == fastest else speed
-            if table == "main":
-                cells.append(f"{s['mean_tau']:.2f} ({s['tau_pooled']:.2f}) / {speed} ({s['decode_speedup']:.2f}x)")
-            else:
-                cells.append(f"{s['mean_tau']:.2f} / {speed}")
+        cells = _cells([summary[(workload, m)] for m in METHODS], table)
         plain = summary[(workload, "plain")]
-        shown = label.format(n=plain["prompts"])
-        out[workload] = f"| {shown} | {plain['tok_s']:.2f} | " + " | ".join(cells) + " |"
+        shown = label.format(n=plain.prompts)
+        out[workload] = f"| {shown} | {plain.tok_s:.2f} | " + " | ".join(cells) + " |"
     return out
+
+
+def _cells(methods: list[SummaryRow], table: str) -> list[str]:
+    """One cell per method (in METHODS order); the fastest method's speedup bold."""
+    fastest = max(range(len(methods)), key=lambda index: methods[index].speedup)
+    cells = []
+    for index, s in enumerate(methods):
+        speed = f"{s.speedup:.2f}x"
+        speed = f"**{speed}**" if index == fastest else speed
+        if table == "main":
+            cells.append(f"{s.mean_tau:.2f} ({s.tau_pooled:.2f}) / {speed} ({s.decode_speedup:.2f}x)")
+        else:
+            cells.append(f"{s.mean_tau:.2f} / {speed}")
+    return cells
 
 
 def main() -> None:

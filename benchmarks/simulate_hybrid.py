@@ -163,7 +163,7 @@ def _collect(args) -> tuple[dict, dict, float]:
     from tune_hybrid import tuning_workloads
 
     from dlite_hf.assets import resolve_model
-    from dlite_hf.bench.workloads import as_session
+    from dlite_hf.data.workloads import as_session
     from dlite_hf.rows import chat_prompt_ids
 
     torch.set_num_threads(1)

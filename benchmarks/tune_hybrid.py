@@ -22,8 +22,8 @@ TUNING_MODULES = ("fnmatch", "glob", "configparser")
 
 
 def tuning_workloads(tokenizer, num_prompts: int, max_tokens: int, max_turns: int) -> dict[str, list[dict]]:
-    from dlite_hf.bench.workloads import CODING_TASKS, CodingTask, coding_session, session_from_messages
-    from dlite_hf.prompts import load_prompts
+    from dlite_hf.data.prompts import load_prompts
+    from dlite_hf.data.workloads import CODING_TASKS, CodingTask, coding_session, session_from_messages
 
     used = {m for task in CODING_TASKS for m in task.modules}
     if used & set(TUNING_MODULES):
@@ -72,6 +72,7 @@ def main() -> None:
 
     from dlite_hf.assets import resolve_model
     from dlite_hf.bench.methods import BenchMethod
+    from dlite_hf.bench.results import as_result
     from dlite_hf.bench.runner import run_bench
 
     torch.set_num_threads(args.threads)
@@ -89,33 +90,39 @@ def main() -> None:
                 )
             )
     workloads = tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns)
-    result = run_bench(
-        target,
-        tokenizer,
-        methods,
-        workloads,
-        max_new_tokens=args.max_new_tokens,
-        progress=False,
-        meta={"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "split": "tuning (train)"},
+    result = as_result(
+        run_bench(
+            target,
+            tokenizer,
+            methods,
+            workloads,
+            max_new_tokens=args.max_new_tokens,
+            progress=False,
+            meta={"command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), "split": "tuning (train)"},
+        )
     )
     rows = [
-        {k: row[k] for k in ("workload", "method", "tau_pooled", "mean_tau", "speedup", "decode_speedup")}
-        for row in result["summary"]
+        {k: getattr(row, k) for k in ("workload", "method", "tau_pooled", "mean_tau", "speedup", "decode_speedup")}
+        for row in result.summary
     ]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "ok": result["ok"], "result": result}, indent=1))
-    names = [m.name for m in methods]
-    cell = {(r["workload"], r["method"]): r for r in rows}
+    Path(args.out).write_text(json.dumps({"rows": rows, "ok": result.ok, "result": result.to_dict()}, indent=1))
+    _print_table([m.name for m in methods], result)
+    print("all outputs identical to plain:", result.ok)
+
+
+def _print_table(names: list[str], result) -> None:
+    """tau (pooled) / speedup of every method on every workload, a markdown table."""
+    cell = result.rows_by_key()
     print("tau (pooled) / speedup over plain")
     print("| workload | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
-    for label in dict.fromkeys(r["workload"] for r in rows):
+    for label in dict.fromkeys(r.workload for r in result.summary):
         cells = [
-            f"{cell[label, n]['tau_pooled']:.2f} / {cell[label, n]['speedup']:.2f}x" if (label, n) in cell else "-"
+            f"{cell[label, n].tau_pooled:.2f} / {cell[label, n].speedup:.2f}x" if (label, n) in cell else "-"
             for n in names
         ]
         print(f"| {label} | " + " | ".join(cells) + " |")
-    print("all outputs identical to plain:", result["ok"])
 
 
 if __name__ == "__main__":

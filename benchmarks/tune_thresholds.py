@@ -60,11 +60,11 @@ def main() -> None:
     import torch
 
     from dlite_hf import DLiteForSpeculation
-    from dlite_hf import prompts as P
     from dlite_hf.assets import open_target
     from dlite_hf.bench.methods import BenchMethod
     from dlite_hf.bench.report import markdown_table
     from dlite_hf.bench.runner import run_bench
+    from dlite_hf.data import prompts as P
 
     torch.set_num_threads(args.threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"  # as the README's benchmark runs (--sdpa-gqa)

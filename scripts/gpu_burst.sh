@@ -71,7 +71,7 @@ regen)
   stamp "done"
   ;;
 broad)
-  # the broad mix (dlite_hf.broad_mix) on the GPU: carries .gpu_b/mix_prompts.jsonl.gz and .gpu_b/mix_texts.jsonl.gz,
+  # the broad mix (dlite_hf.data.mix) on the GPU: carries .gpu_b/mix_prompts.jsonl.gz and .gpu_b/mix_texts.jsonl.gz,
   # written here by `dlite-hf mix build --out M --prompts-per-domain 4000 --texts-per-domain 4000` (gzip each); the
   # GGUF parts as in `regen`. Regenerates the prompts in bfloat16 for at most REGEN_S seconds (resumable: a second
   # call goes on), then trains the stable stage from the shipped drafter (.gpu_c/init) on the regenerated rows.

@@ -21,7 +21,9 @@ import random
 import sys
 from pathlib import Path
 
-from dlite_hf import prompts as P
+from dlite_hf.data import prompts as P
+from dlite_hf.data.mix import training_mix
+from dlite_hf.rows import write_jsonl
 
 ROUND2_SOURCES = ("fiqa/", "truthfulqa/", "liveqa/", "stdlib/")  # added after round 1
 ROUND2 = (("chat", 200), ("code", 150), ("math", 100))
@@ -42,21 +44,21 @@ def later_round(taken: set[str], counts: tuple[tuple[str, int], ...], seed: int)
 
 
 def main(run_dir: str) -> None:
-    first = P.training_mix(160, seed=0, exclude_id_prefixes=ROUND2_SOURCES)
-    P.write_jsonl(first, Path(run_dir) / "prompts.jsonl")
+    first = training_mix(160, seed=0, exclude_id_prefixes=ROUND2_SOURCES)
+    write_jsonl(first, Path(run_dir) / "prompts.jsonl")
     second = later_round({p["id"] for p in first}, ROUND2, seed=11)
-    P.write_jsonl(second, Path(run_dir) / "prompts2.jsonl")
+    write_jsonl(second, Path(run_dir) / "prompts2.jsonl")
     third = later_round({p["id"] for p in first + second}, ROUND3, seed=12)
-    P.write_jsonl(third, Path(run_dir) / "prompts3.jsonl")
+    write_jsonl(third, Path(run_dir) / "prompts3.jsonl")
     fourth = later_round({p["id"] for p in first + second + third}, ROUND4, seed=13)
-    P.write_jsonl(fourth, Path(run_dir) / "prompts4.jsonl")
+    write_jsonl(fourth, Path(run_dir) / "prompts4.jsonl")
     taken = {p["id"] for p in first + second + third + fourth}
     fifth = later_round(taken, ROUND5, seed=14)
-    P.write_jsonl(fifth, Path(run_dir) / "prompts5.jsonl")
+    write_jsonl(fifth, Path(run_dir) / "prompts5.jsonl")
     every = first + second + third + fourth + fifth
     sampled = [{**p, "id": p["id"] + "#s1"} for p in every]
     sampled += [{**p, "id": p["id"] + "#s2"} for p in every if p["workload"] in ("chat", "code")]
-    P.write_jsonl(sampled, Path(run_dir) / "sampled.jsonl")
+    write_jsonl(sampled, Path(run_dir) / "sampled.jsonl")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from huggingface_hub import ModelCard
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
 from dlite_hf.cli import main as cli_main
-from dlite_hf.commands.card import PAPER_LABEL, bench_rows, check_card, numbers_in
+from dlite_hf.commands.card import PAPER_LABEL, bench_rows, check_card, numbers_in, read_bench_result
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_CARDS = sorted((REPO / "hub_cards").glob("*.md"))
@@ -200,11 +200,11 @@ def test_card_command_accepts_a_simple_row_list(tiny_checkpoint, tmp_path, capsy
     assert cli_main(["card", "--checkpoint", str(tiny_checkpoint), "--bench-result", str(bench), "--out", "-"]) == 0
     text = capsys.readouterr().out
     assert "| chat | dlite | 1.87 | 1.13x |" in text and check_card(text) == []
-    assert bench_rows({"rows": rows}) == bench_rows(rows)
+    assert bench_rows(read_bench_result({"rows": rows})) == bench_rows(read_bench_result(rows))
     with pytest.raises(ValueError, match="workload, method, tau"):
-        bench_rows([{"workload": "chat", "method": "dlite"}])
+        read_bench_result([{"workload": "chat", "method": "dlite"}])
     with pytest.raises(ValueError, match="summary"):
-        bench_rows({"unexpected": 1})
+        read_bench_result({"unexpected": 1})
 
 
 def test_check_card_reports_problems():
@@ -272,8 +272,9 @@ def test_card_usage_shows_the_decoding_measured_fastest(tiny_checkpoint, tmp_pat
         ]
         return {"meta": {"command": "dlite-hf bench"}, "summary": rows}
 
-    assert fastest_decoding(document(1.3)) == "hybrid" and fastest_decoding(document(1.0)) == "dlite"
-    assert fastest_decoding(BENCH_DOCUMENT) is None  # no hybrid in the run: the card keeps the plain example
+    fastest = [fastest_decoding(read_bench_result(document(speedup))) for speedup in (1.3, 1.0)]
+    assert fastest == ["hybrid", "dlite"]
+    assert fastest_decoding(read_bench_result(BENCH_DOCUMENT)) is None  # no hybrid: the card keeps the plain example
     hybrid_call = f"prompt_lookup_num_tokens={DEFAULT_LOOKUP_TOKENS}"
     for speedup, shown in ((1.3, True), (1.0, False)):
         bench = tmp_path / f"bench-{speedup}.json"

@@ -107,8 +107,7 @@ def _registered(provenance: str) -> bool:
         return True  # on disk (stdlib, manual pages) or generated (the puzzles' label as built mixes carry it)
     package, _, inner = provenance.partition(":")
     return any(
-        s.package == package and (inner == s.path or (s.is_folder and inner.startswith(s.path)))
-        for s in WHEEL_SOURCES
+        s.package == package and (inner == s.path or (s.is_folder and inner.startswith(s.path))) for s in WHEEL_SOURCES
     )
 
 

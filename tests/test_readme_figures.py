@@ -57,7 +57,7 @@ def _check_speed_table(repo_script, table: str, run: str) -> dict:
     for workload, line in rendered.items():
         assert line in readme, f"README row for {workload} is not `python benchmarks/readme_tables.py {table} {run}`"
     assert tables.HEADER.splitlines()[0] in readme
-    assert result["ok"] and all(d["ok"] for d in result["divergences"])
+    assert result.ok and all(d.ok for d in result.divergences)
     return result
 
 
@@ -67,7 +67,7 @@ def test_the_out_of_domain_speed_table_is_the_bench_run(repo_script) -> None:
 
 def test_the_main_table_is_the_bench_run(repo_script) -> None:
     result = _check_speed_table(repo_script, "main", MAIN_RUN)
-    assert result["meta"]["prefix_cache"]
+    assert result.meta.prefix_cache
     assert MAIN_RUN in " ".join((REPO / "README.md").read_text().split()), "the README names the run it quotes"
 
 
@@ -91,4 +91,4 @@ def test_the_readme_renderer_bolds_the_fastest_and_refuses_other_documents(repo_
         tables.load(str(tmp_path / "x.json"))
     with pytest.raises(FileNotFoundError, match="No bench result"):
         tables.load("no-such-run")
-    assert tables.load("qwen2.5-coder-0.5b-assisted")["summary"]  # a run name with dots is a name, not a path
+    assert tables.load("qwen2.5-coder-0.5b-assisted").summary  # a run name with dots is a name, not a path

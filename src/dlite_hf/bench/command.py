@@ -18,13 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..defaults import ATTENTION_CHOICES, DTYPE_CHOICES
-from .bfcl import BFCL_CATEGORIES
-from .methods import METHOD_CHOICES, parse_methods
-from .workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES, parse_workloads
+from ..data.workloads import LONG_MAX_TOKENS, parse_workloads
+from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
+from .methods import parse_methods
+from .results import BenchResult, as_result
 
-DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long,legal,clinical"  # the last three: out of domain
-DEFAULT_METHODS = "plain,prompt_lookup,dlite"
 # CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
 THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
 # method -> the flag that gives its checkpoint
@@ -39,137 +37,14 @@ CHECKPOINT_FLAGS = {
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the `bench` subcommand."""
+    """Register the `bench` subcommand (its flags: :mod:`dlite_hf.bench.arguments`)."""
     parser = sub.add_parser(
         "bench",
         help="Benchmark decoding methods side by side (tau, speedup, lossless check); JSON, table, plots.",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--target", default="smollm2-135m", help="target: a local folder, Hub id or registry name")
-    parser.add_argument(
-        "--drafter",
-        default=None,
-        help="methods dlite, dlite_fixed, hybrid: a drafter folder, Hub id or name (default: dlite-smollm2-135m)",
-    )
-    parser.add_argument("--drafter-nohead", default=None, help="method dlite_nohead: a no-sequential-head drafter")
-    parser.add_argument("--drafter-history", default=None, help="method history: a history-aware checkpoint")
-    parser.add_argument(
-        "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
-    )
-    parser.add_argument(
-        "--confidence-threshold",
-        type=float,
-        default=None,
-        help="draft_confidence_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's "
-        "config; dlite_fixed always uses 0, K drafts per round)",
-    )
-    parser.add_argument(
-        "--skip-threshold",
-        type=float,
-        default=None,
-        help="draft_skip_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's config; "
-        "dlite_fixed always uses 0, never skips)",
-    )
-    parser.add_argument(
-        "--lookup-tokens",
-        type=int,
-        default=None,
-        help="method hybrid: the cap on a retrieved draft, prompt_lookup_num_tokens (default 16)",
-    )
-    parser.add_argument(
-        "--lookup-min-match",
-        type=int,
-        default=None,
-        help="method hybrid: draft the retrieved continuation when the matched suffix has at least this many "
-        "tokens (default: the drafter's lookup_min_match)",
-    )
-    parser.add_argument(
-        "--lookup-fallback-min-match",
-        type=int,
-        default=None,
-        help="method hybrid: when the drafter proposes nothing, draft the retrieved continuation of a match of at "
-        "least this many tokens (0: off; default: the drafter's lookup_fallback_min_match)",
-    )
-    parser.add_argument(
-        "--workloads",
-        default=None,
-        help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)} (default {DEFAULT_WORKLOADS}; with --prompts: "
-        "none unless given)",
-    )
-    parser.add_argument(
-        "--prompts",
-        default=None,
-        help="your own prompts as one more workload, 'prompts': a JSONL file, one row per prompt with `messages` "
-        "(the chat format) and optionally `id`; every row is measured",
-    )
-    parser.add_argument(
-        "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHOD_CHOICES)}"
-    )
-    parser.add_argument(
-        "--num-prompts", type=int, default=4, help="prompts per workload (per long length; ToolTalk sessions)"
-    )
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="measure every turn this many times with every method (interleaved, each from the same state) and keep "
-        "the fastest repeat: timing noise on a shared machine only adds time",
-    )
-    parser.add_argument(
-        "--long-lengths", default="1024,4096", help=f"prompt lengths of the long workload (<= {LONG_MAX_TOKENS})"
-    )
-    parser.add_argument(
-        "--agentic-max-tokens", type=int, default=8192, help="agentic sessions stop when the context passes this"
-    )
-    parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
-    parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
-    parser.add_argument(
-        "--prefix-cache",
-        action="store_true",
-        help="multi-turn sessions: every method keeps its KV cache from one turn to the next (cropped to the prefix "
-        "the next prompt shares), so a turn prefills only its new tokens, as a serving stack with prefix caching does",
-    )
-    parser.add_argument(
-        "--bfcl-sessions", type=int, default=1, help="BFCL multi-turn sessions (executable tool backends) in agentic"
-    )
-    parser.add_argument(
-        "--bfcl-category",
-        default="multi_turn_base",
-        choices=BFCL_CATEGORIES,
-        help="BFCL multi-turn category (long_context: large scenarios, long tool results)",
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
-    parser.add_argument(
-        "--dtype",
-        default="float32",
-        choices=DTYPE_CHOICES,
-        help="every model's dtype (the drafters and the assistant follow the target). float32: outputs must be "
-        "token-identical to plain; bfloat16/float16: each divergence must be a float32-verified near-tie "
-        "(dlite_hf.neartie); auto: the checkpoint's dtype",
-    )
-    parser.add_argument(
-        "--attention",
-        default="sdpa",
-        choices=ATTENTION_CHOICES,
-        help="the target's (and the assistant's) attention, the same for every method: sdpa (transformers' default) "
-        "or packed_gqa (dlite_hf.attention: grouped-query heads packed into rows, faster for short queries on CPU)",
-    )
-    parser.add_argument(
-        "--sdpa-gqa",
-        action="store_true",
-        help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
-        "to repeat grouped-query heads in every multi-token (verification) forward, a cost that grows with context",
-    )
-    parser.add_argument("--out", default="benchmarks/results/", help="output folder")
-    parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")
-    parser.add_argument(
-        "--allow-mismatch", action="store_true", help="exit 0 even if a greedy output differs from plain"
-    )
-    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up generation per method")
+    add_bench_arguments(parser)
     parser.set_defaults(func=cmd_bench)
 
 
@@ -261,6 +136,23 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
 # ----------------------------------------------------------------------------------------------- command
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark; exit status 1 if any greedy output differs from plain (unless --allow-mismatch)."""
+    methods, workloads, user_prompts, lengths = _validate(args)  # every flag, before any model loads
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
+        os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention)
+    specs = _bench_methods(args, methods, target, tokenizer, folder)
+    sessions = _sessions(args, workloads, lengths, tokenizer, user_prompts)
+    _warn_past_trained_range(args, target, workloads, lengths)
+    result = _run(args, target, tokenizer, specs, sessions, _command_line(args, methods, workloads), folder)
+    return _report(args, result)
+
+
+# ----------------------------------------------------------------------------------------------- validating
+def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict] | None, list[int]]:
+    """(methods, workloads, the --prompts rows or None, the long workload's lengths), every flag checked."""
     if args.workloads is None:
         args.workloads = "" if args.prompts else DEFAULT_WORKLOADS
     try:
@@ -268,14 +160,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workloads = parse_workloads(args.workloads) if args.workloads or not args.prompts else []
     except ValueError as error:
         raise SystemExit(str(error)) from error
-    user_prompts = None
-    if args.prompts:
-        from ..prompts import load_prompt_file
+    user_prompts = _user_prompts(args)
+    _check_thresholds(args)
+    _check_lookup_flags(args, methods)
+    _check_checkpoints(args, methods)
+    _check_counts(args)
+    lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
+    return methods, workloads, user_prompts, lengths
 
-        try:
-            user_prompts = load_prompt_file(args.prompts)
-        except (OSError, ValueError) as error:
-            raise SystemExit(f"--prompts {args.prompts}: {error}") from None
+
+def _user_prompts(args: argparse.Namespace) -> list[dict] | None:
+    """The rows of --prompts (None without it); a missing or malformed file stops the command."""
+    if not args.prompts:
+        return None
+    from ..data.user_prompts import load_prompt_file
+
+    try:
+        return load_prompt_file(args.prompts)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"--prompts {args.prompts}: {error}") from None
+
+
+def _check_thresholds(args: argparse.Namespace) -> None:
     from ..modeling.options import check_threshold
 
     for flag, field in THRESHOLD_FLAGS.items():  # before any model loads
@@ -284,6 +190,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
             except ValueError as error:
                 raise SystemExit(str(error)) from error
+
+
+def _check_lookup_flags(args: argparse.Namespace, methods: list[str]) -> None:
+    """The hybrid's flags: valid values, and a note when no hybrid method runs."""
     from ..modeling.options import check_fallback_min_match, check_lookup_tokens, check_min_match
 
     for flag, check in (
@@ -300,6 +210,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(str(error)) from None
         if "hybrid" not in methods:
             print(f"note: --{flag.replace('_', '-')} is ignored: method hybrid is not in --methods.", file=sys.stderr)
+
+
+def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
+    """Every method has its checkpoint flag (--drafter defaults to the shipped drafter); a note for a checkpoint
+    flag no method uses."""
     if any(m in methods for m in ("dlite", "dlite_fixed", "hybrid")) and not args.drafter:
         args.drafter = _default_drafter()
     missing = [f"method {m} needs {CHECKPOINT_FLAGS[m]} PATH" for m in methods if m in CHECKPOINT_FLAGS
@@ -309,6 +224,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for method, flag in CHECKPOINT_FLAGS.items():
         if getattr(args, flag[2:].replace("-", "_")) and method not in methods and flag != "--drafter":
             print(f"note: {flag} is ignored: method {method} is not in --methods.", file=sys.stderr)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
     if args.num_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
         raise SystemExit("--num-prompts, --max-new-tokens and --threads must be positive.")
     if args.repeats < 1:
@@ -320,51 +238,68 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"--bfcl-sessions and --coding-sessions must be >= 0 (0 leaves them out of agentic); got "
             f"{args.bfcl_sessions} and {args.coding_sessions}."
         )
-    lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
 
-    import torch
 
-    from .methods import HYBRID_LOOKUP_TOKENS, BenchMethod, check_drafter_kind, dlite_overrides
-    from .runner import run_bench
-    from .workloads import build_workloads
+# ----------------------------------------------------------------------------------------------- the methods
+def _bench_methods(args: argparse.Namespace, methods: list[str], target: Any, tokenizer: Any, folder: Any) -> list:
+    """A :class:`~dlite_hf.bench.methods.BenchMethod` per method name, its models loaded (a drafter once)."""
+    from .methods import BenchMethod
 
-    torch.set_num_threads(args.threads)
-    if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
-        os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention)
     specs: list[BenchMethod] = []
     drafters: dict[str, Any] = {}
     for name in methods:
         if name in ("plain", "prompt_lookup"):
             specs.append(BenchMethod(name, name))
         elif name == "assisted":
-            assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype, args.attention)
-            if Path(assistant_folder).resolve() == Path(folder).resolve():
-                raise SystemExit(
-                    "--assistant is the target itself; assisted decoding needs a different, smaller model."
-                )
-            universal = None if _same_vocabulary(tokenizer, assistant_tokenizer) else assistant_tokenizer
-            specs.append(BenchMethod(name, "assisted", assistant, universal, checkpoint=args.assistant))
+            specs.append(_assisted_method(args, tokenizer, folder))
         else:
-            path = getattr(args, CHECKPOINT_FLAGS[name][2:].replace("-", "_"))
-            if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
-                drafters[path] = _load_drafter(path, target.dtype)
-            drafter = drafters[path]
-            try:
-                check_drafter_kind(name, drafter, where=path)
-                drafter.check_target(target)
-            except ValueError as error:
-                raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
-            overrides = dlite_overrides(name, _threshold_overrides(args))
-            hybrid = {}
-            if name == "hybrid":
-                hybrid = {
-                    "lookup_tokens": args.lookup_tokens or HYBRID_LOOKUP_TOKENS,
-                    "lookup_min_match": args.lookup_min_match,
-                }
-                if args.lookup_fallback_min_match is not None:  # per call, like the thresholds
-                    overrides["lookup_fallback_min_match"] = args.lookup_fallback_min_match
-            specs.append(BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid))
+            specs.append(_dlite_method(args, name, target, drafters))
+    return specs
+
+
+def _assisted_method(args: argparse.Namespace, tokenizer: Any, folder: Any) -> Any:
+    from .methods import BenchMethod
+
+    assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype, args.attention)
+    if Path(assistant_folder).resolve() == Path(folder).resolve():
+        raise SystemExit("--assistant is the target itself; assisted decoding needs a different, smaller model.")
+    universal = None if _same_vocabulary(tokenizer, assistant_tokenizer) else assistant_tokenizer
+    return BenchMethod("assisted", "assisted", assistant, universal, checkpoint=args.assistant)
+
+
+def _dlite_method(args: argparse.Namespace, name: str, target: Any, drafters: dict[str, Any]) -> Any:
+    """A DLite method: its drafter (loaded once per path into ``drafters``), checked against the target, with the
+    per-call settings of the flags."""
+    from .methods import HYBRID_LOOKUP_TOKENS, BenchMethod, check_drafter_kind, dlite_overrides
+
+    path = getattr(args, CHECKPOINT_FLAGS[name][2:].replace("-", "_"))
+    if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
+        drafters[path] = _load_drafter(path, target.dtype)
+    drafter = drafters[path]
+    try:
+        check_drafter_kind(name, drafter, where=path)
+        drafter.check_target(target)
+    except ValueError as error:
+        raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
+    overrides = dlite_overrides(name, _threshold_overrides(args))
+    hybrid = {}
+    if name == "hybrid":
+        hybrid = {
+            "lookup_tokens": args.lookup_tokens or HYBRID_LOOKUP_TOKENS,
+            "lookup_min_match": args.lookup_min_match,
+        }
+        if args.lookup_fallback_min_match is not None:  # per call, like the thresholds
+            overrides["lookup_fallback_min_match"] = args.lookup_fallback_min_match
+    return BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid)
+
+
+# ----------------------------------------------------------------------------------------------- running
+def _sessions(
+    args: argparse.Namespace, workloads: list[str], lengths: list[int], tokenizer: Any, user_prompts: list | None
+) -> dict[str, list]:
+    """The workloads' sessions (``{label: [session, ...]}``), then the --prompts rows as one more workload."""
+    from ..data.workloads import build_workloads
+
     try:
         sessions = (
             {}
@@ -384,9 +319,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise SystemExit(str(error)) from error
     if user_prompts is not None:
-        from ..prompts import USER_PROMPTS_WORKLOAD
+        from ..data.user_prompts import USER_PROMPTS_WORKLOAD
 
         sessions[USER_PROMPTS_WORKLOAD] = user_prompts
+    return sessions
+
+
+def _warn_past_trained_range(args: argparse.Namespace, target: Any, workloads: list[str], lengths: list[int]) -> None:
     max_positions = getattr(target.config, "max_position_embeddings", None)
     longest = max([*lengths, args.agentic_max_tokens if "agentic" in workloads else 0]) + args.max_new_tokens
     if max_positions and longest > max_positions:
@@ -395,11 +334,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"({max_positions}); its outputs there are out of its trained range.",
             file=sys.stderr,
         )
-    command = _command_line(args, methods, workloads)
+
+
+def _run(
+    args: argparse.Namespace, target: Any, tokenizer: Any, specs: list, sessions: dict, command: str, folder: Any
+) -> BenchResult:
+    """The measured run, written to --out as <name>.json / .md / plots."""
+    from .runner import run_bench
+
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(args.target).name if Path(args.target).exists() else args.target)
     name = args.name or f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     print(f"dlite-hf bench: {command}", file=sys.stderr)
-    result = run_bench(
+    document = run_bench(
         target,
         tokenizer,
         specs,
@@ -414,15 +360,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prefix_cache=args.prefix_cache,
         repeats=args.repeats,
     )
+    return as_result(document)
+
+
+def _report(args: argparse.Namespace, result: BenchResult) -> int:
+    """Print the table and the files written; the exit status (1 on a lossless failure, unless --allow-mismatch)."""
     from .report import markdown_table
 
     print(markdown_table(result))
-    for kind, path in result["files"].items():
+    for kind, path in result.files.items():
         print(f"{kind}: {path}")
-    if not result["ok"]:
+    if not result.ok:
         print(
-            f"LOSSLESS CHECK FAILED: {len(result['mismatches'])} greedy output(s) differ from plain greedy "
-            f"(see 'mismatches' in {result['files']['json']}).",
+            f"LOSSLESS CHECK FAILED: {len(result.mismatches)} greedy output(s) differ from plain greedy "
+            f"(see 'mismatches' in {result.files['json']}).",
             file=sys.stderr,
         )
         return 0 if args.allow_mismatch else 1

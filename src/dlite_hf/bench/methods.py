@@ -31,8 +31,7 @@ from torch import nn
 from transformers import GenerationConfig
 
 from ..modeling.candidate_generators import decoding_options
-from ..modeling.options import DECODING_OPTIONS
-from ..modeling.options import DEFAULT_LOOKUP_TOKENS
+from ..modeling.options import DECODING_OPTIONS, DEFAULT_LOOKUP_TOKENS
 from ..modeling.suffix_index import DraftSession
 
 __all__ = [

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..bench.results import BenchResult, RunMeta, SummaryRow, parse_result
+
 __all__ = [
     "HUB_IDS",
     "PAPER_LABEL",
@@ -32,7 +34,9 @@ __all__ = [
     "bench_rows",
     "card_from_checkpoint",
     "check_card",
+    "fastest_decoding",
     "numbers_in",
+    "read_bench_result",
 ]
 
 # Registry names of dlite-hf's local targets -> the Hub repositories they were converted from (the card's base_model).
@@ -54,47 +58,62 @@ _CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lo
 # --------------------------------------------------------------------------------------------------------------
 
 
-def bench_rows(result: Any, methods: list[str] | None = None) -> list[dict[str, Any]]:
-    """Card rows (display strings) from a bench result in either accepted format (see the module docstring).
+def read_bench_result(document: Any, source: str = "the bench result") -> BenchResult:
+    """A ``--bench-result`` document in either accepted format (see the module docstring), typed: the document
+    ``dlite-hf bench`` writes is read with :func:`dlite_hf.bench.results.parse_result`; a list of rows (or
+    ``{"rows": [...]}``) becomes a result whose summary is those rows.
 
     Raises:
         ValueError: the structure is neither format, or a row lacks workload, method, tau or speedup.
     """
-    if isinstance(result, dict) and "summary" in result:
-        raw = result["summary"]
-    elif isinstance(result, dict) and "rows" in result:
-        raw = result["rows"]
-    elif isinstance(result, list):
-        raw = result
+    if isinstance(document, dict) and "summary" in document:
+        return parse_result(document, source)
+    meta = {}
+    if isinstance(document, dict) and "rows" in document:
+        rows, meta = document["rows"], document.get("meta", {})
+    elif isinstance(document, list):
+        rows = document
     else:
         raise ValueError(
             "The bench result must be the JSON `dlite-hf bench` writes (with a `summary` list), a list of rows, or "
             '{"rows": [...]}; each row needs workload, method, tau (or mean_tau) and speedup.'
         )
-    rows = []
-    for i, row in enumerate(raw):
-        tau = row.get("tau", row.get("mean_tau")) if isinstance(row, dict) else None
-        if (
-            not isinstance(row, dict)
-            or any(row.get(k) is None for k in ("workload", "method", "speedup"))
-            or tau is None
-        ):
-            raise ValueError(f"Bench row {i} is {row!r}: expected a dict with workload, method, tau and speedup.")
-        if methods and row["method"] not in methods:
-            continue
-        out = {"workload": str(row["workload"]), "method": str(row["method"])}
-        if row.get("prompts") is not None:
-            out["prompts"] = str(int(row["prompts"]))
-        out["tau"] = f"{float(tau):.2f}"
-        if row.get("tok_s") is not None:
-            out["tok/s"] = f"{float(row['tok_s']):.2f}"
-        out["speedup"] = f"{float(row['speedup']):.2f}x"
-        if row.get("lossless") is not None:
-            out["lossless"] = "yes" if row["lossless"] else "**NO**"
-        rows.append(out)
+    summary = [_simple_row(i, row) for i, row in enumerate(rows)]
+    return BenchResult(meta=RunMeta.from_dict(meta, "meta"), summary=summary)
+
+
+def _simple_row(index: int, row: Any) -> SummaryRow:
+    """A row of the simple format (``tau`` or ``mean_tau``) as a summary row."""
+    tau = row.get("tau", row.get("mean_tau")) if isinstance(row, dict) else None
+    if not isinstance(row, dict) or any(row.get(k) is None for k in ("workload", "method", "speedup")) or tau is None:
+        raise ValueError(f"Bench row {index} is {row!r}: expected a dict with workload, method, tau and speedup.")
+    fields = {k: v for k, v in row.items() if k != "tau"}
+    return SummaryRow.from_dict({**fields, "mean_tau": tau}, f"bench row {index}")
+
+
+def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[dict[str, Any]]:
+    """Card rows (display strings) from a bench result's summary rows (:func:`read_bench_result` reads a file's).
+
+    Raises:
+        ValueError: no row (of ``methods``).
+    """
+    rows = [_card_row(row) for row in result.summary if not methods or row.method in methods]
     if not rows:
         raise ValueError("The bench result has no rows" + (f" for methods {methods}." if methods else "."))
     return rows
+
+
+def _card_row(row: SummaryRow) -> dict[str, str]:
+    out = {"workload": str(row.workload), "method": str(row.method)}
+    if row.prompts is not None:
+        out["prompts"] = str(int(row.prompts))
+    out["tau"] = f"{float(row.mean_tau):.2f}"
+    if row.tok_s is not None:
+        out["tok/s"] = f"{float(row.tok_s):.2f}"
+    out["speedup"] = f"{float(row.speedup):.2f}x"
+    if row.lossless is not None:
+        out["lossless"] = "yes" if row.lossless else "**NO**"
+    return out
 
 
 def _display_path(path: Path) -> str:
@@ -160,19 +179,11 @@ def card_from_checkpoint(
     if bench_result is not None:
         path = Path(bench_result)
         document = json.loads(path.read_text(encoding="utf-8"))
-        results = bench_rows(document, methods)
-        fastest = fastest_decoding(document)
-        meta = document.get("meta", {}) if isinstance(document, dict) else {}
-        dtype, attention = meta.get("dtype"), meta.get("attention")
-        from ..attention import PACKED_GQA_SDPA
-
-        attention = "packed_gqa" if attention == PACKED_GQA_SDPA else attention
-        command = document.get("meta", {}).get("command") if isinstance(document, dict) else None
-        source = f"`{_display_path(path)}`" + (f", written by `{command}`" if command else "")
-        machine = meta.get("machine") or {}
-        if machine.get("cpu"):  # speedups are ratios on one CPU: another CPU gives other ratios
-            cores = f", {machine['cpu_count']} cores" if machine.get("cpu_count") else ""
-            source += f", on {machine['cpu']}{cores}, {meta.get('threads', '?')} thread(s)"
+        result = read_bench_result(document, str(path))
+        results = bench_rows(result, methods)
+        if isinstance(document, dict) and "summary" in document:  # a row list compares no decodings
+            fastest = fastest_decoding(result)
+        dtype, attention, source = _measured_mode(result, path)
     return render_model_card(
         config,
         base_model=base_model,
@@ -191,12 +202,24 @@ def card_from_checkpoint(
     )
 
 
-def fastest_decoding(document: Any) -> str | None:
+def _measured_mode(result: BenchResult, path: Path) -> tuple[str | None, str | None, str]:
+    """(dtype, attention, the source line) of a bench result: how its numbers were measured, and where."""
+    from ..attention import PACKED_GQA_SDPA
+
+    meta = result.meta
+    attention = "packed_gqa" if meta.attention == PACKED_GQA_SDPA else meta.attention
+    source = f"`{_display_path(path)}`" + (f", written by `{meta.command}`" if meta.command else "")
+    machine = meta.machine
+    if machine is not None and machine.cpu:  # speedups are ratios on one CPU: another CPU gives other ratios
+        cores = f", {machine.cpu_count} cores" if machine.cpu_count else ""
+        source += f", on {machine.cpu}{cores}, {meta.value_or('threads', '?')} thread(s)"
+    return meta.dtype, attention, source
+
+
+def fastest_decoding(result: BenchResult) -> str | None:
     """``"hybrid"`` when a bench result's ``all`` row has the hybrid faster than the drafter alone, ``"dlite"``
     when the drafter alone was faster, None when the result does not compare the two."""
-    if not isinstance(document, dict) or not isinstance(document.get("summary"), list):
-        return None
-    speed = {r.get("method"): r.get("speedup") for r in document["summary"] if r.get("workload") == "all"}
+    speed = {r.method: r.speedup for r in result.summary if r.workload == "all"}
     if speed.get("hybrid") is None or speed.get("dlite") is None:
         return None
     return "hybrid" if speed["hybrid"] > speed["dlite"] else "dlite"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ..bench.results import BenchResult, Record, as_result
 from ..defaults import (
     ATTENTION_CHOICES,
     DEFAULT_ATTENTION,
@@ -25,15 +28,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     The measurement is the benchmark's (:func:`dlite_hf.bench.run_bench` with two methods, a warm-up first), so
     both commands time, count and check outputs the same way; this one prints a row per prompt."""
-    import torch
+    from ..data.domains import eval_prompts  # the prompt sources, imported first as they always were
+    from ..data.user_prompts import load_prompt_file
 
-    from ..assets import AssetError, load_drafter, open_target, resolve_drafter
-    from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
-    from ..bench.report import ALL_WORKLOADS
-    from ..bench.runner import run_bench
-    from ..broad_mix import eval_prompts
-    from ..prompts import load_prompt_file
+    _check_flags(args)
+    workloads = _workloads(args, eval_prompts, load_prompt_file)  # checked before any model loads
+    set_threads(args.threads)
+    target, tokenizer, drafter, drafter_dir = _load_models(args)
+    decoding, method = _method(args, drafter, drafter_dir)
+    result = _run(args, target, tokenizer, method, workloads, decoding, drafter_dir)
+    rows = [_prompt_row(record, plain) for record, plain in _paired_records(result)]
+    summary = _summary(args, result, rows, workloads, method.name, decoding)
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        Path(args.out).write_text(
+            json.dumps({"summary": summary, "rows": rows, "meta": result.meta.to_dict()}, indent=2)
+        )
+    return 0 if summary["lossless_ok"] else 1
 
+
+def _check_flags(args: argparse.Namespace) -> None:
     for flag in ("num_prompts", "max_new_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise SystemExit(
@@ -44,22 +58,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
             check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
         except ValueError as error:
             raise SystemExit(f"{error} (--lookup-tokens 0: DLite drafts only)") from None
+
+
+def _workloads(
+    args: argparse.Namespace, eval_prompts: Callable[..., list[dict]], load_prompt_file: Callable[[str], list[dict]]
+) -> dict[str, list[dict]]:
+    """``{workload: [prompt, ...]}``: the user's --prompts (all unless --num-prompts caps them), or the eval split
+    of each --workloads entry (a workload of dlite_hf.data.prompts or a prompt domain of the broad mix)."""
     workloads: dict[str, list[dict]] = {}
-    if args.prompts:  # the user's own prompts (checked before any model loads): all unless --num-prompts caps them
+    if args.prompts:
         try:
             user_prompts = load_prompt_file(args.prompts)
         except (OSError, ValueError) as error:
             raise SystemExit(f"--prompts {args.prompts}: {error}") from None
         for prompt in user_prompts[: args.num_prompts]:
             workloads.setdefault(prompt["workload"], []).append(prompt)
-    else:  # a workload of dlite_hf.prompts or a prompt domain of the broad mix (its eval split); checked here
+    else:
         try:
             for workload in args.workloads.split(","):
                 workloads[workload] = eval_prompts(workload, limit=args.num_prompts or 2)
         except ValueError as error:
             raise SystemExit(f"--workloads {args.workloads}: {error}") from None
-    set_threads(args.threads)
-    try:  # found before any model loads
+    return workloads
+
+
+def _load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
+    """(target, tokenizer, drafter, the drafter's folder); the drafter is found before any model loads."""
+    from ..assets import AssetError, load_drafter, open_target, resolve_drafter
+
+    try:
         drafter_dir = resolve_drafter(args.drafter or DEFAULT_DRAFTER)
     except AssetError as error:
         raise SystemExit(f"--drafter {args.drafter or DEFAULT_DRAFTER}: {error}") from None
@@ -68,6 +95,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         drafter = load_drafter(drafter_dir, target)
     except (OSError, ValueError) as error:
         raise SystemExit(f"--drafter {drafter_dir}: {error}") from None
+    return target, tokenizer, drafter, drafter_dir
+
+
+def _method(args: argparse.Namespace, drafter: Any, drafter_dir: Path) -> tuple[str, Any]:
+    """(the decoding in words, the DLite or hybrid bench method) the flags ask for."""
+    from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
+
     decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
     if args.fixed_k:  # per call (the drafter's config is not changed): tau as the drafter gives it
         decoding += ", K drafts every round"
@@ -79,11 +113,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         drafter_overrides=dict(FIXED_K_OVERRIDES) if args.fixed_k else {},
         lookup_tokens=args.lookup_tokens or None,
     )
+    return decoding, method
+
+
+def _run(
+    args: argparse.Namespace,
+    target: Any,
+    tokenizer: Any,
+    method: Any,
+    workloads: dict,
+    decoding: str,
+    drafter_dir: Path,
+) -> BenchResult:
+    """Plain and ``method`` on ``workloads`` with the benchmark runner; prints the setup, then the dtype mode."""
+    import torch
+
+    from ..bench.methods import BenchMethod
+    from ..bench.runner import run_bench
+
     print(
         f"target={args.target} drafter={drafter_dir} decoding={decoding} attention={args.attention} "
         f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens}"
     )
-    result = run_bench(
+    document = run_bench(
         target,
         tokenizer,
         [BenchMethod("plain", "plain"), method],
@@ -92,55 +144,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
         progress=False,
         meta={"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter_dir)},
     )
-    dtype, exact = result["meta"]["dtype"], result["meta"]["near_tie_epsilon"] is None
-    print(f"dtype={dtype} ({'token-exact' if exact else 'near-tie-exact'})")
-    plain_runs = {(r["workload"], r["prompt_id"]): r for r in result["records"] if r["method"] == "plain"}
-    rows = []
-    for record in (r for r in result["records"] if r["method"] != "plain"):
-        plain = plain_runs[record["workload"], record["prompt_id"]]
-        verdict = record["near_tie"]
-        row = {
-            "workload": record["workload"],
-            "id": record["prompt_id"],
-            "prompt_tokens": record["prompt_tokens"],
-            "new_tokens": record["new_tokens"],
-            "plain_tok_s": plain["tok_s"],
-            "dlite_tok_s": record["tok_s"],
-            "tau": record["tau"],
-            "speedup": record["tok_s"] / plain["tok_s"] if plain["tok_s"] else 0.0,  # as the bench's: tokens/s
-            "identical": record["identical_to_plain"],
-            "near_tie": verdict,
-            "lossless_ok": record["lossless_ok"],
-        }
-        rows.append(row)
-        print(
-            f"{row['id']:<28} prompt {row['prompt_tokens']:>5}  new {row['new_tokens']:>4}  plain "
-            f"{row['plain_tok_s']:6.2f} tok/s  dlite {row['dlite_tok_s']:6.2f} tok/s  tau {row['tau']:.2f}  "
-            f"speedup {row['speedup']:.2f}x  identical={row['identical']}"
-            + (f" (near-tie at new token {record['first_mismatch']}: {verdict['ok']})" if verdict else "")
-        )
-    # the run's own summary rows (dlite_hf.bench.report.summarize): the overall row, and one per workload
-    by_key = {(r["workload"], r["method"]): r for r in result["summary"]}
+    result = as_result(document)
+    exact = result.meta.near_tie_epsilon is None
+    print(f"dtype={result.meta.dtype} ({'token-exact' if exact else 'near-tie-exact'})")
+    return result
+
+
+def _paired_records(result: BenchResult) -> list[tuple[Record, Record]]:
+    """Every record of the DLite method with plain's record of the same prompt."""
+    plain_runs = {(r.workload, r.prompt_id): r for r in result.records if r.method == "plain"}
+    return [(r, plain_runs[r.workload, r.prompt_id]) for r in result.records if r.method != "plain"]
+
+
+def _prompt_row(record: Record, plain: Record) -> dict[str, Any]:
+    """One prompt's row of the --out file, printed as it is built."""
+    verdict = record.near_tie
+    row = {
+        "workload": record.workload,
+        "id": record.prompt_id,
+        "prompt_tokens": record.prompt_tokens,
+        "new_tokens": record.new_tokens,
+        "plain_tok_s": plain.tok_s,
+        "dlite_tok_s": record.tok_s,
+        "tau": record.tau,
+        "speedup": record.tok_s / plain.tok_s if plain.tok_s else 0.0,  # as the bench's: tokens/s
+        "identical": record.identical_to_plain,
+        "near_tie": verdict.to_dict() if verdict is not None else None,
+        "lossless_ok": record.lossless_ok,
+    }
+    print(
+        f"{row['id']:<28} prompt {row['prompt_tokens']:>5}  new {row['new_tokens']:>4}  plain "
+        f"{row['plain_tok_s']:6.2f} tok/s  dlite {row['dlite_tok_s']:6.2f} tok/s  tau {row['tau']:.2f}  "
+        f"speedup {row['speedup']:.2f}x  identical={row['identical']}"
+        + (f" (near-tie at new token {record.first_mismatch}: {verdict.ok})" if verdict is not None else "")
+    )
+    return row
+
+
+def _summary(
+    args: argparse.Namespace, result: BenchResult, rows: list, workloads: dict, method: str, decoding: str
+) -> dict[str, Any]:
+    """The run's own summary rows (dlite_hf.bench.report.summarize): the overall row, and one per workload."""
+    from ..bench.report import ALL_WORKLOADS
+
+    by_key = result.rows_by_key()
     overall = ALL_WORKLOADS if len(workloads) > 1 else next(iter(workloads))
-    plain_all, mine = by_key[(overall, "plain")], by_key[(overall, method.name)]
-    summary = {
+    plain_all, mine = by_key[(overall, "plain")], by_key[(overall, method)]
+    return {
         "decoding": decoding,
         "prompts": len(rows),
-        "plain_tok_s": plain_all["tok_s"],
-        "dlite_tok_s": mine["tok_s"],
-        "mean_tau": mine["mean_tau"],
-        "mean_tau_by_workload": {w: by_key[(w, method.name)]["mean_tau"] for w in workloads},
-        "speedup": mine["speedup"],
-        "dtype": dtype,
+        "plain_tok_s": plain_all.tok_s,
+        "dlite_tok_s": mine.tok_s,
+        "mean_tau": mine.mean_tau,
+        "mean_tau_by_workload": {w: by_key[(w, method)].mean_tau for w in workloads},
+        "speedup": mine.speedup,
+        "dtype": result.meta.dtype,
         "attention": args.attention,
-        "all_identical": mine["mismatches"] == 0,
-        "exact_match_rate": mine["exact_match_rate"],
-        "lossless_ok": result["ok"],
+        "all_identical": mine.mismatches == 0,
+        "exact_match_rate": mine.exact_match_rate,
+        "lossless_ok": result.ok,
     }
-    print(json.dumps(summary, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows, "meta": result["meta"]}, indent=2))
-    return 0 if summary["lossless_ok"] else 1
 
 
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:

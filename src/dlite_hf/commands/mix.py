@@ -6,7 +6,7 @@
     dlite-hf mix table data/mix/regen.jsonl data/mix/text_rows.jsonl
     dlite-hf train --stage stable --data data/mix/regen.jsonl,data/mix/text_rows.jsonl ...
 
-See `dlite_hf.broad_mix` for the domains, their sources and splits.
+See `dlite_hf.data.domains` for the domains and their splits, `dlite_hf.data.sources` for their sources.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..defaults import DEFAULT_TARGET
 
 
 def cmd_mix(args: argparse.Namespace) -> int:
-    from .. import broad_mix
+    from ..data import mix as broad_mix
     from ..rows import read_jsonl
 
     try:

@@ -30,7 +30,7 @@ def _regen_device(name: str):
 def cmd_regenerate(args: argparse.Namespace) -> int:
 
     from ..assets import open_target
-    from ..prompts import training_mix
+    from ..data.mix import training_mix
     from ..rows import read_jsonl, write_jsonl
     from ..training.regenerate import regenerate
 

@@ -173,7 +173,7 @@ def load_examples(
     or is ``None``. The long-context example needs ``tokenizer`` (to cut the essays to ``long_tokens``).
     """
     from ..assets import AssetError
-    from ..prompts import load_long, load_prompts
+    from ..data.prompts import load_long, load_prompts
 
     examples: dict[str, list[dict[str, str]]] = {}
     problems = []

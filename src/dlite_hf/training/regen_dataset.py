@@ -187,3 +187,35 @@ def rebuild_rows(
     # a prompt the mix did not rebuild here (an on-disk source such as this machine's manual pages differs) is
     # counted, not fatal: its rows are left out
     return {"rows": written, "prompts": len(cache), "missing_prompts": len(set(missing))}
+
+
+def card_table(rows: list[dict[str, Any]]) -> str:
+    """The dataset card's table: responses and response tokens per domain, greedy and sampled counted apart, and the
+    share that ended with EOS (the rest hit the token cap). Rendered from the shards, never typed in."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        kind = "greedy" if row["sampling"] == "greedy" else "sampled"
+        by.setdefault((row["domain"], kind), []).append(row)
+    lines = [
+        "| domain | source | greedy responses | greedy tokens | sampled responses | sampled tokens | ended with EOS |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    domains = sorted({domain for domain, _ in by})
+    totals = Counter()
+    for domain in domains:
+        greedy, sampled = by.get((domain, "greedy"), []), by.get((domain, "sampled"), [])
+        both = greedy + sampled
+        packages = sorted({r["source"].split(":", 1)[0] for r in both if r["source"]})
+        g_tok, s_tok = (sum(len(r["response_ids"]) for r in part) for part in (greedy, sampled))
+        finished = sum(r["finished"] for r in both)
+        totals.update(g=len(greedy), gt=g_tok, s=len(sampled), st=s_tok, f=finished, n=len(both))
+        lines.append(
+            f"| {domain} | {', '.join(packages)} | {len(greedy):,} | {g_tok:,} | {len(sampled):,} | {s_tok:,} | "
+            f"{finished / len(both):.0%} |"
+        )
+    if domains:
+        lines.append(
+            f"| **all ({len(domains)} domains)** | | **{totals['g']:,}** | **{totals['gt']:,}** | "
+            f"**{totals['s']:,}** | **{totals['st']:,}** | {totals['f'] / totals['n']:.0%} |"
+        )
+    return "\n".join(lines)

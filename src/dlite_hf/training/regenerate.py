@@ -1,6 +1,6 @@
 """Regenerate training responses with the target itself, so the drafter learns the target's own distribution.
 
-Input: a JSONL file of prompts (`{"id", "messages"}`, see `dlite_hf.prompts`). Output: a JSONL file, one line per
+Input: a JSONL file of prompts (`{"id", "messages"}`, see `dlite_hf.data.prompts`). Output: a JSONL file, one line per
 prompt, `{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}` where `input_ids` is the
 chat-templated prompt followed by the target's response and `loss_mask` is 1 exactly on the response tokens.
 

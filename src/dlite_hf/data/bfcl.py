@@ -5,13 +5,14 @@ travel agency, ...) given by ``initial_config``; its possible answer lists the g
 A session replays it: the first turn is the system prompt (the schemas of the involved classes) and the first
 user message; after the target's reply, the environment executes the ground-truth calls of that turn and returns
 their results as ``tool`` messages; then the next user message; and so on. Every method sees the same, growing
-context (see :mod:`dlite_hf.bench.workloads`). The ``multi_turn_long_context`` category loads large scenarios
+context (see :mod:`dlite_hf.data.workloads`). The ``multi_turn_long_context`` category loads large scenarios
 (long files, long lists), so tool results push the context towards 8k-16k tokens.
 
 The backends are the Python files under ``bfcl_eval/eval_checker/multi_turn_eval/func_source_code/`` of the
-pinned, sha256-checked bfcl-eval wheel. They are executed as standalone modules (only their import of each other
-is redirected); the ``bfcl_eval`` package itself is never installed or imported. Ground-truth calls are parsed
-with :mod:`ast` and run with literal arguments only (no ``eval``).
+pinned, sha256-checked bfcl-eval wheel (source ``bfcl_backends`` of :mod:`dlite_hf.data.sources`; the entries,
+answers and schemas are the sources ``bfcl_multi_turn_*``). They are executed as standalone modules (only their
+import of each other is redirected); the ``bfcl_eval`` package itself is never installed or imported. Ground-truth
+calls are parsed with :mod:`ast` and run with literal arguments only (no ``eval``).
 
 BFCL multi-turn entries are evaluation-only: no training prompt comes from these files.
 """
@@ -30,15 +31,13 @@ import sys
 import types
 from typing import Any
 
-from ..assets import fetch_prompt_file
-from ..prompts import prompt_file_source, read_prompt_jsonl, tool_system_prompt
+from . import sources as S
+from .common import tool_system_prompt
 
 __all__ = ["BFCL_CATEGORIES", "BFCLEnvironment", "bfcl_sessions"]
 
 BFCL_CATEGORIES: tuple[str, ...] = ("multi_turn_base", "multi_turn_long_context")
 
-_DATA_DIR = "bfcl_eval/data"
-_SOURCE_DIR = "bfcl_eval/eval_checker/multi_turn_eval/func_source_code"
 _UPSTREAM_MODULE_PREFIX = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code."
 _LOCAL_MODULE_PREFIX = "_dlite_hf_bfcl_backend_"
 # class name -> file stem of its backend (func_source_code/<stem>.py) and of its schemas (multi_turn_func_doc/)
@@ -63,7 +62,7 @@ Session = dict[str, Any]
 @functools.cache
 def _backend_module(stem: str) -> types.ModuleType:
     """Execute one backend file as a standalone module (its imports of sibling backends redirected)."""
-    path = fetch_prompt_file("bfcl", f"{_SOURCE_DIR}/{stem}.py")
+    path = S.fetch("bfcl_backends", f"{stem}.py")
     source = path.read_text(encoding="utf-8")
     for dependency in sorted(set(re.findall(rf"{re.escape(_UPSTREAM_MODULE_PREFIX)}(\w+)", source))):
         _backend_module(dependency)
@@ -135,7 +134,7 @@ class BFCLEnvironment:
 
 @functools.cache
 def _schemas(class_name: str) -> tuple[dict[str, Any], ...]:
-    return tuple(read_prompt_jsonl(("bfcl", f"{_DATA_DIR}/multi_turn_func_doc/{_BACKENDS[class_name]}.json")))
+    return tuple(S.read_jsonl("bfcl_multi_turn_functions", f"{_BACKENDS[class_name]}.json"))
 
 
 def _system_prompt(entry: dict[str, Any]) -> str:
@@ -164,7 +163,7 @@ def _turns(environment: BFCLEnvironment, entry: dict[str, Any], index: int, mess
     return [turn for turn in (users, results) if turn]
 
 
-def _session(entry: dict[str, Any], calls: list[list[str]], category: str, inner: str, max_tokens: int | None):
+def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_tokens: int | None):
     if len(calls) != len(entry["question"]):
         raise ValueError(
             f"BFCL entry {entry['id']!r}: {len(entry['question'])} user turns but {len(calls)} ground-truth turns."
@@ -181,7 +180,7 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, inner
     return {
         "id": f"bfcl/{entry['id']}",
         "workload": "agentic",
-        "source": prompt_file_source(("bfcl", inner)),
+        "source": S.provenance(f"bfcl_{category}"),
         "turns": turns,
         "max_tokens": max_tokens,
         "max_turns": None,
@@ -198,13 +197,11 @@ def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "mu
     """
     if category not in BFCL_CATEGORIES:
         raise ValueError(f"Unknown BFCL category {category!r}; allowed: {', '.join(BFCL_CATEGORIES)}.")
-    inner = f"{_DATA_DIR}/BFCL_v4_{category}.json"
-    entries = read_prompt_jsonl(("bfcl", inner))
+    entries = S.read_jsonl(f"bfcl_{category}")
     if not 0 <= limit <= len(entries):
         raise ValueError(f"limit must be in 0..{len(entries)} for {category}, got {limit}.")
     answers = {
-        row["id"]: row["ground_truth"]
-        for row in read_prompt_jsonl(("bfcl", f"{_DATA_DIR}/possible_answer/BFCL_v4_{category}.json"))
+        row["id"]: row["ground_truth"] for row in S.read_jsonl("bfcl_multi_turn_answers", f"BFCL_v4_{category}.json")
     }
     ranked = sorted(entries, key=lambda e: (hashlib.sha1(e["id"].encode("utf-8")).hexdigest(), e["id"]))
-    return [_session(e, answers[e["id"]], category, inner, max_tokens) for e in ranked[:limit]]
+    return [_session(e, answers[e["id"]], category, max_tokens) for e in ranked[:limit]]

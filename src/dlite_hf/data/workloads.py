@@ -12,14 +12,14 @@ Session dict::
      "max_tokens": int | None,                        # stop the session at the first turn whose context is longer
      "max_turns": int | None}                         # measure at most this many turns
 
-Workloads (all from the eval split of :mod:`dlite_hf.prompts`, never the training prompts):
+Workloads (all from the eval split of :mod:`dlite_hf.data.prompts`, never the training prompts):
 
 ==============  =================================================================================================
 ``chat``        MT-bench turn 1; ``code``: HumanEval; ``math``: ASDiv; ``tool``: BFCL single-turn function calling
 ``long-N``      ``load_long(N)``: Paul Graham essays cut to N tokens (chat template included), then a question
 ``agentic``     ToolTalk eval conversations replayed turn by turn (every user / tool message the environment sent,
                 the assistant turns replaced by the target's own replies); BFCL v4 multi-turn sessions whose tool
-                results come from BFCL's executable backends (:mod:`dlite_hf.bench.bfcl`); and coding sessions
+                results come from BFCL's executable backends (:mod:`dlite_hf.data.bfcl`); and coding sessions
                 whose tool results are real Python standard-library source files read from disk and test output
 ==============  =================================================================================================
 """
@@ -34,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..prompts import EVAL_SIZE, load_long, load_prompts
 from .bfcl import bfcl_sessions as load_bfcl_sessions
+from .common import EVAL_SIZE
+from .long_context import load_long
+from .prompts import load_prompts
 
 __all__ = [
     "AGENTIC_WORKLOAD",
@@ -54,7 +56,7 @@ __all__ = [
 Session = dict[str, Any]
 Message = dict[str, str]
 
-OUT_OF_DOMAIN_SINGLE_TURN: tuple[str, ...] = ("legal", "clinical")  # dlite_hf.prompts: no train split
+OUT_OF_DOMAIN_SINGLE_TURN: tuple[str, ...] = ("legal", "clinical")  # dlite_hf.data.prompts: no train split
 SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", *OUT_OF_DOMAIN_SINGLE_TURN)
 AGENTIC_WORKLOAD = "agentic"
 WORKLOAD_CHOICES: tuple[str, ...] = (
@@ -186,7 +188,7 @@ def session_from_messages(
 
 
 def tooltalk_sessions(limit: int | None, max_tokens: int | None = None) -> list[Session]:
-    """The agentic eval conversations of :func:`dlite_hf.prompts.load_prompts` (ToolTalk) as multi-turn sessions."""
+    """The agentic eval conversations of :mod:`dlite_hf.data.prompts` (ToolTalk) as multi-turn sessions."""
     return [session_from_messages(p, AGENTIC_WORKLOAD, max_tokens) for p in load_prompts("agentic", "eval", limit)]
 
 
@@ -349,7 +351,7 @@ def build_workloads(
         coding_sessions: coding sessions added to ``agentic`` (at most ``len(CODING_TASKS)``).
         file_tokens: longest ``read_file`` excerpt (default ``agentic_max_tokens // 4``).
         bfcl_sessions: BFCL multi-turn sessions added to ``agentic``.
-        bfcl_category: their category, one of :data:`dlite_hf.bench.bfcl.BFCL_CATEGORIES`.
+        bfcl_category: their category, one of :data:`dlite_hf.data.bfcl.BFCL_CATEGORIES`.
     """
     if not 1 <= num_prompts <= EVAL_SIZE:
         raise ValueError(f"num_prompts must be in 1..{EVAL_SIZE} (the eval split's size), got {num_prompts}.")

@@ -1,0 +1,174 @@
+"""The flags of `dlite-hf bench`, in the order `--help` lists them: the models, the drafting settings, what is
+measured, the sessions, the runtime and the outputs (the command itself: :mod:`dlite_hf.bench.command`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..data.bfcl import BFCL_CATEGORIES
+from ..data.workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES
+from ..defaults import ATTENTION_CHOICES, DTYPE_CHOICES
+from .methods import METHOD_CHOICES
+
+__all__ = ["DEFAULT_METHODS", "DEFAULT_WORKLOADS", "add_bench_arguments"]
+
+DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long,legal,clinical"  # the last three: out of domain
+DEFAULT_METHODS = "plain,prompt_lookup,dlite"
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of `dlite-hf bench` (help texts, defaults and order as `--help` shows them)."""
+    _add_model_arguments(parser)
+    _add_drafting_arguments(parser)
+    _add_run_arguments(parser)
+    _add_session_arguments(parser)
+    _add_runtime_arguments(parser)
+    _add_output_arguments(parser)
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The target and the checkpoints the methods need."""
+    parser.add_argument("--target", default="smollm2-135m", help="target: a local folder, Hub id or registry name")
+    parser.add_argument(
+        "--drafter",
+        default=None,
+        help="methods dlite, dlite_fixed, hybrid: a drafter folder, Hub id or name (default: dlite-smollm2-135m)",
+    )
+    parser.add_argument("--drafter-nohead", default=None, help="method dlite_nohead: a no-sequential-head drafter")
+    parser.add_argument("--drafter-history", default=None, help="method history: a history-aware checkpoint")
+    parser.add_argument(
+        "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
+    )
+
+
+def _add_drafting_arguments(parser: argparse.ArgumentParser) -> None:
+    """Per-call settings of the DLite and hybrid methods (default: each checkpoint's)."""
+    parser.add_argument(
+        "--confidence-threshold",
+        type=float,
+        default=None,
+        help="draft_confidence_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's "
+        "config; dlite_fixed always uses 0, K drafts per round)",
+    )
+    parser.add_argument(
+        "--skip-threshold",
+        type=float,
+        default=None,
+        help="draft_skip_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's config; "
+        "dlite_fixed always uses 0, never skips)",
+    )
+    parser.add_argument(
+        "--lookup-tokens",
+        type=int,
+        default=None,
+        help="method hybrid: the cap on a retrieved draft, prompt_lookup_num_tokens (default 16)",
+    )
+    parser.add_argument(
+        "--lookup-min-match",
+        type=int,
+        default=None,
+        help="method hybrid: draft the retrieved continuation when the matched suffix has at least this many "
+        "tokens (default: the drafter's lookup_min_match)",
+    )
+    parser.add_argument(
+        "--lookup-fallback-min-match",
+        type=int,
+        default=None,
+        help="method hybrid: when the drafter proposes nothing, draft the retrieved continuation of a match of at "
+        "least this many tokens (0: off; default: the drafter's lookup_fallback_min_match)",
+    )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is measured: the workloads (or your prompts), the methods, how much and how often."""
+    parser.add_argument(
+        "--workloads",
+        default=None,
+        help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)} (default {DEFAULT_WORKLOADS}; with --prompts: "
+        "none unless given)",
+    )
+    parser.add_argument(
+        "--prompts",
+        default=None,
+        help="your own prompts as one more workload, 'prompts': a JSONL file, one row per prompt with `messages` "
+        "(the chat format) and optionally `id`; every row is measured",
+    )
+    parser.add_argument(
+        "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHOD_CHOICES)}"
+    )
+    parser.add_argument(
+        "--num-prompts", type=int, default=4, help="prompts per workload (per long length; ToolTalk sessions)"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure every turn this many times with every method (interleaved, each from the same state) and keep "
+        "the fastest repeat: timing noise on a shared machine only adds time",
+    )
+
+
+def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """The long-context and multi-turn (agentic) workloads."""
+    parser.add_argument(
+        "--long-lengths", default="1024,4096", help=f"prompt lengths of the long workload (<= {LONG_MAX_TOKENS})"
+    )
+    parser.add_argument(
+        "--agentic-max-tokens", type=int, default=8192, help="agentic sessions stop when the context passes this"
+    )
+    parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
+    parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
+    parser.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="multi-turn sessions: every method keeps its KV cache from one turn to the next (cropped to the prefix "
+        "the next prompt shares), so a turn prefills only its new tokens, as a serving stack with prefix caching does",
+    )
+    parser.add_argument(
+        "--bfcl-sessions", type=int, default=1, help="BFCL multi-turn sessions (executable tool backends) in agentic"
+    )
+    parser.add_argument(
+        "--bfcl-category",
+        default="multi_turn_base",
+        choices=BFCL_CATEGORIES,
+        help="BFCL multi-turn category (long_context: large scenarios, long tool results)",
+    )
+
+
+def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """Threads, dtype and attention: the same for every method of the run."""
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=DTYPE_CHOICES,
+        help="every model's dtype (the drafters and the assistant follow the target). float32: outputs must be "
+        "token-identical to plain; bfloat16/float16: each divergence must be a float32-verified near-tie "
+        "(dlite_hf.neartie); auto: the checkpoint's dtype",
+    )
+    parser.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=ATTENTION_CHOICES,
+        help="the target's (and the assistant's) attention, the same for every method: sdpa (transformers' default) "
+        "or packed_gqa (dlite_hf.attention: grouped-query heads packed into rows, faster for short queries on CPU)",
+    )
+    parser.add_argument(
+        "--sdpa-gqa",
+        action="store_true",
+        help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
+        "to repeat grouped-query heads in every multi-token (verification) forward, a cost that grows with context",
+    )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the results go, and the exit status."""
+    parser.add_argument("--out", default="benchmarks/results/", help="output folder")
+    parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")
+    parser.add_argument(
+        "--allow-mismatch", action="store_true", help="exit 0 even if a greedy output differs from plain"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up generation per method")

@@ -1,0 +1,313 @@
+"""Measuring one generate() call: forward hooks that count and time every forward, peak memory, and the metrics of
+a run (:class:`_Runner`, the state of one benchmark run: models, hooks, greedy settings).
+
+Measurement is method-agnostic: hooks on the target's (and the assistant's) top-level forward count and time every
+forward, so plain, prompt lookup, DLite and assisted decoding are measured by the same code. DLite drafters add
+their own statistics (rounds, drafts, accepted tokens, drafter time) from `drafter.last_generation_stats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from ..neartie import NearTieChecker, NearTieReport
+from .methods import BenchMethod
+
+__all__ = ["ForwardTimer", "environment_info"]
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+class ForwardTimer:
+    """Forward pre/post hooks on one module: the number of input positions and the wall time of every forward."""
+
+    def __init__(self, module: nn.Module):
+        self.forwards: list[tuple[int, float]] = []
+        self._started: float | None = None
+        self._handles = [
+            module.register_forward_pre_hook(self._pre, with_kwargs=True),
+            module.register_forward_hook(self._post, with_kwargs=True),
+        ]
+        self._length = 0
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        inputs = kwargs.get("input_ids")
+        if inputs is None and args:
+            inputs = args[0]
+        if inputs is None:
+            inputs = kwargs.get("inputs_embeds")
+        self._length = int(inputs.shape[1]) if isinstance(inputs, torch.Tensor) and inputs.dim() > 1 else 0
+        self._started = time.perf_counter()
+
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if self._started is not None:
+            self.forwards.append((self._length, time.perf_counter() - self._started))
+            self._started = None
+
+    def reset(self) -> None:
+        self.forwards = []
+        self._started = None
+
+    def total_s(self) -> float:
+        return sum(t for _, t in self.forwards)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def _rss_kb(field: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> int | None:
+    """Reset the kernel's peak-RSS mark (Linux ``clear_refs`` 5); return the current RSS in kB, or None."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return None
+    return _rss_kb("VmRSS")
+
+
+def environment_info() -> dict[str, Any]:
+    """Machine, threads and library versions, for the results file."""
+    import transformers
+
+    from .. import __version__
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gb = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": cpu,
+            "cpu_count": os.cpu_count(),
+            "memory_gb": memory_gb,
+            "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        },
+        "threads": torch.get_num_threads(),
+        "sdpa_force_gqa": os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA", "0") == "1",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "dlite_hf": __version__,
+    }
+
+
+class _Drafting(NamedTuple):
+    """What proposing drafts cost in one generate() call."""
+
+    rounds: int
+    draft_calls: int  # calls of the drafter: a skipped round ran it too (and proposed nothing)
+    drafted: int
+    accepted: int
+    drafter_s: float | None  # None: the method has no drafter model
+    lookup: dict[str, Any]  # hybrid methods: the suffix index's share
+
+
+def _drafting(
+    method: BenchMethod, forwards: list[tuple[int, float]], new_tokens: int, assistant_timer: ForwardTimer | None
+) -> _Drafting:
+    """A DLite method's drafting from its drafter's statistics; any other method's from the target's forwards
+    (a verification forward over n > 1 positions checked n - 1 drafts)."""
+    if method.kind != "dlite":
+        verify = forwards[1:]
+        rounds = sum(1 for n, _ in verify if n > 1)
+        drafted = sum(n - 1 for n, _ in verify if n > 1)
+        accepted = max(0, new_tokens - len(forwards)) if method.kind != "plain" else 0
+        drafter_s = assistant_timer.total_s() if assistant_timer is not None else None
+        return _Drafting(rounds, rounds, drafted, accepted, drafter_s, {})
+    stats = method.model.last_generation_stats
+    if stats is None:
+        raise RuntimeError(
+            f"Method {method.name!r}: the drafter recorded no generation statistics; was it used as the "
+            "assistant_model?"
+        )
+    lookup: dict[str, Any] = {}
+    if method.lookup_tokens is not None:
+        lookup = {
+            "lookup_rounds": stats.lookup_rounds,
+            "lookup_drafted": stats.lookup_drafted,
+            "lookup_accepted": stats.lookup_accepted,
+            "lookup_s": stats.lookup_time_s,
+            "lookup_index_reused": stats.lookup_index_reused,
+            "lookup_fallback_rounds": stats.lookup_fallback_rounds,
+            "dlite_rounds": stats.dlite_rounds,
+            "dlite_accepted": stats.dlite_accepted,
+            "dlite_drafter_s": stats.drafter_time_s,
+        }
+    drafter_s = stats.drafter_time_s + stats.lookup_time_s  # all the work of proposing drafts
+    return _Drafting(stats.rounds, stats.rounds + stats.skipped, stats.drafted, stats.accepted, drafter_s, lookup)
+
+
+def _metrics(
+    prompt_tokens: int,
+    cached: int,
+    new_tokens: int,
+    forwards: list[tuple[int, float]],
+    wall: float,
+    drafting: _Drafting,
+    rss: tuple[int | None, int | None],
+) -> dict[str, Any]:
+    """The record fields of one generate() call (the keys of :class:`~dlite_hf.bench.results.Record`)."""
+    target_forwards = len(forwards)
+    prefill_s = forwards[0][1] if forwards else 0.0
+    verify = forwards[1:]
+    verify_s = sum(t for _, t in verify)
+    drafter_s, draft_calls = drafting.drafter_s, drafting.draft_calls
+    decode_s = max(wall - prefill_s, 1e-9)
+    rss_before, peak = rss
+    return {
+        "prompt_tokens": int(prompt_tokens),
+        "cached_prompt_tokens": int(cached),
+        "new_tokens": new_tokens,
+        "target_forwards": target_forwards,
+        "rounds": int(drafting.rounds),
+        "draft_calls": int(draft_calls),
+        "drafted": int(drafting.drafted),
+        "accepted": int(drafting.accepted),
+        "tau": new_tokens / target_forwards if target_forwards else 0.0,
+        "wall_s": wall,
+        "prefill_s": prefill_s,
+        "decode_s": decode_s,
+        "tok_s": new_tokens / wall if wall > 0 else 0.0,
+        "decode_tok_s": new_tokens / decode_s,
+        "target_s": prefill_s + verify_s,
+        "drafter_s": drafter_s,
+        "overhead_s": wall - prefill_s - verify_s - (drafter_s or 0.0),
+        "target_ms_per_round": 1000 * verify_s / len(verify) if verify else None,
+        "drafter_ms_per_round": 1000 * drafter_s / draft_calls if drafter_s is not None and draft_calls else None,
+        "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
+        "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
+        **drafting.lookup,
+    }
+
+
+def _cache_keyword(target: nn.Module) -> str:
+    """generate()'s name for a cache to start from: the model forward's (``cache`` from transformers 5.24,
+    ``past_key_values`` before)."""
+    return "cache" if "cache" in inspect.signature(type(target).forward).parameters else "past_key_values"
+
+
+class _Runner:
+    """State of one benchmark run: models, hooks, greedy settings."""
+
+    def __init__(
+        self,
+        target: nn.Module,
+        tokenizer: Any,
+        methods: list[BenchMethod],
+        max_new_tokens: int,
+        prefix_cache: bool = False,
+    ):
+        self.target = target
+        self.prefix_cache = prefix_cache
+        self.tokenizer = tokenizer
+        self.methods = methods
+        self.max_new_tokens = max_new_tokens
+        self.timer = ForwardTimer(target)
+        self.assistant_timers = {
+            m.name: ForwardTimer(m.model) for m in methods if m.kind == "assisted" and m.model is not None
+        }
+        pad = target.generation_config.pad_token_id
+        if pad is None:
+            pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            eos = target.generation_config.eos_token_id
+            pad = eos[0] if isinstance(eos, (list, tuple)) else eos
+        self.greedy = {"do_sample": False, "num_beams": 1, "max_new_tokens": max_new_tokens}
+        if pad is not None:
+            self.greedy["pad_token_id"] = pad
+        # float32 is the token-exact mode; in reduced precision a divergence from plain must be a near-tie
+        self.checker = NearTieChecker(target)
+        self.dtype, self.epsilon = self.checker.dtype, self.checker.epsilon
+
+    def near_tie(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
+        """The near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)."""
+        return self.checker.check(prompt_length, plain, other)
+
+    def close(self) -> None:
+        self.timer.remove()
+        for timer in self.assistant_timers.values():
+            timer.remove()
+
+    def generate(
+        self,
+        method: BenchMethod,
+        input_ids: torch.Tensor,
+        max_new_tokens: int | None = None,
+        session: Any = None,
+        cache: Any = None,
+    ):
+        kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
+        if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
+            kwargs[_cache_keyword(self.target)] = cache
+        if max_new_tokens is not None:
+            kwargs["max_new_tokens"] = max_new_tokens
+        models = {
+            k: kwargs.pop(k)
+            for k in ("assistant_model", "tokenizer", "assistant_tokenizer", "past_key_values", "cache")
+            if k in kwargs
+        }
+        config = method.generation_config(**kwargs)  # everything else: this call's decoding options
+        with session if session is not None else contextlib.nullcontext():
+            return self.target.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **models
+            )
+
+    def measure(
+        self, method: BenchMethod, input_ids: torch.Tensor, session: Any = None, cache: Any = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Run one greedy generate() (inside `session`, a hybrid method's `DraftSession`; on `cache`, a prefix of
+        `input_ids` kept from the session's previous turn) and return (sequences, metrics)."""
+        cached = cache.get_seq_length() if cache is not None else 0
+        gc.collect()
+        rss_before = _reset_peak_rss()
+        self.timer.reset()
+        assistant_timer = self.assistant_timers.get(method.name)
+        if assistant_timer is not None:
+            assistant_timer.reset()
+        if method.kind == "dlite":
+            method.model.last_generation_stats = None
+        started = time.perf_counter()
+        sequences = self.generate(method, input_ids, session=session, cache=cache)
+        wall = time.perf_counter() - started
+        peak = _rss_kb("VmHWM") if rss_before is not None else None
+
+        prompt_tokens = input_ids.shape[1]
+        new_tokens = int(sequences.shape[1] - prompt_tokens)
+        forwards = self.timer.forwards
+        drafting = _drafting(method, forwards, new_tokens, assistant_timer)
+        metrics = _metrics(prompt_tokens, cached, new_tokens, forwards, wall, drafting, (rss_before, peak))
+        return sequences, metrics

@@ -1,0 +1,220 @@
+"""The session loop of a benchmark run: every turn of every session measured with every method, interleaved,
+``repeats`` times (the fastest kept), each output checked against plain's as soon as the turn has run.
+
+In multi-turn sessions plain's reply is appended as an ``assistant`` message before the next turn; hybrid methods
+keep one suffix index per session, and with ``prefix_cache`` every method keeps its own KV cache across the turns.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..neartie import first_difference
+from ..rows import chat_prompt_ids
+from .checks import Run, check_runs, report_mismatch
+from .measure import _Runner
+from .methods import BenchMethod
+from .results import Mismatch, Record, SessionLog
+
+__all__ = ["Measured", "run_sessions"]
+
+
+@dataclass
+class Measured:
+    """What the session loop measured: the records (in run order), the lossless failures, one log per session."""
+
+    records: list[Record] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    sessions: list[SessionLog] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One turn of a session, templated: where it comes from and its prompt's token ids."""
+
+    label: str
+    session: Mapping[str, Any]
+    index: int
+    prompt_id: str
+    ids: list[int]
+
+
+def run_sessions(
+    runner: _Runner, sessions: Mapping[str, Sequence[Mapping[str, Any]]], repeats: int, progress: bool
+) -> Measured:
+    """Measure every session of every workload; the method order rotates by one per turn over the whole run."""
+    total = sum(len(list(_iterate_turns(s))) for items in sessions.values() for s in items) * len(runner.methods)
+    measured = Measured()
+    turns_done = 0  # turns measured so far, over every session: the method order rotates with it
+    with _progress(total * repeats, progress) as bar:
+        for label, items in sessions.items():
+            for session in items:
+                entry = _run_session(runner, label, session, measured, bar, repeats, turns_done)
+                turns_done += entry.turns_measured
+                measured.sessions.append(entry)
+    return measured
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, unit="gen", dynamic_ncols=True, file=sys.stderr)
+
+
+def _iterate_turns(session: Mapping[str, Any]) -> Iterable[tuple[int, list[dict[str, str]]]]:
+    limit = session.get("max_turns")
+    for index, turn in enumerate(session["turns"]):
+        if limit is not None and index >= limit:
+            return
+        yield index, turn
+
+
+def _run_session(
+    runner: _Runner,
+    label: str,
+    session: Mapping[str, Any],
+    measured: Measured,
+    bar: Any,
+    repeats: int = 1,
+    rotation: int = 0,
+) -> SessionLog:
+    """Measure every turn of one session with every method, ``repeats`` times (the fastest kept), in an order
+    rotated by ``rotation`` + the turn's number; returns the session's log entry."""
+    history: list[dict[str, str]] = []
+    multi_turn = len(session["turns"]) > 1
+    turns = list(_iterate_turns(session))
+    stop = "max_turns" if len(turns) < len(session["turns"]) else "end"
+    done = context_tokens = 0
+    # hybrid methods keep one DraftSession (one suffix index) across the turns of a session, as an agent would
+    draft_sessions = {method.name: method.new_session() for method in runner.methods}
+    # with prefix_cache, each method keeps its own KV cache across the turns, as a serving stack's prefix cache does
+    caches: dict[str, tuple[Any, list[int]]] = {}
+    for index, messages in turns:
+        messages = history + list(messages)
+        ids = chat_prompt_ids(runner.tokenizer, messages)
+        limit = session.get("max_tokens")
+        if limit is not None and len(ids) > limit:
+            stop = "max_tokens"
+            bar.total -= (len(turns) - index) * len(runner.methods) * repeats
+            bar.refresh()
+            break
+        context_tokens = len(ids)
+        prompt_id = f"{session['id']}#{index}" if multi_turn else session["id"]
+        turn = _Turn(label, session, index, prompt_id, ids)
+        reference = _run_turn(runner, turn, rotation + done, draft_sessions, caches, measured, bar, repeats)
+        done += 1
+        reply = runner.tokenizer.decode(reference[0, len(ids) :], skip_special_tokens=True).strip()
+        history = messages + [{"role": "assistant", "content": reply}]
+    return SessionLog(
+        workload=label,
+        id=session["id"],
+        turns_available=len(session["turns"]),
+        turns_measured=done,
+        stop_reason=stop,
+        last_context_tokens=context_tokens,
+    )
+
+
+def _run_turn(
+    runner: _Runner,
+    turn: _Turn,
+    rotation: int,
+    draft_sessions: Mapping[str, Any],
+    caches: dict[str, tuple[Any, list[int]]],
+    measured: Measured,
+    bar: Any,
+    repeats: int,
+) -> torch.Tensor:
+    """Measure one turn with every method (in an order rotated by ``rotation``), record every method's fastest run
+    and check it against plain's; returns plain's output (its reply feeds the next turn)."""
+    methods = runner.methods
+    input_ids = torch.tensor([turn.ids])
+    shift = rotation % len(methods)
+    order = methods[shift:] + methods[:shift]
+    starts = {
+        m.name: _reusable_cache(runner, caches.get(m.name), turn.ids) if runner.prefix_cache else None
+        for m in methods
+    }
+    postfix = f"{turn.label} {turn.prompt_id[-28:]} ctx={len(turn.ids)}"
+    runs = _measure_turn(runner, input_ids, order, starts, draft_sessions, repeats, bar, postfix)
+    reference = runs["plain"][-1][0]
+    for method in methods:  # records in the methods' own order, plain first
+        (_, metrics), fields, reason = check_runs(runner, method, runs[method.name], reference, len(turn.ids))
+        if starts[method.name] is not None:
+            cache = starts[method.name]
+            caches[method.name] = (cache, runs[method.name][-1][0][0, : cache.get_seq_length()].tolist())
+        record = Record(
+            workload=turn.label,
+            session_id=turn.session["id"],
+            turn=turn.index,
+            prompt_id=turn.prompt_id,
+            source=turn.session.get("source", ""),
+            method=method.name,
+            **metrics,
+            **fields,
+            wall_s_repeats=[run[1]["wall_s"] for run in runs[method.name]] if repeats > 1 else None,
+        )
+        measured.records.append(record)
+        if not record.lossless_ok:
+            plain_new_tokens = int(reference.shape[1] - len(turn.ids))
+            measured.mismatches.append(report_mismatch(record, plain_new_tokens, reason, bar))
+    return reference
+
+
+def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:
+    """The cache a turn starts from: the previous turn's, cropped to the longest prefix its tokens share with this
+    turn's prompt (at least one prompt token is left to prefill), or a new one."""
+    from transformers import DynamicCache
+
+    if kept is not None:
+        cache, cached_ids = kept
+        shared = first_difference(cached_ids, ids[:-1])
+        shared = len(cached_ids) if shared is None else shared
+        if shared:
+            excess = cache.get_seq_length() - shared
+            if excess > 0:
+                cache.crop(-excess)  # transformers 5.24 crops by a negative count of tokens to drop
+            return cache
+    return DynamicCache(config=runner.target.config)
+
+
+def _snapshot(cache: Any, session: Any) -> tuple[Any, Any]:
+    """Copies of a turn's starting state (a method's KV cache and its `DraftSession`'s suffix index), for a repeat
+    that must not change what the next repeat starts from."""
+    cache_copy = copy.deepcopy(cache) if cache is not None else None
+    session_copy = None
+    if session is not None:
+        session_copy = type(session)(min_match=session.min_match)
+        session_copy.index = copy.deepcopy(session.index)
+    return cache_copy, session_copy
+
+
+def _measure_turn(
+    runner: _Runner,
+    input_ids: torch.Tensor,
+    order: Sequence[BenchMethod],
+    starts: Mapping[str, Any],
+    draft_sessions: Mapping[str, Any],
+    repeats: int,
+    bar: Any,
+    postfix: str,
+) -> dict[str, list[Run]]:
+    """Every method's runs of one turn, ``repeats`` rounds of ``order``; every round but the last from copies of
+    each method's starting cache and suffix index, the last on the real ones (the next turn goes on from them)."""
+    runs: dict[str, list[Run]] = {m.name: [] for m in order}
+    for repeat in range(repeats):
+        last = repeat == repeats - 1
+        for method in order:
+            bar.set_postfix_str(f"{postfix} {method.name}", refresh=False)
+            cache, draft_session = starts[method.name], draft_sessions[method.name]
+            if not last:
+                cache, draft_session = _snapshot(cache, draft_session)
+            runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
+            bar.update(1)
+    return runs

@@ -1,0 +1,109 @@
+"""The prompt dict every data module builds, the split constants, and the small helpers they share.
+
+A prompt is ``{"id", "workload", "source", "messages"}`` (see :mod:`dlite_hf.data`); a text item is a prompt whose
+messages end with the reference reply. Tool schemas go in a system message as JSON text, tool calls are written as
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "EVAL_SIZE",
+    "MAX_PROMPT_CHARS",
+    "SPLITS",
+    "TEXT_CHUNK_CHARS",
+    "TOOL_CALL_HELP",
+    "Prompt",
+    "check_choice",
+    "check_limit",
+    "cut",
+    "dedupe",
+    "hash_key",
+    "prompt",
+    "text_item",
+    "tool_call",
+    "tool_system_prompt",
+    "tools_block",
+    "user",
+]
+
+Prompt = dict[str, Any]
+SPLITS: tuple[str, ...] = ("eval", "train")
+EVAL_SIZE = 16
+MAX_PROMPT_CHARS = 3600  # about 900 tokens: regenerate skips prompts over 1,024 tokens anyway
+TEXT_CHUNK_CHARS = 2400
+
+TOOL_CALL_HELP = (
+    "To call a function, reply with one <tool_call></tool_call> block per call, each holding a JSON object "
+    '{"name": <function name>, "arguments": <arguments object>}. If no call is needed, answer directly.'
+)
+
+
+def hash_key(text: str) -> str:
+    """The sha1 hex digest every split ranks by."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def prompt(id_: str, workload: str, source: str, messages: list[dict[str, str]]) -> Prompt:
+    return {"id": id_, "workload": workload, "source": source, "messages": messages}
+
+
+def user(content: str) -> dict[str, str]:
+    return {"role": "user", "content": content}
+
+
+def text_item(id_: str, domain: str, source: str, request: str, reply: str) -> Prompt:
+    """A text item: the request, then the reference reply as the assistant's message."""
+    return prompt(id_, domain, source, [user(request), {"role": "assistant", "content": reply}])
+
+
+def tools_block(functions: Iterable[dict]) -> str:
+    """Render function schemas one JSON object per line inside ``<tools>`` tags."""
+    lines = "\n".join(json.dumps(fn, ensure_ascii=False) for fn in functions)
+    return f"<tools>\n{lines}\n</tools>"
+
+
+def tool_system_prompt(functions: Iterable[dict], preamble: Iterable[str] = ()) -> str:
+    """The system message of a function-calling prompt: ``preamble`` paragraphs, the schemas, the call format."""
+    parts = [*preamble, "You are a function-calling assistant with access to these functions:"]
+    return "\n\n".join([*parts, tools_block(functions), TOOL_CALL_HELP])
+
+
+def tool_call(name: str, arguments: dict) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def dedupe(prompts: Iterable[Prompt], seen: set[str]) -> list[Prompt]:
+    """Drop prompts whose non-system messages repeat ones already seen (so no question lands in both splits)."""
+    kept = []
+    for item in prompts:
+        turns = [m for m in item["messages"] if m["role"] != "system"]
+        key = json.dumps(turns, sort_keys=True, ensure_ascii=False)
+        if key not in seen:
+            seen.add(key)
+            kept.append(item)
+    return kept
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut at the last sentence or line end before ``limit`` characters."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    end = max(head.rfind(". "), head.rfind("\n"))
+    return head[: end + 1] if end > limit // 2 else head
+
+
+def check_choice(kind: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"Unknown {kind} {value!r}; allowed: {', '.join(allowed)}.")
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be None or >= 0, got {limit}.")

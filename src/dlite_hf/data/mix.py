@@ -1,0 +1,117 @@
+"""Training mixes: train-split samples of the workloads and domains, written for ``regenerate`` and ``label-text``.
+
+* :func:`build_mix` (``dlite-hf mix build``): the broad mix, up to N items of every domain of
+  :mod:`dlite_hf.data.domains` (a seeded sample of its train split): ``prompts.jsonl``, ``texts.jsonl``, ``mix.json``;
+* :func:`training_mix` (``dlite-hf regenerate`` without ``--prompts``): up to N train prompts of each training
+  workload of :mod:`dlite_hf.data.prompts`;
+* :func:`data_table` / :func:`row_domain` (``dlite-hf mix table``): training rows counted by domain.
+
+Eval items are never written. The same arguments give the same files (ids, messages and order).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..rows import write_jsonl
+from .common import Prompt
+from .domains import DOMAINS, domain_prompts
+from .prompts import TRAINING_WORKLOADS, load_prompts
+
+__all__ = ["build_mix", "data_table", "row_domain", "training_mix"]
+
+
+def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tuple[str, ...] = ()) -> list[Prompt]:
+    """A shuffled training set: up to ``limit_per_workload`` random train prompts of each training workload.
+
+    Only ``split="train"`` prompts of :data:`TRAINING_WORKLOADS` (chat, code, math, tool, agentic) are used, so
+    the result never overlaps the eval prompts; ids starting with one of ``exclude_id_prefixes`` (e.g.
+    ``"stdlib/"``) are left out before sampling. The same arguments give the same list.
+    """
+    if limit_per_workload <= 0:
+        raise ValueError(f"limit_per_workload must be positive, got {limit_per_workload}.")
+    rng = random.Random(seed)
+    mix: list[Prompt] = []
+    for workload in TRAINING_WORKLOADS:
+        prompts = [p for p in load_prompts(workload, "train") if not p["id"].startswith(exclude_id_prefixes)]
+        mix += rng.sample(prompts, min(limit_per_workload, len(prompts)))
+    rng.shuffle(mix)
+    return mix
+
+
+def build_mix(
+    out_dir: str | Path, prompts_per_domain: int, texts_per_domain: int, seed: int = 0, domains: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Write the mix's train rows: ``prompts.jsonl`` (for ``regenerate``) and ``texts.jsonl`` (for
+    ``label-text``), each shuffled, up to the given number of items per domain (a random sample, seeded), and
+    ``mix.json`` with the count of each domain and its source. Eval items are never written.
+
+    Returns:
+        The ``mix.json`` content.
+    """
+    if prompts_per_domain < 0 or texts_per_domain < 0:
+        raise ValueError(
+            f"prompts_per_domain={prompts_per_domain} and texts_per_domain={texts_per_domain} must be >= 0."
+        )
+    names = list(domains) or list(DOMAINS)
+    for name in names:
+        if name not in DOMAINS:
+            raise ValueError(f"Unknown domain {name!r}; the mix has: {', '.join(DOMAINS)}.")
+    rng = random.Random(seed)
+    chosen: dict[str, list[Prompt]] = {"prompt": [], "text": []}
+    summary: dict[str, Any] = {"seed": seed, "domains": {}}
+    for name in names:
+        domain = DOMAINS[name]
+        items = domain_prompts(name, "train")
+        cap = prompts_per_domain if domain.kind == "prompt" else texts_per_domain
+        picked = rng.sample(items, min(cap, len(items)))
+        chosen[domain.kind] += picked
+        summary["domains"][name] = {
+            "kind": domain.kind, "source": domain.source, "available": len(items), "written": len(picked),
+        }  # fmt: skip
+    out_dir = Path(out_dir)
+    for kind, file in (("prompt", "prompts.jsonl"), ("text", "texts.jsonl")):
+        rng.shuffle(chosen[kind])
+        write_jsonl(chosen[kind], out_dir / file)
+    (out_dir / "mix.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def row_domain(row: dict[str, Any]) -> str:
+    """The domain of a training row (its ``workload``; rows of older regenerate runs fall back to the id)."""
+    if row.get("workload"):
+        return str(row["workload"])
+    head = str(row.get("id", "")).split("/", 1)[0]
+    legacy = {
+        "mtbench": "chat", "fiqa": "chat", "truthfulqa": "chat", "liveqa": "chat", "humaneval": "code",
+        "stdlib": "code", "asdiv": "math", "bfcl": "tool", "tooltalk": "agentic", "tooltalk-easy": "agentic",
+    }  # fmt: skip
+    return legacy.get(head, head or "?")
+
+
+def data_table(rows: Iterable[dict[str, Any]]) -> str:
+    """A markdown table of training rows by domain: kind, source, rows, response tokens (loss-mask ones);
+    regenerated and target-labelled rows counted apart, with their totals."""
+    stats: dict[str, list[int]] = {}
+    for row in rows:
+        counts = stats.setdefault(row_domain(row), [0, 0])
+        counts[0] += 1
+        counts[1] += int(sum(row["loss_mask"]))
+    lines = ["| domain | kind | source | rows | response tokens |", "|---|---|---|---|---|"]
+    totals = {"prompt": [0, 0], "text": [0, 0]}
+    for name in sorted(stats, key=lambda n: (DOMAINS[n].kind if n in DOMAINS else "prompt", n)):
+        domain = DOMAINS.get(name)
+        kind = domain.kind if domain else "prompt"
+        label = "regenerated" if kind == "prompt" else "target-labelled"
+        lines.append(
+            f"| {name} | {label} | {domain.source if domain else '?'} | {stats[name][0]:,} | {stats[name][1]:,} |"
+        )
+        totals[kind][0] += stats[name][0]
+        totals[kind][1] += stats[name][1]
+    for kind, label in (("prompt", "regenerated"), ("text", "target-labelled")):
+        lines.append(f"| **all {label}** | | | {totals[kind][0]:,} | {totals[kind][1]:,} |")
+    return "\n".join(lines)

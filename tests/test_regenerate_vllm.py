@@ -1,0 +1,67 @@
+"""`dlite-hf regenerate --engine vllm`, the side that runs here (no vLLM needed): job building, resume, errors.
+
+The worker itself runs in the vLLM environment: `tests_vllm/test_regenerate_worker.py` (make test-vllm)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlite_hf.rows import write_jsonl
+from dlite_hf.training import regenerate_vllm as rv
+from dlite_hf.training.regenerate import pending_prompts
+
+PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"
+
+
+class _Tokenizer:
+    def apply_chat_template(self, messages, **kwargs):
+        return [1] + [ord(c) % 50 for m in messages for c in m["content"]]
+
+
+def _prompts(n):
+    return [
+        {"id": f"p{i}", "workload": "chat", "messages": [{"role": "user", "content": "x" * (i + 1)}]} for i in range(n)
+    ]
+
+
+def test_pending_prompts_skip_done_and_long_prompts_and_refuse_duplicates():
+    prompts = _prompts(5)
+    todo, skipped = pending_prompts(_Tokenizer(), prompts, {"p0", "p1#0"}, max_prompt_tokens=4)
+    assert [t[0] for t in todo] == ["p1", "p2"] and skipped == 2  # p3, p4 are over 4 tokens
+    todo, _ = pending_prompts(_Tokenizer(), prompts, {"p0", "p1#0"}, max_prompt_tokens=4, first_id="{id}#0")
+    assert [t[0] for t in todo] == ["p0", "p2"]  # sampled rows: a prompt is done when its first sample is
+    with pytest.raises(ValueError, match="Duplicate prompt id 'p0'"):
+        pending_prompts(_Tokenizer(), prompts + prompts[:1], set(), max_prompt_tokens=99)
+
+
+def test_a_missing_vllm_environment_says_how_to_build_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"No vLLM environment at .*make vllm.*--engine transformers"):
+        rv.regenerate_vllm(tmp_path, _Tokenizer(), _prompts(2), tmp_path / "out.jsonl", python=tmp_path / "nope")
+
+
+def test_a_failing_worker_keeps_the_rows_and_says_to_resume(tmp_path, monkeypatch):
+    """This interpreter has no vLLM: the worker refuses, and the rows already written stay."""
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    out = tmp_path / "out.jsonl"
+    kept = {"id": "p0", "workload": "chat", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_tokens": 1}
+    out.write_text(json.dumps(kept) + "\n" + '{"id": "p1", "inpu')  # a torn last line, as a kill leaves it
+    with pytest.raises(RuntimeError, match=r"exited with status 1 .*run the same command again to resume"):
+        rv.regenerate_vllm(tmp_path, _Tokenizer(), _prompts(3), out, python=sys.executable)
+    assert out.read_text() == json.dumps(kept) + "\n"  # the torn line cut, the finished row kept
+    job = [json.loads(line) for line in out.with_suffix(".job.jsonl").read_text().splitlines()]
+    assert sorted(j["id"] for j in job) == ["p1", "p2"]  # only what is left, tokenized by the target's template
+
+
+def test_the_cli_refuses_bad_sampling_options(tmp_path):
+    from dlite_hf.cli import main
+
+    prompts = write_jsonl(_prompts(1), tmp_path / "p.jsonl")
+    base = ["regenerate", "--prompts", str(prompts), "--out", str(tmp_path / "o.jsonl")]
+    with pytest.raises(SystemExit, match=r"--samples -1 is invalid"):
+        main([*base, "--samples", "-1"])
+    with pytest.raises(SystemExit, match=r"--samples 3 needs --engine vllm"):
+        main([*base, "--samples", "3"])
