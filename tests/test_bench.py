@@ -177,9 +177,11 @@ def test_prefix_cache_reuses_each_methods_previous_turn_and_changes_no_output(ti
         assert (a["prompt_id"], a["method"], a["prompt_tokens"]) == (b["prompt_id"], b["method"], b["prompt_tokens"])
         assert a["new_tokens"] == b["new_tokens"] and b["identical_to_plain"], b
         assert a["cached_prompt_tokens"] == 0
-        # a later turn of a session starts from that method's own cache of the turn before: most of its prompt
-        assert (0 < b["cached_prompt_tokens"] < b["prompt_tokens"]) == (b["turn"] > 0), b
-    later = [r for r in reused if r["turn"] > 0]
+        # a later turn of a session starts from that method's own cache of the turn before: most of its prompt;
+        # transformers' prompt lookup is left as upstream, whose assisted loop cannot start on a pre-filled cache
+        reuses = b["method"] != "prompt_lookup"
+        assert (0 < b["cached_prompt_tokens"] < b["prompt_tokens"]) == (b["turn"] > 0 and reuses), b
+    later = [r for r in reused if r["turn"] > 0 and r["method"] != "prompt_lookup"]
     assert later and sum(r["cached_prompt_tokens"] for r in later) > 0.5 * sum(r["prompt_tokens"] for r in later)
 
 

