@@ -169,8 +169,9 @@ def _run_turn(
 
 def _reuses(method: Any) -> bool:
     """Whether a method can start a turn on its previous turn's cache. Plain decoding and DLite calls can;
-    transformers' own assisted loop (prompt lookup, another assistant model) runs its first forward over the whole prompt on top of
-    a pre-filled cache, and dlite-hf leaves those calls exactly as upstream, so they prefill each turn afresh."""
+    transformers' own assisted loop (prompt lookup, another assistant model) runs its first forward over the whole
+    prompt on top of a pre-filled cache, and dlite-hf leaves those calls exactly as upstream, so they prefill each
+    turn afresh."""
     return method.kind in ("plain", "dlite")
 
 
