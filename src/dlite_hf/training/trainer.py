@@ -27,16 +27,18 @@ from .arguments import DLiteTrainingArguments
 from .data import DLiteCollator
 from .features import FeatureCache, target_features
 from .losses import (
-    expected_acceptance_length,
-    one_minus_tv,
-    one_minus_tv_on_support,
     position_weights,
-    top1_agreement,
-    top1_agreement_from_ids,
     weighted_cross_entropy,
     weighted_forward_kl,
     weighted_l1,
     weighted_l1_on_support,
+)
+from .metrics import (
+    expected_acceptance_length,
+    one_minus_tv,
+    one_minus_tv_on_support,
+    top1_agreement,
+    top1_agreement_from_ids,
 )
 
 
