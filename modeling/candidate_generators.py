@@ -320,6 +320,7 @@ class DLiteCandidateGenerator(CandidateGenerator):
         stats.new_tokens += committed
         stats.target_forwards += 1
         stats.tokens_per_forward.append(int(committed))
+        stats.drafted_per_forward.append(int(self._drafted_now))
         if self._drafted_now:
             stats.rounds += 1
             stats.drafted += self._drafted_now

@@ -23,6 +23,7 @@ class DLiteGenerationStats:
         rounds: draft-and-verify rounds (target forwards that verified a non-empty draft).
         drafted / accepted: draft tokens proposed / accepted by the target over all rounds.
         tokens_per_forward: tokens committed by each target forward, in order (the demo highlights these).
+        drafted_per_forward: draft tokens each target forward verified, in order (0: a plain step).
         drafter_time_s / target_time_s: wall time spent drafting / in the target's forwards and acceptance.
         skipped: forwards after a drafting attempt that proposed nothing (`draft_skip_threshold`, or a stop string
             completed by the first draft): plain one-token steps.
@@ -43,6 +44,7 @@ class DLiteGenerationStats:
     drafted: int = 0
     accepted: int = 0
     tokens_per_forward: list[int] = field(default_factory=list)
+    drafted_per_forward: list[int] = field(default_factory=list)
     drafter_time_s: float = 0.0
     target_time_s: float = 0.0
     skipped: int = 0

@@ -73,6 +73,10 @@ def test_no_extra_target_forwards(fitted_pair):
     assert sum(stats.tokens_per_forward) == stats.new_tokens == 30
     assert stats.accepted == stats.new_tokens - stats.target_forwards
     assert stats.drafter_time_s > 0 and stats.target_time_s > 0
+    # per forward: what it verified and what it committed (at most the accepted drafts plus the target's token)
+    assert len(stats.drafted_per_forward) == stats.target_forwards and sum(stats.drafted_per_forward) == stats.drafted
+    assert sum(d > 0 for d in stats.drafted_per_forward) == stats.rounds
+    assert all(t <= d + 1 for t, d in zip(stats.tokens_per_forward, stats.drafted_per_forward))
 
 
 def test_hooks_are_removed_after_generate(fitted_pair):

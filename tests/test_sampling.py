@@ -16,6 +16,7 @@ import itertools
 
 import pytest
 import torch
+from chi_square import chi2_sf, chi_square_test
 from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteCandidateGenerator, DraftSession
@@ -82,33 +83,6 @@ def exact_marginals(target, temperature: float, top_k: int, prompt: torch.Tensor
     return [p1, m2, m3]
 
 
-def chi2_sf(statistic: float, df: int) -> float:
-    """Survival function of the chi-square distribution: Q(df / 2, x / 2), the regularized upper gamma."""
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(statistic / 2.0)))
-
-
-def chi_square_test(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int, float]:
-    """Pearson goodness of fit; cells with expected count < 5 are merged (smallest first). Returns (stat, df, p)."""
-    n = float(counts.sum())
-    impossible = probs == 0
-    assert counts[impossible].sum() == 0, f"tokens of probability 0 were generated: {counts[impossible]}"
-    expected = probs * n
-    cells, observed_acc, expected_acc = [], 0.0, 0.0
-    for index in torch.argsort(expected).tolist():
-        if impossible[index]:
-            continue
-        observed_acc += float(counts[index])
-        expected_acc += float(expected[index])
-        if expected_acc >= 5.0:
-            cells.append((observed_acc, expected_acc))
-            observed_acc, expected_acc = 0.0, 0.0
-    if expected_acc > 0:  # leftover small mass joins the last (largest) cell
-        observed, expected_last = cells.pop()
-        cells.append((observed + observed_acc, expected_last + expected_acc))
-    assert len(cells) >= 3, cells  # enough degrees of freedom for the test to mean something
-    statistic = sum((o - e) ** 2 / e for o, e in cells)
-    df = len(cells) - 1
-    return statistic, df, chi2_sf(statistic, df)
 
 
 def test_chi2_survival_function_matches_the_table():

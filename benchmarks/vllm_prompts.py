@@ -1,0 +1,93 @@
+"""Real prompts for the vLLM side (tests_vllm/, benchmarks/serve_vllm.py), with dlite-hf's own generate() result.
+
+Runs in the package's environment (.venv): builds the benchmark workloads from the wheels (the eval splits, never
+training prompts), applies the target's chat template to each session's first turn, and writes the token ids. With
+`--hf-stats`, it also runs DLite alone (greedy, K every round as configured) through `target.generate(...,
+assistant_model=drafter)` on each prompt and stores the output tokens and the drafted / accepted counts, which the
+vLLM tests compare with vLLM's spec-decode metrics.
+
+    .venv/bin/python benchmarks/vllm_prompts.py --out prompts.json --num-prompts 2 --max-new-tokens 64 --hf-stats
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from dlite_hf.assets.loading import load_drafter, load_target, resolve_model
+from dlite_hf.data.workloads import build_workloads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--workloads", default="chat,code,math,tool,agentic,long")
+    parser.add_argument("--num-prompts", type=int, default=2, help="prompts (sessions) per workload")
+    parser.add_argument("--long-lengths", default="1024")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--hf-stats",
+        action="store_true",
+        help="also run generate() with DLite on each prompt, with K + 1 tokens of budget beyond --max-new-tokens "
+        "(so that no round within the first --max-new-tokens is cut short by the budget, as none is in vLLM)",
+    )
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--drafter", default=str(ROOT / "drafters" / "dlite-smollm2-135m"))
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    folder = resolve_model(args.target)
+    target, tokenizer = load_target(folder, dtype=args.dtype)
+    lengths = [int(x) for x in args.long_lengths.split(",") if x]
+    workloads = build_workloads(args.workloads.split(","), tokenizer, args.num_prompts, long_lengths=lengths)
+    drafter = load_drafter(args.drafter, target) if args.hf_stats else None
+    rows = []
+    for label, sessions in workloads.items():
+        for session in sessions[: args.num_prompts]:
+            ids = tokenizer.apply_chat_template(session["turns"][0], add_generation_prompt=True, tokenize=True)
+            ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            row = {"workload": label, "id": session["id"], "source": session["source"], "prompt_ids": ids}
+            if drafter is not None:
+                inputs = torch.tensor([ids])
+                out = target.generate(
+                    inputs,
+                    attention_mask=torch.ones_like(inputs),
+                    assistant_model=drafter,
+                    do_sample=False,
+                    max_new_tokens=args.max_new_tokens + drafter.config.num_draft_tokens + 1,
+                )
+                stats = drafter.last_generation_stats
+                row["hf"] = {
+                    "output_ids": out[0, len(ids) :].tolist(),
+                    "tokens_per_forward": stats.tokens_per_forward,
+                    "drafted_per_forward": stats.drafted_per_forward,
+                }
+            rows.append(row)
+            print(
+                label,
+                session["id"],
+                len(ids),
+                len(row.get("hf", {}).get("output_ids", [])),
+                file=sys.stderr,
+                flush=True,
+            )
+    meta = {
+        "target": str(folder),
+        "dtype": args.dtype,
+        "max_new_tokens": args.max_new_tokens,
+        "drafter": args.drafter,
+        "command": " ".join(["benchmarks/vllm_prompts.py", *(argv or sys.argv[1:])]),
+    }
+    args.out.write_text(json.dumps({"meta": meta, "prompts": rows}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

