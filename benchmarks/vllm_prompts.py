@@ -1,10 +1,11 @@
 """Real prompts for the vLLM side (tests_vllm/, benchmarks/serve_vllm.py), with dlite-hf's own generate() result.
 
 Runs in the package's environment (.venv): builds the benchmark workloads from the wheels (the eval splits, never
-training prompts), applies the target's chat template to each session's first turn, and writes the token ids. With
-`--hf-stats`, it also runs DLite alone (greedy, K every round as configured) through `target.generate(...,
-assistant_model=drafter)` on each prompt and stores the output tokens and the drafted / accepted counts, which the
-vLLM tests compare with vLLM's spec-decode metrics.
+training prompts), applies the target's chat template to each session's first turn, and writes the token ids and
+the messages (for the server test; the file is made at run time and never committed: the texts are third-party).
+With `--hf-stats`, it also runs DLite alone (greedy, K every round as configured) through `target.generate(...,
+assistant_model=drafter)` on each prompt and stores the output tokens and the drafts of every target forward,
+which the vLLM tests compare with vLLM's spec-decode metrics.
 
     .venv/bin/python benchmarks/vllm_prompts.py --out prompts.json --num-prompts 2 --max-new-tokens 64 --hf-stats
 """
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         for session in sessions[: args.num_prompts]:
             ids = tokenizer.apply_chat_template(session["turns"][0], add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-            row = {"workload": label, "id": session["id"], "source": session["source"], "prompt_ids": ids}
+            row = {"workload": label, "id": session["id"], "source": session["source"], "prompt_ids": ids,
+                   "messages": session["turns"][0]}  # fmt: skip
             if drafter is not None:
                 inputs = torch.tensor([ids])
                 out = target.generate(
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                     attention_mask=torch.ones_like(inputs),
                     assistant_model=drafter,
                     do_sample=False,
-                    max_new_tokens=args.max_new_tokens + drafter.config.num_draft_tokens + 1,
+                    max_new_tokens=args.max_new_tokens,
                 )
                 stats = drafter.last_generation_stats
                 row["hf"] = {

@@ -106,6 +106,9 @@ def test_the_proposer_skips_requests_without_tokens_and_respects_max_model_len(t
     assert out[0] == [] and len(out[1]) == 2  # 32 - 30 tokens of room
     probs = proposer.take_probs()
     assert probs.shape == (2, 4, TINY_VOCAB) and probs[0].abs().sum() == 0
+    # max_tokens: a request with r tokens left gets at most r - 1 drafts (the round adds the target's own token)
+    proposer.stage(StepInputs(aux, [0, 4, 8], [0, 0], None, ["a", "b"], remaining=[1, 3]))
+    assert [len(d) for d in proposer.propose([[3], [3]], [10, 10], None)] == [0, 2]
 
 
 def test_propose_without_the_runner_hook_is_a_clear_error(proposer):

@@ -118,6 +118,14 @@ def _wrap_setup(original: Any) -> Any:
     return _setup_eagle3_aux_hidden_state_outputs
 
 
+def _remaining(state: Any) -> int | None:
+    """How many more tokens a request may generate (its max_tokens less its output so far); None if unbounded."""
+    params = getattr(state, "sampling_params", None)
+    if params is None or params.max_tokens is None:
+        return None
+    return params.max_tokens - len(state.output_token_ids)
+
+
 def _wrap_propose(original: Any) -> Any:
     @functools.wraps(original)
     def propose_draft_token_ids(
@@ -148,6 +156,7 @@ def _wrap_propose(original: Any) -> Any:
                     ),
                     temperatures=None if sampling_metadata.all_greedy else sampling_metadata.temperature.cpu(),
                     req_ids=req_ids,
+                    remaining=[_remaining(self.requests.get(rid)) for rid in req_ids],
                 )
             )
         result = original(

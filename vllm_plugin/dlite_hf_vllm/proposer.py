@@ -34,6 +34,7 @@ class StepInputs:
     num_draft_tokens: list[int] | None
     temperatures: torch.Tensor | None  # None: every request is greedy
     req_ids: list[str]
+    remaining: list[int | None] | None = None  # tokens each request may still generate (None: no max_tokens)
 
 
 class TargetView(nn.Module):
@@ -132,7 +133,12 @@ class DLiteProposer:
                 "VLLM_PLUGINS unset or listing 'dlite_hf'?)."
             )
         rows = newest_rows(step.query_start_loc, step.num_draft_tokens, sampled_token_ids)
+        # drafts that could not be kept are not drafted: past max_model_len, or past max_tokens (a round commits
+        # its accepted drafts plus the target's own token, so at most remaining - 1 drafts), as generate() does
         budgets = [min(self.num_tokens, self.max_model_len - int(num_tokens_no_spec[i])) for i in range(len(rows))]
+        for i, left in enumerate(step.remaining or ()):
+            if left is not None:
+                budgets[i] = min(budgets[i], left - 1)
         live = [i for i, row in enumerate(rows) if row >= 0 and budgets[i] > 0]
         drafts: list[list[int]] = [[] for _ in rows]
         if not live:

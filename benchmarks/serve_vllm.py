@@ -1,0 +1,170 @@
+"""The serving benchmark (issue 26): DLite in vLLM against plain vLLM and vLLM's own proposers, by concurrency.
+
+Runs in the vLLM environment (.venv-vllm) on prompts from `benchmarks/vllm_prompts.py`. Every method's engine is
+loaded once, in the same mode (bfloat16, torch.compile: vLLM's default and fastest mode on this CPU), and all of
+them are alive at once; then, per concurrency and workload, the methods run one after the other (interleaved), so
+they see the same machine within seconds of each other. A run keeps `concurrency` requests in flight (a new request
+enters as soon as one finishes) until every prompt of the workload is answered.
+
+Reported per (concurrency, workload, method): output tokens/s, its ratio to plain vLLM at the same concurrency,
+tau (output tokens per target forward: tokens / (tokens - accepted)), and per-request latency (mean, p90).
+
+    VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 0,1 .venv-vllm/bin/python benchmarks/serve_vllm.py \\
+        --prompts prompts.json --out benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = {
+    "plain": None,
+    "ngram": {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
+    "suffix": {"method": "suffix", "num_speculative_tokens": 7},
+    "dlite": {"model": str(ROOT / "drafters" / "dlite-smollm2-135m"), "num_speculative_tokens": 7},
+}
+
+
+def _counters(engine) -> dict[str, float]:
+    return {
+        m.name.removeprefix("vllm:spec_decode_"): m.value
+        for m in engine.get_metrics()
+        if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
+    }
+
+
+def run_workload(engine, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+    """Answer `prompts` greedily with at most `concurrency` requests in flight."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
+    before = _counters(engine)
+    pending, started, latencies, tokens = list(enumerate(prompts)), {}, [], 0
+    begin = time.perf_counter()
+    while pending or engine.has_unfinished_requests():
+        while pending and len(started) < concurrency:
+            index, ids = pending.pop(0)
+            engine.add_request(str(index), TokensPrompt(prompt_token_ids=ids), params)
+            started[str(index)] = time.perf_counter()
+        for output in engine.step():
+            if output.finished:
+                latencies.append(time.perf_counter() - started.pop(output.request_id))
+                tokens += len(output.outputs[0].token_ids)
+    wall = time.perf_counter() - begin
+    after = _counters(engine)
+    accepted = after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0)
+    latencies.sort()
+    return {
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "tau": tokens / (tokens - accepted) if tokens > accepted else float("nan"),
+        "drafted": after.get("num_draft_tokens", 0) - before.get("num_draft_tokens", 0),
+        "accepted": accepted,
+        "latency_mean_s": statistics.fmean(latencies),
+        "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+    }
+
+
+def load_engine(method: str, target: str, dtype: str, max_seqs: int, memory: float):
+    from vllm import EngineArgs, LLMEngine
+
+    spec = METHODS[method]
+    args = EngineArgs(
+        model=target, dtype=dtype, gpu_memory_utilization=memory, max_model_len=4096, max_num_seqs=max_seqs,
+        seed=0, disable_log_stats=False, speculative_config=spec,
+    )  # fmt: skip
+    return LLMEngine.from_engine_args(args)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = sorted({r["workload"] for r in results})
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 3.2), squeeze=False)
+    for ax, workload in zip(axes[0], workloads):
+        for method in [m for m in METHODS if m != "plain"]:
+            rows = sorted((r for r in results if r["workload"] == workload and r["method"] == method),
+                          key=lambda r: r["concurrency"])  # fmt: skip
+            if rows:
+                ax.plot([r["concurrency"] for r in rows], [r["speedup"] for r in rows], marker="o", label=method)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(workload)
+        ax.set_xlabel("concurrency")
+    axes[0][0].set_ylabel("output tokens/s vs plain vLLM")
+    axes[0][-1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=Path, required=True, help="benchmarks/vllm_prompts.py output")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plot", type=Path)
+    parser.add_argument("--methods", default="plain,ngram,dlite")
+    parser.add_argument("--workloads", default="chat,code,math,agentic")
+    parser.add_argument("--concurrency", default="1,4,16,64")
+    parser.add_argument("--requests", default="1:4,4:8,16:16,64:64", help="requests per run, by concurrency")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
+    args = parser.parse_args(argv)
+    data = json.loads(args.prompts.read_text())
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or "plain" not in methods:
+        raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(METHODS)}.")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    per_level = {int(k): int(v) for k, v in (pair.split(":") for pair in args.requests.split(","))}
+    by_workload: dict[str, list[list[int]]] = {}
+    for row in data["prompts"]:
+        by_workload.setdefault(row["workload"], []).append(row["prompt_ids"])
+    workloads = [w for w in args.workloads.split(",") if w]
+    engines, load_s = {}, {}
+    for method in methods:
+        begin = time.perf_counter()
+        engines[method] = load_engine(method, data["meta"]["target"], args.dtype, max(levels), args.memory)
+        run_workload(engines[method], by_workload[workloads[0]][:2], 2, 16)  # warm-up
+        load_s[method] = time.perf_counter() - begin
+        print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)
+    results = []
+    for level in levels:
+        wanted = per_level.get(level, level)
+        for workload in workloads:
+            pool = by_workload[workload]  # repeated when a level asks for more requests than there are prompts
+            prompts = (pool * (wanted // len(pool) + 1))[:wanted]
+            plain = None
+            for method in methods:
+                row = run_workload(engines[method], prompts, level, args.max_tokens)
+                row.update(method=method, workload=workload, concurrency=level, requests=len(prompts))
+                if method == "plain":
+                    plain = row["tokens_per_s"]
+                row["speedup"] = row["tokens_per_s"] / plain
+                results.append(row)
+                print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+    meta = {
+        "command": "benchmarks/serve_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+        "dtype": args.dtype, "max_tokens": args.max_tokens, "load_s": load_s, "prompts": data["meta"],
+    }  # fmt: skip
+    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
