@@ -109,10 +109,48 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def report(results: list[dict]) -> str:
+    """The README's table: per workload and concurrency, plain's tokens/s, then each method's speedup / tau, and
+    per-request latency (mean / p90, seconds) of plain and DLite."""
+    methods = list(dict.fromkeys(r["method"] for r in results))
+    others = [m for m in methods if m != "plain"]
+    head = ["workload", "concurrency", "plain tok/s", *[f"{m}: speedup / tau" for m in others]]
+    head += ["latency plain (mean / p90)", "latency dlite (mean / p90)"] if "dlite" in methods else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    keys = list(dict.fromkeys((r["workload"], r["concurrency"]) for r in results))
+    for workload, level in sorted(keys, key=lambda k: (k[0], k[1])):
+        rows = {r["method"]: r for r in results if r["workload"] == workload and r["concurrency"] == level}
+        cells = [workload, str(level), f"{rows['plain']['tokens_per_s']:.1f}"]
+        cells += [f"{rows[m]['speedup']:.2f}x / {rows[m]['tau']:.2f}" for m in others]
+        if "dlite" in methods:
+            cells += [f"{rows[m]['latency_mean_s']:.2f} / {rows[m]['latency_p90_s']:.2f}" for m in ("plain", "dlite")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def readme_table(results: list[dict], workloads: tuple[str, ...] = ("code", "math", "agentic", "chat")) -> str:
+    """The README's compact table: per workload, plain's tokens/s at the lowest and highest concurrency, then DLite's
+    speedup / tau at each concurrency (speedups above 1 in bold)."""
+    levels = sorted({r["concurrency"] for r in results})
+    cell = {(r["workload"], r["concurrency"], r["method"]): r for r in results}
+    head = f"| workload | plain tok/s (c = {levels[0]} / {levels[-1]}) | " + " | ".join(f"c = {c}" for c in levels)
+    lines = [head + " |", "|---|" + "---:|" * (len(levels) + 1)]
+    for workload in workloads:
+        low, high = cell[(workload, levels[0], "plain")], cell[(workload, levels[-1], "plain")]
+        cells = [f"{low['tokens_per_s']:.1f} / {high['tokens_per_s']:.0f}"]
+        for level in levels:
+            row = cell[(workload, level, "dlite")]
+            bold = "**" if row["speedup"] > 1 else ""
+            cells.append(f"{bold}{row['speedup']:.2f}x{bold} / {row['tau']:.2f}")
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=Path, required=True, help="benchmarks/vllm_prompts.py output")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--prompts", type=Path, help="benchmarks/vllm_prompts.py output")
+    parser.add_argument("--report", type=Path, help="print the markdown table of a results file and stop")
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--methods", default="plain,ngram,dlite")
     parser.add_argument("--workloads", default="chat,code,math,agentic")
@@ -122,6 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
     args = parser.parse_args(argv)
+    if args.report is not None:  # any environment with matplotlib (the package's .venv) for --plot
+        results = json.loads(args.report.read_text())["results"]
+        print(report(results))
+        if args.plot:
+            plot(results, args.plot)
+        return 0
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error(
+                "--plot needs matplotlib, which the vLLM environment lacks: plot afterwards from .venv with "
+                "`.venv/bin/python benchmarks/serve_vllm.py --report RESULTS --plot PNG`."
+            )
+    if args.prompts is None:
+        parser.error("--prompts is required (or --report RESULTS)")
     data = json.loads(args.prompts.read_text())
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
@@ -160,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
         "dtype": args.dtype, "max_tokens": args.max_tokens, "load_s": load_s, "prompts": data["meta"],
     }  # fmt: skip
-    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    if args.out is not None:
+        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    print(report(results))
     if args.plot:
         plot(results, args.plot)
     return 0

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                 stats = drafter.last_generation_stats
                 row["hf"] = {
                     "output_ids": out[0, len(ids) :].tolist(),
+                    "rounds": stats.rounds,
+                    "drafted": stats.drafted,
+                    "accepted": stats.accepted,
                     "tokens_per_forward": stats.tokens_per_forward,
                     "drafted_per_forward": stats.drafted_per_forward,
                 }

