@@ -95,17 +95,15 @@ def test_float32_greedy_is_identical_to_the_engine_without_speculation(runs, dli
 
 
 def test_acceptance_counts_equal_dlite_hf_generate(dlite_single, real_prompts):
-    """One request at a time, vLLM's spec-decode counters per prompt equal generate()'s on the same prompt: the
-    same rounds, the same drafts, the same accepted tokens (both stop drafting where the budget ends)."""
+    """One request at a time, vLLM's spec-decode counters per prompt equal generate()'s on the same prompt: the same
+    rounds and the same draft tokens (both stop drafting where the budget ends), and the same accepted tokens up to
+    one: in a last round that reaches max_tokens, transformers counts only the matches that fit (`n_matches` capped
+    at the remaining length) where vLLM counts every draft its verification accepted (seen on mtbench/105: 4 and 3)."""
     tokens = forwards = 0
     for row, output, counters in zip(real_prompts["prompts"], dlite_single["outputs"], dlite_single["counters"]):
-        hf = row["hf"]
-        expected = {
-            "num_drafts": hf["rounds"],
-            "num_draft_tokens": hf["drafted"],
-            "num_accepted_tokens": hf["accepted"],
-        }
-        assert {k: int(counters[k]) for k in expected} == expected, (row["workload"], row["id"])
+        hf, got = row["hf"], {k: int(v) for k, v in counters.items()}
+        assert (got["num_drafts"], got["num_draft_tokens"]) == (hf["rounds"], hf["drafted"]), row["id"]
+        assert got["num_accepted_tokens"] - hf["accepted"] in (0, 1), (row["id"], got, hf["accepted"])
         tokens, forwards = tokens + len(output), forwards + len(output) - hf["accepted"]
     assert tokens / forwards > 1.3  # the drafter's tau over these prompts, in target forwards
 
