@@ -32,16 +32,9 @@ METHODS = {
 }
 
 
-def _counters(engine) -> dict[str, float]:
-    return {
-        m.name.removeprefix("vllm:spec_decode_"): m.value
-        for m in engine.get_metrics()
-        if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
-    }
-
-
 def run_workload(engine, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
     """Answer `prompts` greedily with at most `concurrency` requests in flight."""
+    from dlite_hf_vllm.compat import spec_decode_counters as _counters
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 

@@ -115,11 +115,9 @@ def real_prompts(tmp_path_factory) -> dict:
 
 def spec_counters(llm) -> dict[str, float]:
     """vLLM's cumulative spec-decode counters (drafts, draft tokens, accepted tokens)."""
-    return {
-        m.name.removeprefix("vllm:spec_decode_"): m.value
-        for m in llm.get_metrics()
-        if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
-    }
+    from dlite_hf_vllm.compat import spec_decode_counters
+
+    return spec_decode_counters(llm)
 
 
 class Engine:

@@ -11,7 +11,14 @@ import importlib.metadata
 import inspect
 from collections.abc import Callable, Sequence
 
-__all__ = ["TESTED_VLLM", "DLiteVLLMError", "check_signature", "installed_vllm", "vllm_version"]
+__all__ = [
+    "TESTED_VLLM",
+    "DLiteVLLMError",
+    "check_signature",
+    "installed_vllm",
+    "spec_decode_counters",
+    "vllm_version",
+]
 
 # the releases the plugin's tests (tests_vllm/) have passed on
 TESTED_VLLM = ("0.32.0",)
@@ -53,3 +60,13 @@ def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable
             "(scripts/build_vllm_env.sh, VLLM_VERSION=...) or update dlite_hf_vllm/hooks.py."
         )
     return function
+
+
+def spec_decode_counters(engine) -> dict[str, float]:
+    """vLLM's cumulative spec-decode counters (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`) of an `LLM`
+    or `LLMEngine` started with `disable_log_stats=False`."""
+    return {
+        m.name.removeprefix("vllm:spec_decode_"): m.value
+        for m in engine.get_metrics()
+        if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
+    }

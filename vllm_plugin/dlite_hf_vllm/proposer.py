@@ -98,8 +98,6 @@ class DLiteProposer:
         self.order = [self.aux_layers.index(i + 1) for i in layers]
         self._step: StepInputs | None = None
         self._probs: torch.Tensor | None = None
-        self.rounds = 0
-        self.drafted_tokens = 0
 
     def load_model(self, target_model: nn.Module) -> None:
         """Called by vLLM's runner once the target is loaded: bind the drafter to the target's embeddings."""
@@ -155,6 +153,4 @@ class DLiteProposer:
             full = probs.new_zeros(len(rows), *probs.shape[1:])
             full[torch.tensor(live, device=probs.device)] = probs
             self._probs = full
-        self.rounds += len(live)
-        self.drafted_tokens += sum(len(drafts[i]) for i in live)
         return drafts
