@@ -24,22 +24,32 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SUFFIX_PATH = Path.home() / ".cache" / "dlite-hf" / "suffix-decoding"
+DRAFTER = str(ROOT / "drafters" / "dlite-smollm2-135m")
 METHODS = {
     "plain": None,
     "ngram": {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
-    "suffix": {"method": "suffix", "num_speculative_tokens": 7},
-    "dlite": {"model": str(ROOT / "drafters" / "dlite-smollm2-135m"), "num_speculative_tokens": 7},
+    "suffix": {"method": "suffix", "num_speculative_tokens": 7},  # vLLM's defaults: tree depth 24, spec factor 1
+    "dlite": {"model": DRAFTER, "num_speculative_tokens": 7},
+    # DLite with vLLM's batch-size schedule: K = 7 for one or two requests in the batch, no drafting above
+    "dlite-sched": {
+        "model": DRAFTER,
+        "num_speculative_tokens": 7,
+        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 1024, 0]],
+    },  # fmt: skip
+    # the hybrid: DLite plus a suffix index of each request (retrieved drafts up to 16 tokens)
+    "hybrid": {"model": DRAFTER, "num_speculative_tokens": 16, "prompt_lookup_max": 16},
 }
 
 
-def run_workload(engine, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
-    """Answer `prompts` greedily with at most `concurrency` requests in flight."""
-    from dlite_hf_vllm.compat import spec_decode_counters as _counters
+def run_workload(engine, tally, prompts: list[list[int]], concurrency: int, max_tokens: int) -> dict:
+    """Answer `prompts` greedily with at most `concurrency` requests in flight; `tally` is the engine's
+    `SpecDecodeTally` (each engine counts its own drafts: vLLM's Prometheus counters are the newest engine's)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
-    before = _counters(engine)
+    before = dict(tally.counts)
     pending, started, latencies, tokens = list(enumerate(prompts)), {}, [], 0
     begin = time.perf_counter()
     while pending or engine.has_unfinished_requests():
@@ -52,22 +62,37 @@ def run_workload(engine, prompts: list[list[int]], concurrency: int, max_tokens:
                 latencies.append(time.perf_counter() - started.pop(output.request_id))
                 tokens += len(output.outputs[0].token_ids)
     wall = time.perf_counter() - begin
-    after = _counters(engine)
-    accepted = after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0)
+    after = dict(tally.counts)
+    accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
     latencies.sort()
     return {
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
         "tau": tokens / (tokens - accepted) if tokens > accepted else float("nan"),
-        "drafted": after.get("num_draft_tokens", 0) - before.get("num_draft_tokens", 0),
+        "drafted": after["num_draft_tokens"] - before["num_draft_tokens"],
         "accepted": accepted,
         "latency_mean_s": statistics.fmean(latencies),
         "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
     }
 
 
+def use_suffix_decoding(path: Path) -> None:
+    """Make vLLM's suffix proposer importable: arctic-inference's suffix_decoding module alone, built outside the
+    environment by scripts/build_suffix_decoding.sh (installing arctic-inference would also register its own vLLM
+    plugin, which patches the engine)."""
+    if not (path / "arctic_inference" / "suffix_decoding" / "__init__.py").is_file():
+        raise SystemExit(
+            f"--methods suffix: no arctic_inference.suffix_decoding under {path}. Build it with "
+            "`bash scripts/build_suffix_decoding.sh` (or pass --suffix-path DIR), or leave suffix out of --methods."
+        )
+    sys.path.insert(0, str(path))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), os.environ.get("PYTHONPATH")) if p)
+
+
 def load_engine(method: str, target: str, dtype: str, max_seqs: int, memory: float):
+    """The method's engine and its `SpecDecodeTally`."""
+    from dlite_hf_vllm.compat import SpecDecodeTally
     from vllm import EngineArgs, LLMEngine
 
     spec = METHODS[method]
@@ -75,7 +100,8 @@ def load_engine(method: str, target: str, dtype: str, max_seqs: int, memory: flo
         model=target, dtype=dtype, gpu_memory_utilization=memory, max_model_len=4096, max_num_seqs=max_seqs,
         seed=0, disable_log_stats=False, speculative_config=spec,
     )  # fmt: skip
-    return LLMEngine.from_engine_args(args)
+    tally = SpecDecodeTally()
+    return LLMEngine.from_engine_args(args, stat_loggers=[tally.factory]), tally
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -145,13 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="print the markdown table of a results file and stop")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot", type=Path)
-    parser.add_argument("--methods", default="plain,ngram,dlite")
+    parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--workloads", default="chat,code,math,agentic")
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--requests", default="1:4,4:8,16:16,64:64", help="requests per run, by concurrency")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
+    parser.add_argument("--suffix-path", type=Path, default=SUFFIX_PATH,
+                        help="arctic_inference.suffix_decoding, from scripts/build_suffix_decoding.sh")  # fmt: skip
     args = parser.parse_args(argv)
     if args.report is not None:  # any environment with matplotlib (the package's .venv) for --plot
         results = json.loads(args.report.read_text())["results"]
@@ -180,11 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     for row in data["prompts"]:
         by_workload.setdefault(row["workload"], []).append(row["prompt_ids"])
     workloads = [w for w in args.workloads.split(",") if w]
+    if "suffix" in methods:
+        use_suffix_decoding(args.suffix_path)
     engines, load_s = {}, {}
     for method in methods:
         begin = time.perf_counter()
         engines[method] = load_engine(method, data["meta"]["target"], args.dtype, max(levels), args.memory)
-        run_workload(engines[method], by_workload[workloads[0]][:2], 2, 16)  # warm-up
+        run_workload(*engines[method], by_workload[workloads[0]][:2], 2, 16)  # warm-up
         load_s[method] = time.perf_counter() - begin
         print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)
     results = []
@@ -195,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             prompts = (pool * (wanted // len(pool) + 1))[:wanted]
             plain = None
             for method in methods:
-                row = run_workload(engines[method], prompts, level, args.max_tokens)
+                row = run_workload(*engines[method], prompts, level, args.max_tokens)
                 row.update(method=method, workload=workload, concurrency=level, requests=len(prompts))
                 if method == "plain":
                     plain = row["tokens_per_s"]

@@ -178,7 +178,7 @@ def test_regenerate_command_writes_the_libraries_rows_and_checks_its_device(tiny
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(p) + "\n" for p in _prompts(3)))
     common = ["regenerate", "--target", str(tmp_path / "target"), "--prompts", str(prompts), "--max-new-tokens", "5"]
-    common += ["--batch-size", "2"]
+    common += ["--batch-size", "2", "--engine", "transformers"]
     assert main([*common, "--out", str(tmp_path / "cli.jsonl"), "--device", "cpu", "--dtype", "float32"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["written"] == 3
     regenerate(model, tokenizer, _prompts(3), tmp_path / "lib.jsonl", max_new_tokens=5, batch_size=2, progress=False)

@@ -64,4 +64,4 @@ def test_the_cli_refuses_bad_sampling_options(tmp_path):
     with pytest.raises(SystemExit, match=r"--samples -1 is invalid"):
         main([*base, "--samples", "-1"])
     with pytest.raises(SystemExit, match=r"--samples 3 needs --engine vllm"):
-        main([*base, "--samples", "3"])
+        main([*base, "--samples", "3", "--engine", "transformers"])

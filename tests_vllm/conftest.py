@@ -83,11 +83,11 @@ def tiny_hf_config():
     )  # fmt: skip
 
 
-def fake_vllm_config(folder: Path, num_tokens: int = 4, max_model_len: int = 1024):
-    """The fields of vLLM's VllmConfig that DLiteProposer reads."""
-    from dlite_hf_vllm.proposer import DRAFTER_FOLDER
+def fake_vllm_config(folder: Path, num_tokens: int = 4, max_model_len: int = 1024, lookup=None):
+    """The fields of vLLM's VllmConfig that DLiteProposer reads (`lookup`: the hybrid's (max, min) or None)."""
+    from dlite_hf_vllm.proposer import DRAFTER_FOLDER, LOOKUP
 
-    spec = SimpleNamespace(num_speculative_tokens=num_tokens, **{DRAFTER_FOLDER: str(folder)})
+    spec = SimpleNamespace(num_speculative_tokens=num_tokens, **{DRAFTER_FOLDER: str(folder), LOOKUP: lookup})
     model = SimpleNamespace(max_model_len=max_model_len, hf_config=tiny_hf_config(), dtype=torch.float32)
     return SimpleNamespace(speculative_config=spec, model_config=model)
 
@@ -114,20 +114,27 @@ def real_prompts(tmp_path_factory) -> dict:
 
 
 def spec_counters(llm) -> dict[str, float]:
-    """vLLM's cumulative spec-decode counters (drafts, draft tokens, accepted tokens)."""
+    """vLLM's cumulative spec-decode counters (drafts, draft tokens, accepted tokens) of the one engine alive."""
     from dlite_hf_vllm.compat import spec_decode_counters
 
     return spec_decode_counters(llm)
+
+
+def accepted_per_position(llm) -> list[int]:
+    """vLLM's cumulative accepted drafts by position in the draft (0 is a draft's first token)."""
+    return next(list(m.values) for m in llm.get_metrics() if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos")
 
 
 class Engine:
     """A vLLM engine on the real target, with or without the shipped DLite drafter (a context manager that shuts
     the engine process down on exit, so that only one holds memory at a time)."""
 
-    def __init__(self, dtype: str = "float32", dlite: bool = True, num_tokens: int = 7, **kwargs):
+    def __init__(self, dtype: str = "float32", dlite: bool = True, num_tokens: int = 7, spec=None, **kwargs):
+        """`spec`: more speculative_config keys beside the drafter (the hybrid's prompt_lookup_max, a schedule)."""
         from vllm import LLM
 
-        spec = {"speculative_config": {"model": str(DRAFTER), "num_speculative_tokens": num_tokens}} if dlite else {}
+        speculative = {"model": str(DRAFTER), "num_speculative_tokens": num_tokens, **(spec or {})}
+        spec = {"speculative_config": speculative} if dlite else {}
         self.llm = LLM(
             model=str(TARGET), dtype=dtype, gpu_memory_utilization=0.15, enforce_eager=True, max_model_len=4096,
             seed=0, disable_log_stats=False, **spec, **kwargs,

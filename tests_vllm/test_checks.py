@@ -76,6 +76,22 @@ def test_more_speculative_tokens_than_the_drafter_was_trained_for():
     )
 
 
+def test_prompt_lookup_max_beside_a_drafter_is_the_hybrid():
+    """Hybrid drafting: retrieved drafts up to prompt_lookup_max, so vLLM's K may exceed the drafter's (which still
+    drafts at most its own); the lookup settings survive vLLM clearing them for a custom class."""
+    spec = _engine_config({"model": str(DRAFTER), "prompt_lookup_max": 16}).speculative_config
+    assert spec.method == "custom_class" and spec.num_speculative_tokens == 16 and spec.dlite_lookup == (16, None)
+    spec = _engine_config(
+        {"model": str(DRAFTER), "num_speculative_tokens": 12, "prompt_lookup_max": 12, "prompt_lookup_min": 3}
+    ).speculative_config
+    assert spec.num_speculative_tokens == 12 and spec.dlite_lookup == (12, 3)
+    assert _engine_config({"model": str(DRAFTER)}).speculative_config.dlite_lookup is None
+    message = _refused({"model": str(DRAFTER), "num_speculative_tokens": 7, "prompt_lookup_max": 16})
+    assert "prompt_lookup_max=16" in message and "num_speculative_tokens=7" in message and "Raise" in message
+    message = _refused({"model": str(DRAFTER), "prompt_lookup_min": 3})
+    assert "prompt_lookup_min=3 without prompt_lookup_max" in message
+
+
 def test_a_target_whose_layers_the_drafter_does_not_tap(tmp_path):
     folder = _drafter_like_shipped(tmp_path, target_layer_ids=[1, 6, 11, 17, 22, 31])
     message = _refused({"model": str(folder)})

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import torch
-from conftest import PACKAGE_PYTHON, ROOT, TARGET, Engine, spec_counters
+from conftest import PACKAGE_PYTHON, ROOT, TARGET, Engine, accepted_per_position, spec_counters
 
 pytestmark = pytest.mark.engine
 
@@ -92,6 +92,28 @@ def test_float32_greedy_is_identical_to_the_engine_without_speculation(runs, dli
     # and dlite-hf's own generate() with the drafter, in float32, committed the same tokens
     for row, tokens in zip(real_prompts["prompts"], dlite_single["outputs"]):
         assert row["hf"]["output_ids"][: len(tokens)] == tokens, row["id"]
+
+
+def test_float32_hybrid_and_batch_size_schedule_are_token_identical(runs, real_prompts):
+    """The hybrid (prompt_lookup_max=16 beside the K=7 drafter) and vLLM's batch-size schedule (K=3 up to 4
+    requests, no drafting above) change how much is drafted, never what is generated."""
+    from vllm import SamplingParams
+
+    prompts = [row["prompt_ids"] for row in real_prompts["prompts"]]
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_NEW)
+    with Engine("float32", num_tokens=16, spec={"prompt_lookup_max": 16}, max_num_seqs=16) as engine:
+        assert engine.generate(prompts, greedy) == runs["plain_batch"]
+        per_position = accepted_per_position(engine.llm)
+    assert len(per_position) == 16 and sum(per_position[7:]) > 0  # retrieved drafts longer than the drafter's K
+    schedule = {"num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 256, 0]]}
+    with Engine("float32", spec=schedule, max_num_seqs=16) as engine:
+        assert engine.generate(prompts, greedy) == runs["plain_batch"]
+        before = spec_counters(engine.llm)
+        assert [engine.generate([p], greedy)[0] for p in prompts[:3]] == runs["plain_single"][:3]
+        after = spec_counters(engine.llm)
+        per_position = accepted_per_position(engine.llm)
+    drafts, drafted = (after[k] - before[k] for k in ("num_drafts", "num_draft_tokens"))
+    assert 0 < drafted <= 3 * drafts and sum(per_position[3:]) == 0  # one request at a time: K = 3
 
 
 def test_acceptance_counts_equal_dlite_hf_generate(dlite_single, real_prompts):

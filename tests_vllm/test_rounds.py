@@ -111,6 +111,64 @@ def test_the_proposer_skips_requests_without_tokens_and_respects_max_model_len(t
     assert [len(d) for d in proposer.propose([[3], [3]], [10, 10], None)] == [0, 2]
 
 
+def test_the_proposer_follows_vllms_batch_size_schedule(proposer, monkeypatch):
+    """`num_speculative_tokens_per_batch_size`: the step's scheduled draft length caps the drafts (the same core
+    call with that K), and 0 turns the drafter off for the step: it is not even run."""
+    torch.manual_seed(5)
+    aux = [torch.randn(6, TINY_HIDDEN) for _ in proposer.aux_layers]
+    states = torch.stack([aux[j][[2, 5]] for j in range(3)], 1)
+    proposer.stage(StepInputs(aux, [0, 3, 6], [0, 0], None, ["a", "b"], scheduled_tokens=2))
+    out = proposer.propose([[9], [4]], [8, 8], None)
+    expected, _ = proposer.drafter.draft(states, torch.tensor([9, 4]), 2)
+    assert out == expected.tolist() and max(len(d) for d in out) <= 2
+    proposer.stage(StepInputs(aux, [0, 3, 6], [0, 0], None, ["a", "b"], scheduled_tokens=9))  # above K: K
+    full, _ = proposer.drafter.draft(states, torch.tensor([9, 4]), proposer.num_tokens)
+    assert proposer.propose([[9], [4]], [8, 8], None) == full.tolist()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the drafter ran on a step scheduled with no draft tokens")
+
+    monkeypatch.setattr(proposer.drafter, "draft", refuse)
+    proposer.stage(StepInputs(aux, [0, 3, 6], [0, 0], None, ["a", "b"], scheduled_tokens=0))
+    assert proposer.propose([[9], [4]], [8, 8], None) == [[], []]
+
+
+def test_the_hybrid_retrieves_repeats_and_drafts_the_rest(tiny_folder):
+    """prompt_lookup_max=8 beside a K=4 drafter: a request whose suffix occurred before gets what followed it
+    (the core's rule: up to ceil(2.0 x match) tokens), with a one-hot q; another gets the drafter's block, as
+    `DLiteForSpeculation.draft` makes it; each request's index follows its tokens and leaves with it."""
+    import numpy as np
+
+    hybrid = DLiteProposer(fake_vllm_config(tiny_folder, num_tokens=8, lookup=(8, 2)))
+    hybrid.load_model(FakeVLLMTarget())
+    assert hybrid.drafter_tokens == 4 and hybrid.rule.min_match == 2
+    assert hybrid.rule.length_factor == hybrid.drafter.config.lookup_length_factor
+    tokens = np.zeros((2, 32), dtype=np.int32)
+    tokens[0, :8] = [5, 6, 7, 8, 9, 5, 6, 7]  # "5 6 7" occurred before, followed by "8 9 5 6 7"
+    tokens[1, :4] = [1, 2, 3, 4]
+    torch.manual_seed(6)
+    aux = [torch.randn(4, TINY_HIDDEN) for _ in hybrid.aux_layers]
+    hybrid.stage(StepInputs(aux, [0, 2, 4], [0, 0], None, ["a", "b"]))
+    out = hybrid.propose([[7], [4]], [8, 4], tokens)
+    states = torch.stack([aux[j][[3]] for j in range(3)], 1)
+    expected, _ = hybrid.drafter.draft(states, torch.tensor([4]), 4)
+    assert out == [[8, 9, 5, 6, 7], expected.tolist()[0]]
+    # sampled: the retrieved draft's q is one-hot, the drafted one is the drafter's distribution
+    hybrid.stage(StepInputs(aux, [0, 2, 4], [0, 0], torch.tensor([0.9, 0.9]), ["a", "b"]))
+    out = hybrid.propose([[7], [4]], [8, 4], tokens)
+    probs = hybrid.take_probs()
+    assert out[0] == [8, 9, 5, 6, 7] and probs.shape == (2, 8, TINY_VOCAB)
+    assert probs[0, :5].argmax(-1).tolist() == out[0] and bool((probs[0, :5].max(-1).values == 1).all())
+    assert probs[0, 5:].abs().sum() == 0
+    assert torch.allclose(probs[1, : len(out[1])].sum(-1), torch.ones(len(out[1])))
+    # the next step: request a grew by two tokens (its index is extended, not rebuilt); b left the batch
+    tokens[0, 8:10] = [8, 9]
+    index_a = hybrid._indexes["a"][0]
+    hybrid.stage(StepInputs(aux[:], [0, 2], [0], None, ["a"]))
+    assert hybrid.propose([[9]], [10], tokens) == [[5, 6, 7, 8, 9]]
+    assert hybrid._indexes["a"][0] is index_a and set(hybrid._indexes) == {"a"}
+
+
 def test_propose_without_the_runner_hook_is_a_clear_error(proposer):
     with pytest.raises(DLiteVLLMError, match="runner hook is not installed"):
         proposer.propose([[1]], [3], None)

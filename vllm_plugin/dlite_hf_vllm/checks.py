@@ -44,11 +44,15 @@ def validate_drafter(
     num_speculative_tokens: int | None,
     dtype: torch.dtype,
     target_supports_aux_states: bool,
+    lookup_tokens: int | None = None,
 ) -> int:
     """Raise `DLiteVLLMError` unless the drafter at `folder` fits this target and these settings.
 
+    `lookup_tokens` (speculative_config's `prompt_lookup_max`) turns on hybrid drafting: a retrieved draft may be
+    up to that long, so `num_speculative_tokens` may exceed the drafter's K (the drafter still drafts at most K).
+
     Returns:
-        the number of speculative tokens to use (the drafter's K when none was given).
+        the number of speculative tokens to use (the drafter's K when none was given, at least `lookup_tokens`).
     """
     trained_for = (config.get("target_model") or {}).get("name_or_path") or "its target"
     where = f"The DLite drafter {folder!r} (trained for {trained_for!r})"
@@ -80,9 +84,19 @@ def validate_drafter(
             "for it."
         )
     k = config["num_draft_tokens"]
+    if lookup_tokens is not None:
+        if num_speculative_tokens is None:
+            num_speculative_tokens = max(k, lookup_tokens)
+        if not 1 <= lookup_tokens <= num_speculative_tokens:
+            raise DLiteVLLMError(
+                f"{where}: speculative_config asks for retrieved drafts of up to prompt_lookup_max={lookup_tokens} "
+                f"tokens, but vLLM verifies at most num_speculative_tokens={num_speculative_tokens} a round. Raise "
+                f"num_speculative_tokens to {lookup_tokens} (the drafter still drafts at most its K={k}) or lower "
+                "prompt_lookup_max."
+            )
     if num_speculative_tokens is None:
         num_speculative_tokens = k
-    if not 1 <= num_speculative_tokens <= k:
+    if num_speculative_tokens < 1 or (lookup_tokens is None and num_speculative_tokens > k):
         raise DLiteVLLMError(
             f"{where} drafts at most {k} tokens a round (it was trained with K={k}), but speculative_config asks "
             f"for num_speculative_tokens={num_speculative_tokens}. Use 1..{k}."

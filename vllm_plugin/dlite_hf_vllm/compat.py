@@ -16,6 +16,7 @@ __all__ = [
     "DLiteVLLMError",
     "check_signature",
     "installed_vllm",
+    "SpecDecodeTally",
     "spec_decode_counters",
     "vllm_version",
 ]
@@ -64,9 +65,49 @@ def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable
 
 def spec_decode_counters(engine) -> dict[str, float]:
     """vLLM's cumulative spec-decode counters (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`) of an `LLM`
-    or `LLMEngine` started with `disable_log_stats=False`."""
+    or `LLMEngine` started with `disable_log_stats=False`.
+
+    They come from the process-wide Prometheus registry, which every new engine resets (vLLM unregisters the older
+    engines' collectors), so they are the newest engine's. With several engines alive in one process, count each
+    with a `SpecDecodeTally` instead.
+    """
     return {
         m.name.removeprefix("vllm:spec_decode_"): m.value
         for m in engine.get_metrics()
         if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
     }
+
+
+class SpecDecodeTally:
+    """One engine's spec-decode counters, summed from the scheduler stats vLLM hands its stat loggers.
+
+    tally = SpecDecodeTally()
+    engine = LLMEngine.from_engine_args(args, stat_loggers=[tally.factory])   # disable_log_stats=False
+    ...; tally.counts["num_accepted_tokens"]
+    """
+
+    FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(self.FIELDS, 0)
+
+    def factory(self, vllm_config, engine_index: int = 0):
+        """A vLLM `StatLoggerFactory`: the logger it builds adds into this tally."""
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        tally = self
+
+        class _TallyLogger(StatLoggerBase):
+            def __init__(self, vllm_config, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0) -> None:
+                stats = getattr(scheduler_stats, "spec_decoding_stats", None)
+                if stats is not None:
+                    for name in tally.FIELDS:
+                        tally.counts[name] += getattr(stats, name)
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _TallyLogger(vllm_config, engine_index)

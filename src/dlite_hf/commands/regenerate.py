@@ -52,6 +52,8 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"--samples {args.samples} is invalid: expected 0 (greedy) or a number of samples per prompt."
         )
+    if args.batch_size is not None and args.batch_size < 1:
+        raise SystemExit(f"--batch-size {args.batch_size} is invalid: expected a positive number.")
     if args.engine == "vllm":
         return _regenerate_vllm(args, prompts)
     if args.samples > 1:
@@ -68,7 +70,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         args.out,
         max_new_tokens=args.max_new_tokens,
         max_prompt_tokens=args.max_prompt_tokens,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size or 8,
         do_sample=args.do_sample or args.samples == 1,
         temperature=args.temperature,
         top_p=args.top_p,
@@ -104,9 +106,14 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list) -> int:
             top_p=args.top_p,
             seed=args.seed,
             dtype=dtype,
-            chunk=args.batch_size,
+            chunk=args.batch_size or 256,
         )
-    except (FileNotFoundError, ValueError, RuntimeError) as error:
+    except FileNotFoundError as error:
+        raise SystemExit(
+            f"dlite-hf regenerate --engine vllm (the default): {error} (vLLM regenerates 4.3x faster than "
+            "transformers here: benchmarks/results/regen-engines.json.)"
+        ) from None
+    except (ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf regenerate --engine vllm: {error}") from None
     print(json.dumps(result))
     return 0
@@ -124,12 +131,16 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument("--max-prompt-tokens", type=int, default=1024)
     regen.add_argument(
         "--engine",
-        default="transformers",
+        default="vllm",
         choices=["transformers", "vllm"],
-        help="who generates: transformers' generate() here, or vLLM in .venv-vllm (`make vllm`; 2-4x faster here)",
+        help="who generates: vLLM in .venv-vllm (the default, `make vllm`; 4.3x transformers' best batch here, "
+        "benchmarks/results/regen-engines.json), or transformers' generate() in this environment",
     )
     regen.add_argument(
-        "--batch-size", type=int, default=8, help="transformers: sequences per generate(); vllm: prompts per chunk"
+        "--batch-size",
+        type=int,
+        default=None,
+        help="transformers: sequences per generate() (default 8); vllm: finished rows per fsync (default 256)",
     )
     regen.add_argument("--do-sample", action="store_true")
     regen.add_argument("--samples", type=int, default=0, help="vllm: N sampled responses per prompt (0: greedy)")
