@@ -53,8 +53,8 @@ bench-vllm: vllm assets
 	$(PY) benchmarks/vllm_prompts.py --out $(VLLM_PROMPTS) --num-prompts 16 --max-new-tokens 128
 	VLLM_CPU_OMP_THREADS_BIND=1 $(VLLM_VENV)/bin/python benchmarks/serve_vllm.py --prompts $(VLLM_PROMPTS) \
 	  --methods plain,ngram,suffix,dlite,dlite-sched,hybrid --workloads chat,code,math,agentic \
-	  --concurrency 1,4,16,64 --requests 1:3,4:8,16:16,64:64 --max-tokens 96 --memory 0.07 \
-	  --out benchmarks/results/serve-vllm.json
+	  --concurrency 1,4,16,64 --requests 1:3,4:8,16:16,64:64 --repeats 1:3,4:2,16:1,64:1 --max-tokens 96 \
+	  --memory 0.07 --out benchmarks/results/serve-vllm.json
 	$(PY) benchmarks/serve_vllm.py --report benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
 
 # the repository's regenerated dataset: its prompts rebuilt from the wheels, checked against the stored hashes,

@@ -6,8 +6,10 @@ them are alive at once; then, per concurrency and workload, the methods run one 
 they see the same machine within seconds of each other. A run keeps `concurrency` requests in flight (a new request
 enters as soon as one finishes) until every prompt of the workload is answered.
 
-Reported per (concurrency, workload, method): output tokens/s, its ratio to plain vLLM at the same concurrency,
-tau (output tokens per target forward: tokens / (tokens - accepted)), and per-request latency (mean, p90).
+Each cell (concurrency, workload) runs `--repeats` rounds, every method once a round in a rotated order, after
+one unmeasured batch of that size per engine. Reported per method: the median output tokens/s, the median of its
+per-round ratio to plain vLLM's (and every round's ratio), tau (output tokens per target forward: tokens /
+(tokens - accepted)), and per-request latency over all rounds (mean, p90).
 
     VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 0,1 .venv-vllm/bin/python benchmarks/serve_vllm.py \\
         --prompts prompts.json --out benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -72,9 +75,36 @@ def run_workload(engine, tally, prompts: list[list[int]], concurrency: int, max_
         "tau": tokens / (tokens - accepted) if tokens > accepted else float("nan"),
         "drafted": after["num_draft_tokens"] - before["num_draft_tokens"],
         "accepted": accepted,
-        "latency_mean_s": statistics.fmean(latencies),
-        "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+        "latencies": latencies,
     }
+
+
+def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, max_tokens: int, repeats: int):
+    """Every method on the same requests, `repeats` rounds, each round in another (rotated) order so that no method
+    always runs first. Per method: the median tokens/s, the median of its per-round ratio to plain's, tau and the
+    latencies over all rounds."""
+    runs: dict[str, list[dict]] = {m: [] for m in methods}
+    for rep in range(repeats):
+        shift = rep % len(methods)
+        for method in methods[shift:] + methods[:shift]:
+            runs[method].append(run_workload(*engines[method], prompts, level, max_tokens))
+    rows = []
+    for method in methods:
+        mine = runs[method]
+        tokens, accepted = sum(r["tokens"] for r in mine), sum(r["accepted"] for r in mine)
+        latencies = sorted(x for r in mine for x in r["latencies"])
+        rows.append({
+            "method": method,
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in mine),
+            "speedup": statistics.median(r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])),
+            "speedups": [r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])],
+            "tau": tokens / (tokens - accepted) if tokens > accepted else float("nan"),
+            "tokens": tokens, "wall_s": sum(r["wall_s"] for r in mine), "repeats": repeats,
+            "drafted": sum(r["drafted"] for r in mine), "accepted": accepted,
+            "latency_mean_s": statistics.fmean(latencies),
+            "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+        })  # fmt: skip
+    return rows
 
 
 def use_suffix_decoding(path: Path) -> None:
@@ -148,20 +178,31 @@ def report(results: list[dict]) -> str:
 
 
 def readme_table(results: list[dict], workloads: tuple[str, ...] = ("code", "math", "agentic", "chat")) -> str:
-    """The README's compact table: per workload, plain's tokens/s at the lowest and highest concurrency, then DLite's
-    speedup / tau at each concurrency (speedups above 1 in bold)."""
+    """The README's compact table: each workload at the lowest concurrency, then every higher concurrency over all
+    the workloads (the geometric mean of the speedups; plain's tokens/s summed); each cell a method's speedup over
+    plain vLLM (above 1 in bold), with tau at the lowest concurrency."""
     levels = sorted({r["concurrency"] for r in results})
+    methods = [m for m in dict.fromkeys(r["method"] for r in results) if m != "plain"]
     cell = {(r["workload"], r["concurrency"], r["method"]): r for r in results}
-    head = f"| workload | plain tok/s (c = {levels[0]} / {levels[-1]}) | " + " | ".join(f"c = {c}" for c in levels)
-    lines = [head + " |", "|---|" + "---:|" * (len(levels) + 1)]
+
+    def shown(value: float, tau: float | None = None) -> str:
+        text = f"**{value:.2f}x**" if value > 1 else f"{value:.2f}x"
+        return text if tau is None else f"{text} / {tau:.2f}"
+
+    head = "| workload, concurrency | plain tok/s | " + " | ".join(methods) + " |"
+    lines = [head, "|---|" + "---:|" * (len(methods) + 1)]
     for workload in workloads:
-        low, high = cell[(workload, levels[0], "plain")], cell[(workload, levels[-1], "plain")]
-        cells = [f"{low['tokens_per_s']:.1f} / {high['tokens_per_s']:.0f}"]
-        for level in levels:
-            row = cell[(workload, level, "dlite")]
-            bold = "**" if row["speedup"] > 1 else ""
-            cells.append(f"{bold}{row['speedup']:.2f}x{bold} / {row['tau']:.2f}")
-        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+        cells = [f"{cell[(workload, levels[0], 'plain')]['tokens_per_s']:.1f}"]
+        cells += [
+            shown(cell[(workload, levels[0], m)]["speedup"], cell[(workload, levels[0], m)]["tau"]) for m in methods
+        ]
+        lines.append(f"| {workload}, c = {levels[0]} | " + " | ".join(cells) + " |")
+    for level in levels[1:]:
+        cells = [f"{sum(cell[(w, level, 'plain')]['tokens_per_s'] for w in workloads):.0f}"]
+        for m in methods:
+            logs = [math.log(cell[(w, level, m)]["speedup"]) for w in workloads]
+            cells.append(shown(math.exp(sum(logs) / len(logs))))
+        lines.append(f"| all four, c = {level} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -176,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--requests", default="1:4,4:8,16:16,64:64", help="requests per run, by concurrency")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", default="1:3,4:3,16:1,64:1",
+                        help="rounds per cell, by concurrency (methods in a rotated order each round)")  # fmt: skip
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
     parser.add_argument("--suffix-path", type=Path, default=SUFFIX_PATH,
@@ -204,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(METHODS)}.")
     levels = [int(c) for c in args.concurrency.split(",")]
     per_level = {int(k): int(v) for k, v in (pair.split(":") for pair in args.requests.split(","))}
+    repeats = {int(k): int(v) for k, v in (pair.split(":") for pair in args.repeats.split(","))}
     by_workload: dict[str, list[list[int]]] = {}
     for row in data["prompts"]:
         by_workload.setdefault(row["workload"], []).append(row["prompt_ids"])
@@ -220,18 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for level in levels:
         wanted = per_level.get(level, level)
+        for method in methods:  # the first batch of this size for every engine, unmeasured
+            run_workload(*engines[method], by_workload[workloads[0]][:level], level, 16)
         for workload in workloads:
             pool = by_workload[workload]  # repeated when a level asks for more requests than there are prompts
             prompts = (pool * (wanted // len(pool) + 1))[:wanted]
-            plain = None
-            for method in methods:
-                row = run_workload(*engines[method], prompts, level, args.max_tokens)
-                row.update(method=method, workload=workload, concurrency=level, requests=len(prompts))
-                if method == "plain":
-                    plain = row["tokens_per_s"]
-                row["speedup"] = row["tokens_per_s"] / plain
+            for row in measure_cell(engines, methods, prompts, level, args.max_tokens, repeats.get(level, 1)):
+                row.update(workload=workload, concurrency=level, requests=len(prompts))
                 results.append(row)
-                print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
+                shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items() if k != "latencies"}
+                print(json.dumps(shown), flush=True)
     meta = {
         "command": "benchmarks/serve_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),

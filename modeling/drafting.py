@@ -5,7 +5,9 @@ draft tokens and their q (the processed logits each one was drawn from). Between
 many tokens a round proposes, and, for hybrid drafting, whether the round drafts with the drafter at all:
 
 * :class:`DraftRules` and :func:`draft_tokens`: the drafter's adaptive round (stop early below a joint confidence,
-  skip a round whose most likely first draft is unsure);
+  skip a round whose most likely first draft is unsure); :func:`row_lengths`: where each row of a batched round
+  would have stopped had it been drafted alone (an engine that verifies each request's own draft length, as vLLM
+  does, proposes that many);
 * :class:`HybridRule` and :func:`select_proposal`: the choice between a continuation retrieved from the suffix index
   and the drafter's round (and the fallback to a short retrieved match when the drafter proposes nothing).
 
@@ -25,7 +27,7 @@ import torch
 
 from .options import check_threshold
 
-__all__ = ["BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "select_proposal"]
+__all__ = ["BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "row_lengths", "select_proposal"]
 
 
 class BlockDrafter(Protocol):
@@ -131,6 +133,41 @@ def draft_tokens(
         if unsure and (lengths is None or len(tokens) in lengths):
             break
     return torch.stack(tokens, 1), torch.stack(all_logits, 1)
+
+
+def row_lengths(tokens: torch.Tensor, logits: torch.Tensor, rules: DraftRules) -> list[int]:
+    """Each row's draft count under `rules` had it been drafted alone, from a batched round's output.
+
+    A batched round (`draft_tokens` over N rows) stops only once every row is unsure, so a row may carry drafts past
+    its own stop. Rows are drafted independently, so a row's first n drafts in the batch are its drafts alone, and
+    its own rule (the skip on the first position's top probability; the confidence stop after the draft whose
+    joint probability fell below the threshold, at the next allowed length) is read off its logits here. A batch
+    of one gives `[tokens.shape[1]]`. Both rules look only at drafts already drawn, so truncating a sampled row
+    keeps speculative sampling exact, as in `draft_tokens`.
+
+    Args:
+        tokens: `[N, n]` drafts; logits: `[N, n, V]` the processed logits they were drawn from (both as
+            `draft_tokens` returns them).
+    """
+    rows, n = tokens.shape
+    threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
+    if n == 0 or (threshold <= 0 and skip <= 0):
+        return [n] * rows
+    probs = torch.softmax(logits, dim=-1)
+    joint = probs.gather(-1, tokens[..., None])[..., 0].cumprod(dim=1)  # [N, n], the loop's running product
+    out = []
+    for row in range(rows):
+        if skip > 0 and float(probs[row, 0].max()) < skip:
+            out.append(0)
+            continue
+        below = (joint[row] < threshold).nonzero().flatten() if threshold > 0 else joint.new_empty(0)
+        if not len(below):
+            out.append(n)
+            continue
+        first = int(below[0]) + 1  # the draft count at which the row became unsure
+        allowed = [c for c in (range(first, n + 1) if lengths is None else lengths) if first <= c <= n]
+        out.append(min(allowed) if allowed else n)
+    return out
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from transformers import initialization as init
 from .blocks import DLiteOutput, DLiteSequentialHead, backbone_blocks
 from .candidate_generators import DLiteCandidateGenerator, make_candidate_generator
 from .configuration_dlite import DLiteConfig
-from .drafting import DraftRules, draft_tokens
+from .drafting import DraftRules, draft_tokens, row_lengths
 from .integration import install_generate_hook
 from .options import check_threshold
 from .suffix_index import DraftSession
@@ -535,6 +535,18 @@ class DLiteForSpeculation(DLitePreTrainedModel):
             generator=generator,
             history=history,
         )
+
+    def draft_row_lengths(
+        self,
+        tokens: torch.Tensor,
+        logits: torch.Tensor,
+        confidence_threshold: float | None = None,
+        skip_threshold: float | None = None,
+    ) -> list[int]:
+        """For a batched `draft()` output, each row's draft count had it been drafted alone (the same rules and
+        defaults as `draft`; `drafting.row_lengths`). An engine that verifies each request's own draft, as vLLM
+        does, proposes that many: a batch then proposes what each request alone would."""
+        return row_lengths(tokens, logits, DraftRules.from_config(self.config, confidence_threshold, skip_threshold))
 
     @staticmethod
     def draft_session(min_match: int | None = None) -> DraftSession:

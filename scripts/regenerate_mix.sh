@@ -12,9 +12,19 @@ MAX_NEW=${MAX_NEW:-512}
 MAX_PROMPT=${MAX_PROMPT:-2048}
 mkdir -p "$WORK/regen"
 [ -f "$WORK/mix/mix.json" ] || "$DLITE" mix build --out "$WORK/mix" --prompts-per-domain "$PER_DOMAIN" --texts-per-domain 500 --seed 0
-# greedy first (every prompt), then one sampled response per prompt (temperature 0.7, top-p 0.9)
-"$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/greedy.jsonl" \
-  --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --batch-size 512 --seed 0
-"$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/sampled.jsonl" \
-  --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --batch-size 512 --seed 1 \
-  --samples 1 --temperature 0.7 --top-p 0.9
+# greedy and sampled rows in stages, so that both kinds grow from the first session on: greedy answers to the first
+# 8,192 prompts, one sampled answer (temperature 0.7, top-p 0.9) to the first 2,048, then greedy and sampled for all.
+# Each stage resumes where a kill left it; a finished stage is a no-op (its worker exits before loading vLLM).
+greedy() {
+  "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/greedy.jsonl" \
+    --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 0 "$@"
+}
+sampled() {
+  "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/sampled.jsonl" \
+    --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 1 \
+    --samples 1 --temperature 0.7 --top-p 0.9 "$@"
+}
+greedy --limit 8192
+sampled --limit 2048
+greedy
+sampled

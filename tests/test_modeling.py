@@ -286,6 +286,36 @@ def _joint_confidence(tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tenso
     return logits.softmax(-1).gather(-1, tokens[..., None])[..., 0].double().cumprod(-1)
 
 
+@pytest.mark.parametrize(("stop", "skip", "lengths"), [(True, False, None), (True, False, [3, 5]), (False, True, None),
+                                                      (True, True, None)])  # fmt: skip
+def test_row_lengths_are_where_each_row_alone_would_stop(target, stop, skip, lengths):
+    """A batched round runs until every row is unsure; `draft_row_lengths` gives each row the drafts it would have
+    drafted alone: the same count and, being a prefix of the batch's, the same tokens."""
+    drafter = make_drafter(target, seed=3, num_draft_tokens=7).bind_target(target)
+    with torch.no_grad():
+        drafter.norm.weight.mul_(8.0)  # spread the probabilities of a random drafter over a wide range
+    context = torch.randn(8, drafter.config.num_tapped_layers, H_T, generator=torch.Generator().manual_seed(9))
+    anchors = torch.tensor([3, 17, 5, 40, 9, 22, 61, 2])
+    with torch.no_grad():
+        full_tokens, full_logits = drafter.draft(context, anchors)
+        joint = _joint_confidence(full_tokens, full_logits)
+        rules = {  # thresholds inside the rows' spread, so that rows stop at different counts
+            "confidence_threshold": float(joint[:, 2].median()) if stop else 0.0,
+            "skip_threshold": float(joint[:, 0].median()) if skip else 0.0,
+        }
+        drafter.config.draft_lengths = lengths
+        tokens, logits = drafter.draft(context, anchors, **rules)
+        kept = drafter.draft_row_lengths(tokens, logits, **rules)
+        alone = [drafter.draft(context[r : r + 1], anchors[r : r + 1], **rules)[0] for r in range(8)]
+    assert kept == [a.shape[1] for a in alone] and len(set(kept)) > 1
+    for row, own in enumerate(alone):
+        assert torch.equal(tokens[row, : kept[row]], own[0])
+    assert (
+        drafter.draft_row_lengths(tokens, logits, confidence_threshold=0.0, skip_threshold=0.0)
+        == [tokens.shape[1]] * 8
+    )
+
+
 def test_confidence_and_skip_thresholds_stop_where_the_drafter_is_unsure(target):
     drafter = make_drafter(target, seed=3, num_draft_tokens=7).bind_target(target)
     with torch.no_grad():

@@ -68,6 +68,30 @@ def test_sampled_drafts_follow_the_drafters_distribution_at_the_temperature(prop
     assert torch.allclose(probs.sum(-1), torch.ones(4, 4))
 
 
+def test_each_request_proposes_what_it_would_alone_under_the_drafters_rules(proposer, monkeypatch):
+    """With a confidence stop in the drafter's config, a batch runs until every row is unsure; each request keeps
+    only its own drafts (those it would draft alone), greedy and sampled."""
+    drafter = proposer.drafter
+    states, anchors = _states(6, 3, seed=7), torch.tensor([5, 8, 13, 21, 34, 55])
+    tokens, logits = drafter.draft(states, anchors, 4)
+    joint = logits.softmax(-1).gather(-1, tokens[..., None])[..., 0].cumprod(1)
+    monkeypatch.setattr(drafter.config, "draft_confidence_threshold", float(joint[:, 1].median()))
+    greedy, _ = draft_batch(drafter, states, anchors, 4)
+    alone = [drafter.draft(states[r : r + 1], anchors[r : r + 1], 4)[0][0].tolist() for r in range(6)]
+    assert greedy == alone and len({len(d) for d in greedy}) > 1
+    temperatures = torch.full((6,), 0.9)
+    torch.manual_seed(3)
+    sampled, probs = draft_batch(drafter, states, anchors, 4, temperatures)
+    torch.manual_seed(3)
+    scale = TemperatureScale(temperatures)
+    batch, batch_logits = drafter.draft(
+        states, anchors, 4, do_sample=True, logits_processor=scale, prefix_ids=anchors[:, None]
+    )
+    kept = drafter.draft_row_lengths(batch, batch_logits)
+    assert sampled == [batch[r, : kept[r]].tolist() for r in range(6)]
+    assert probs.shape == (6, 4, TINY_VOCAB)  # q for every drafted position (vLLM reads the first len(draft))
+
+
 def test_a_mixed_batch_drafts_greedy_rows_as_alone_and_gives_them_one_hot_q(proposer):
     drafter = proposer.drafter
     states, anchors = _states(4, 3, seed=3), torch.tensor([11, 12, 13, 14])
@@ -167,6 +191,11 @@ def test_the_hybrid_retrieves_repeats_and_drafts_the_rest(tiny_folder):
     hybrid.stage(StepInputs(aux[:], [0, 2], [0], None, ["a"]))
     assert hybrid.propose([[9]], [10], tokens) == [[5, 6, 7, 8, 9]]
     assert hybrid._indexes["a"][0] is index_a and set(hybrid._indexes) == {"a"}
+    # a new request that reuses the id "a" (the old one finished) starts an index of its own
+    tokens[0, :12] = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4]
+    hybrid.stage(StepInputs(aux, [0, 2], [0], None, ["a"], new_req_ids=frozenset({"a"})))
+    assert hybrid.propose([[4]], [12], tokens) == [[1, 2, 3, 4]]
+    assert hybrid._indexes["a"][0] is not index_a
 
 
 def test_propose_without_the_runner_hook_is_a_clear_error(proposer):

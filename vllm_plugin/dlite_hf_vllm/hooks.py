@@ -173,6 +173,7 @@ def _wrap_propose(original: Any) -> Any:
                     req_ids=req_ids,
                     remaining=[_remaining(self.requests.get(rid)) for rid in req_ids],
                     scheduled_tokens=scheduler_output.num_spec_tokens_to_schedule,
+                    new_req_ids=frozenset(r.req_id for r in scheduler_output.scheduled_new_reqs),
                 )
             )
         result = original(

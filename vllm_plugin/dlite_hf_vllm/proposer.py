@@ -47,6 +47,8 @@ class StepInputs:
     # vLLM's draft length for this step: num_speculative_tokens, or its entry of the batch-size schedule
     # (speculative_config's num_speculative_tokens_per_batch_size); 0 skips the drafter. None: no limit given
     scheduled_tokens: int | None = None
+    # requests scheduled for the first time this step (a request id may be reused once its request finished)
+    new_req_ids: frozenset[str] = frozenset()
 
 
 class TargetView(nn.Module):
@@ -130,6 +132,8 @@ class DLiteProposer:
     def _matches(self, live: list[int], step: StepInputs, num_tokens_no_spec: Any, token_ids: Any) -> dict:
         """Each live request's suffix-index answer for this round; the indexes follow the requests' tokens."""
         index_class = self._core("suffix_index").SuffixIndex
+        for req in step.new_req_ids:  # a request id seen before belonged to another, finished request
+            self._indexes.pop(req, None)
         kept, matches = {}, {}
         for i in live:
             req, length = step.req_ids[i], int(num_tokens_no_spec[i])

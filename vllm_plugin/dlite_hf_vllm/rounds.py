@@ -65,7 +65,9 @@ def draft_batch(
     """Draft up to `num_tokens` tokens for each row with `drafter.draft` (the shared core and its rules).
 
     Greedy rows (no `temperatures`, or a temperature <= GREEDY_EPS) draft the argmax, in one call; sampled rows
-    draw from `softmax(logits / T)`, in another, so the core's batch rules (stop, skip) see each kind alone.
+    draw from `softmax(logits / T)`, in another. Each row then keeps the drafts the core's rules (stop, skip) give it
+    alone (`drafter.draft_row_lengths`): vLLM verifies each request's own draft, so a request in a batch proposes
+    what it would alone, and no request pays for drafts only its neighbours were sure of.
 
     Returns:
         the draft token lists (one per row; empty where the core skipped the round) and, when some row sampled,
@@ -78,9 +80,10 @@ def draft_batch(
     probs = None
     if bool(greedy.any()):
         index = greedy.nonzero().flatten()
-        tokens, _ = drafter.draft(states[index], anchors[index], num_tokens)
-        for row, ids in zip(index.tolist(), tokens.tolist()):
-            drafts[row] = ids
+        tokens, logits = drafter.draft(states[index], anchors[index], num_tokens)
+        kept = drafter.draft_row_lengths(tokens, logits)
+        for row, ids, length in zip(index.tolist(), tokens.tolist(), kept):
+            drafts[row] = ids[:length]
     if not bool(greedy.all()):
         index = (~greedy).nonzero().flatten()
         chosen = anchors[index]
@@ -96,8 +99,9 @@ def draft_batch(
         probs = torch.zeros(rows, num_tokens, vocab, dtype=torch.float32, device=logits.device)
         if tokens.shape[1]:
             probs[index.to(logits.device), : tokens.shape[1]] = torch.softmax(logits.float(), dim=-1)
-        for row, ids in zip(index.tolist(), tokens.tolist()):
-            drafts[row] = ids
+        kept = drafter.draft_row_lengths(tokens, logits)
+        for row, ids, length in zip(index.tolist(), tokens.tolist(), kept):
+            drafts[row] = ids[:length]
         for row in greedy.nonzero().flatten().tolist():  # rows vLLM verifies by argmax: q unused, one-hot
             for position, token in enumerate(drafts[row]):
                 probs[row, position, token] = 1.0

@@ -72,8 +72,10 @@ class DLiteTrainingArguments(TrainingArguments):
             Memory knob of the chunked losses: how many anchor blocks' full-vocabulary distributions
             (`[chunk, K, V]` in float32) are materialised at once. Does not change the loss value.
         feature_cache_dir (`str` or `None`, *optional*, defaults to `None`):
-            Optional offline cache of the target's features at the sampled anchor positions only (a full cache is
-            terabytes at real scale). `None`: run the frozen target online.
+            Optional on-disk cache of the target's forward, one entry per sequence: the tapped and final states at
+            every position in float16 plus the target's logsumexp and argmax (`FeatureCache`; about 8 KB a position
+            for SmolLM2, so 80 GB for 10M tokens). It pays off from the second epoch or stage on. `None`: run the
+            frozen target online, every step.
 
         > LoRA
 
@@ -188,7 +190,10 @@ class DLiteTrainingArguments(TrainingArguments):
     )
     feature_cache_dir: str | None = field(
         default=None,
-        metadata={"help": "Optional cache of the target's features at the sampled anchors; unset runs it online."},
+        metadata={
+            "help": "Optional on-disk cache of the target's forward (every position of each sequence, float16); "
+            "unset runs the target online."
+        },
     )
 
     # LoRA
