@@ -108,11 +108,15 @@ class DLiteProposer:
         # the drafter drafts at most its trained K; vLLM's K may be larger when the hybrid retrieves longer drafts
         self.drafter_tokens = min(self.num_tokens, int(self.drafter.config.num_draft_tokens))
         self.lookup_tokens, self.rule, self._indexes = None, None, {}
+        # the drafter folder's own core modules (loaded by transformers beside its model), resolved once
+        package = type(self.drafter).__module__.rpartition(".")[0]
+        self._drafting = importlib.import_module(f"{package}.drafting")
+        self._suffix_index = importlib.import_module(f"{package}.suffix_index")
         lookup = getattr(spec, LOOKUP, None)
         if lookup is not None:
             config = self.drafter.config
             self.lookup_tokens = int(lookup[0])
-            self.rule = self._core("drafting").HybridRule(
+            self.rule = self._drafting.HybridRule(
                 min_match=int(lookup[1] if lookup[1] is not None else config.lookup_min_match),
                 length_factor=float(config.lookup_length_factor),
                 fallback_min_match=int(config.lookup_fallback_min_match),
@@ -125,13 +129,9 @@ class DLiteProposer:
         self._step: StepInputs | None = None
         self._probs: torch.Tensor | None = None
 
-    def _core(self, name: str) -> Any:
-        """A module of the drafter's own code (the folder's files, loaded by transformers beside its model)."""
-        return importlib.import_module(f"{type(self.drafter).__module__.rpartition('.')[0]}.{name}")
-
     def _matches(self, live: list[int], step: StepInputs, num_tokens_no_spec: Any, token_ids: Any) -> dict:
         """Each live request's suffix-index answer for this round; the indexes follow the requests' tokens."""
-        index_class = self._core("suffix_index").SuffixIndex
+        index_class = self._suffix_index.SuffixIndex
         for req in step.new_req_ids:  # a request id seen before belonged to another, finished request
             self._indexes.pop(req, None)
         kept, matches = {}, {}
@@ -201,7 +201,7 @@ class DLiteProposer:
         retrieved: set[int] = set()  # requests whose draft is a retrieved continuation (q one-hot)
         matches = {}
         if self.rule is not None:
-            select = self._core("drafting").select_proposal
+            select = self._drafting.select_proposal
             matches = self._matches(live, step, num_tokens_no_spec, token_ids_cpu)
             for i in live:
                 proposal = select(matches[i], self.rule, None)  # the rule's lookup choice, before any drafting
@@ -222,7 +222,7 @@ class DLiteProposer:
             for i, ids in zip(drafted, tokens):
                 drafts[i] = ids[: budgets[i]]
                 if self.rule is not None and self.rule.fallback_min_match:  # the core's fallback: drafter skipped
-                    proposal = self._core("drafting").select_proposal(
+                    proposal = self._drafting.select_proposal(
                         matches[i], self.rule, lambda done=(drafts[i], None): done
                     )
                     if proposal.fallback:

@@ -73,8 +73,9 @@ class DLiteTrainingArguments(TrainingArguments):
             (`[chunk, K, V]` in float32) are materialised at once. Does not change the loss value.
         feature_cache_dir (`str` or `None`, *optional*, defaults to `None`):
             Optional on-disk cache of the target's forward, one entry per sequence: the tapped and final states at
-            every position in float16 plus the target's logsumexp and argmax (`FeatureCache`; about 8 KB a position
-            for SmolLM2, so 80 GB for 10M tokens). It pays off from the second epoch or stage on. `None`: run the
+            every position in float16 plus the target's logsumexp and argmax (`FeatureCache`; by that layout about
+            8 KB a position for SmolLM2, 6 tapped + 1 final state x 576 x 2 bytes: 80 GB for 10M tokens). It pays
+            off from the second epoch or stage on. `None`: run the
             frozen target online, every step.
 
         > LoRA
