@@ -74,11 +74,36 @@ def run_workload(engine, tally, prompts: list[list[int]], concurrency: int, max_
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
-        "tau": tokens / (tokens - accepted) if tokens > accepted else float("nan"),
+        "tau": tau(tokens, accepted),
         "drafted": after["num_draft_tokens"] - before["num_draft_tokens"],
         "accepted": accepted,
         "latencies": latencies,
     }
+
+
+def tau(tokens: int, accepted: int) -> float:
+    """Output tokens per target forward: each verification step emits its accepted drafts plus one token."""
+    return tokens / (tokens - accepted) if tokens > accepted else float("nan")
+
+
+def level_map(option: str, text: str, levels: list[int]) -> dict[int, int]:
+    """`--requests` / `--repeats` as {concurrency: count}, with every level of `--concurrency` given."""
+    try:
+        pairs = {int(k): int(v) for k, v in (pair.split(":") for pair in text.split(",") if pair)}
+    except ValueError:
+        raise SystemExit(
+            f"{option} {text!r}: expected CONCURRENCY:COUNT pairs separated by commas, e.g. 1:3,4:2."
+        ) from None
+    missing = [level for level in levels if level not in pairs]
+    bad = [f"{k}:{v}" for k, v in pairs.items() if v < 1]
+    if missing or bad:
+        raise SystemExit(
+            f"{option} {text!r}: "
+            + (f"no count for concurrency {missing} (--concurrency); " if missing else "")
+            + (f"counts must be >= 1, got {bad}; " if bad else "")
+            + "give one CONCURRENCY:COUNT pair per level."
+        )
+    return pairs
 
 
 def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, max_tokens: int, repeats: int):
@@ -100,7 +125,7 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in mine),
             "speedup": statistics.median(r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])),
             "speedups": [r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])],
-            "tau": tokens / (tokens - accepted) if tokens > accepted else float("nan"),
+            "tau": tau(tokens, accepted),
             "tokens": tokens, "wall_s": sum(r["wall_s"] for r in mine), "repeats": repeats,
             "drafted": sum(r["drafted"] for r in mine), "accepted": accepted,
             "latency_mean_s": statistics.fmean(latencies),
@@ -258,9 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown or "plain" not in methods:
         raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(METHODS)}.")
-    levels = [int(c) for c in args.concurrency.split(",")]
-    per_level = {int(k): int(v) for k, v in (pair.split(":") for pair in args.requests.split(","))}
-    repeats = {int(k): int(v) for k, v in (pair.split(":") for pair in args.repeats.split(","))}
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c]
+    except ValueError:
+        raise SystemExit(
+            f"--concurrency {args.concurrency!r}: expected integers separated by commas, e.g. 1,4,16."
+        ) from None
+    if not levels or min(levels) < 1:
+        raise SystemExit(f"--concurrency {args.concurrency!r}: expected one or more levels >= 1.")
+    per_level = level_map("--requests", args.requests, levels)
+    repeats = level_map("--repeats", args.repeats, levels)
     by_workload: dict[str, list[list[int]]] = {}
     for row in data["prompts"]:
         by_workload.setdefault(row["workload"], []).append(row["prompt_ids"])

@@ -8,7 +8,8 @@ bfloat16 autocast for the drafter) on rows written by `dlite-hf regenerate`, and
 * one training step with the features cached (`--feature_cache_dir`): the cache read and gathers (`_blocks`),
   the drafter's forward and the loss (`compute_loss` less `_blocks`), the backward (`training_step` less
   `compute_loss`), and the optimizer step;
-* the feature cache's bytes per position.
+* the feature cache's bytes per response token (the stable stage's history-free layout: final states of the
+  responses, tapped states at the `--anchor-stride` anchors only).
 
 Then extrapolates to the rows given: the target's single pass over them, and a step of the drafter alone.
 
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--num-anchors", type=int, default=32)
+    parser.add_argument("--anchor-stride", type=int, default=4)
     parser.add_argument("--max-length", type=int, default=1280)
     parser.add_argument("--sample-rows", type=int, default=256, help="rows drawn (seeded) to form the batches")
     parser.add_argument("--out", type=Path)
@@ -76,11 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     training_args = DLiteTrainingArguments(
         output_dir=tempfile.mkdtemp(prefix="dlite-profile-"), stage="stable", num_anchors=args.num_anchors,
         max_length=args.max_length, per_device_train_batch_size=args.batch_size, bf16=True, report_to=[],
-        feature_cache_dir=cache, learning_rate=1e-3, max_steps=args.batches, use_cpu=True, seed=0,
+        feature_cache_dir=cache, anchor_stride=args.anchor_stride, learning_rate=1e-3, max_steps=args.batches,
+        use_cpu=True, seed=0,
     )  # fmt: skip
     dataset = RegeneratedDataset(picked, max_length=args.max_length)
     trainer = DLiteTrainer(model=drafter, target=target, args=training_args, train_dataset=dataset)
     trainer.create_optimizer_and_scheduler(num_training_steps=args.batches)
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's own loop, which this drives step by step
     model = trainer.model
     model.train()
     compute_loss, blocks = trainer.compute_loss, trainer._blocks
@@ -101,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         inputs = trainer._prepare_inputs(inputs)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         tokens = int(mask.sum())
+        response_tokens = int((mask.sum(1) - inputs["response_start"]).clamp(min=0).sum())
         with torch.no_grad():
             _, fp32 = _timed(target_features, target, ids, layers, mask)
             _, bf16 = _timed(target_features, target_bf16, ids, layers, mask)
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         _, warm = _timed(trainer.training_step, model, inputs)  # served from the cache
         _, optimizer = _timed(_optimizer_step, trainer.optimizer)
         row = {
-            "batch": index, "tokens": tokens, "width": int(ids.shape[1]),
+            "batch": index, "tokens": tokens, "response_tokens": response_tokens, "width": int(ids.shape[1]),
             "target_fp32_s": fp32, "target_bf16_s": bf16, "step_uncached_s": cold, "step_cached_s": warm,
             "cache_read_and_gather_s": split["blocks"],
             "drafter_forward_and_loss_s": split["compute_loss"] - split["blocks"],
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         per_batch.append(row)
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     cache_bytes = sum(p.stat().st_size for p in Path(cache).rglob("*.safetensors"))
-    cached_positions = sum(r["tokens"] for r in per_batch)
+    cached_responses = sum(r["response_tokens"] for r in per_batch)
 
     def median(key: str) -> float:
         return statistics.median(r[key] for r in per_batch)
@@ -126,18 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     tokens_per_s_fp32 = sum(r["tokens"] for r in per_batch) / sum(r["target_fp32_s"] for r in per_batch)
     tokens_per_s_bf16 = sum(r["tokens"] for r in per_batch) / sum(r["target_bf16_s"] for r in per_batch)
     all_tokens = sum(min(len(r["input_ids"]), args.max_length) for r in rows)
+    all_responses = sum(max(min(len(r["input_ids"]), args.max_length) - r["prompt_tokens"], 0) for r in rows)
     summary = {
         "command": "benchmarks/train_step_profile.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "threads": args.threads, "batch": f"{args.batch_size} sequences x {args.num_anchors} anchors",
-        "max_length": args.max_length, "rows": len(rows), "tokens_in_rows": all_tokens,
+        "max_length": args.max_length, "anchor_stride": args.anchor_stride, "rows": len(rows),
+        "tokens_in_rows": all_tokens, "response_tokens_in_rows": all_responses,
         "target_tokens_per_s_fp32": tokens_per_s_fp32, "target_tokens_per_s_bf16": tokens_per_s_bf16,
         "median_s": {k: median(k) for k in ("target_fp32_s", "step_uncached_s", "step_cached_s",
                                              "cache_read_and_gather_s", "drafter_forward_and_loss_s", "backward_s",
                                              "optimizer_s")},
-        "cache_bytes_per_position": cache_bytes / cached_positions,
+        "cache_bytes_per_response_token": cache_bytes / cached_responses,
         "one_target_pass_over_rows_h": all_tokens / tokens_per_s_fp32 / 3600,
         "one_target_pass_over_rows_bf16_h": all_tokens / tokens_per_s_bf16 / 3600,
-        "full_cache_gb": all_tokens * cache_bytes / cached_positions / 1e9,
+        "cache_gb_for_rows": all_responses * cache_bytes / cached_responses / 1e9,
         "per_batch": per_batch,
     }  # fmt: skip
     print(json.dumps({k: v for k, v in summary.items() if k != "per_batch"}, indent=1))

@@ -10,6 +10,8 @@ DLITE=${DLITE:-.venv/bin/dlite-hf}
 PER_DOMAIN=${PER_DOMAIN:-6000}
 MAX_NEW=${MAX_NEW:-512}
 MAX_PROMPT=${MAX_PROMPT:-2048}
+# rows already shipped in the repository's dataset are not regenerated (a fresh machine extends it)
+DATASET=${DATASET:-datasets/dlite-smollm2-135m-regen}
 mkdir -p "$WORK/regen"
 [ -f "$WORK/mix/mix.json" ] || "$DLITE" mix build --out "$WORK/mix" --prompts-per-domain "$PER_DOMAIN" --texts-per-domain 500 --seed 0
 # greedy and sampled rows in stages, so that both kinds grow from the first session on: greedy answers to the first
@@ -17,12 +19,12 @@ mkdir -p "$WORK/regen"
 # Each stage resumes where a kill left it; a finished stage is a no-op (its worker exits before loading vLLM).
 greedy() {
   "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/greedy.jsonl" \
-    --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 0 "$@"
+    --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 0 --skip-dataset "$DATASET" "$@"
 }
 sampled() {
   "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/sampled.jsonl" \
     --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 1 \
-    --samples 1 --temperature 0.7 --top-p 0.9 "$@"
+    --samples 1 --temperature 0.7 --top-p 0.9 --skip-dataset "$DATASET" "$@"
 }
 greedy --limit 8192
 sampled --limit 2048

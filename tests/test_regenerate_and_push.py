@@ -76,6 +76,13 @@ def test_regenerate_resumes_after_a_crash_without_duplicates(tiny_chat_target, t
     RegeneratedDataset(out)  # the trainer reads it
 
 
+def test_regenerate_leaves_out_rows_already_shipped(tiny_chat_target, tmp_path):
+    model, tokenizer = tiny_chat_target
+    out = tmp_path / "regen.jsonl"
+    regenerate(model, tokenizer, _prompts(3), out, max_new_tokens=4, batch_size=2, progress=False, skip_ids={"p1"})
+    assert sorted(row["id"] for row in read_jsonl(out)) == ["p0", "p2"]
+
+
 def test_regenerated_response_equals_the_targets_greedy_output(tiny_chat_target, tmp_path):
     model, tokenizer = tiny_chat_target
     out = tmp_path / "regen.jsonl"

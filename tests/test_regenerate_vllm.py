@@ -65,3 +65,28 @@ def test_the_cli_refuses_bad_sampling_options(tmp_path):
         main([*base, "--samples", "-1"])
     with pytest.raises(SystemExit, match=r"--samples 3 needs --engine vllm"):
         main([*base, "--samples", "3", "--engine", "transformers"])
+
+
+def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
+    """A fresh machine has no work file: `--skip-dataset` reads the shipped shards' ids; the job leaves them out."""
+    pytest.importorskip("pyarrow")
+    from dlite_hf.commands.regenerate import _shipped_ids
+    from dlite_hf.training.regen_dataset import export_rows
+
+    prompts = _prompts(4)
+    prompt_file = write_jsonl([{**p, "source": "pkg==1:row"} for p in prompts], tmp_path / "p.jsonl")
+    shipped = [
+        {"id": i, "workload": "chat", "input_ids": [1, 5, 7], "loss_mask": [0, 1, 1], "prompt_tokens": 1}
+        for i in ("p0", "p2")
+    ]
+    export_rows(write_jsonl(shipped, tmp_path / "rows.jsonl"), prompt_file, tmp_path / "dataset")
+    ids = _shipped_ids(str(tmp_path / "dataset"))
+    assert ids == {"p0", "p2"}
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    out = tmp_path / "fresh" / "out.jsonl"
+    with pytest.raises(RuntimeError, match="exited with status 1"):  # this interpreter has no vLLM
+        rv.regenerate_vllm(tmp_path, _Tokenizer(), prompts, out, python=sys.executable, skip_ids=ids)
+    job = [json.loads(line) for line in out.with_suffix(".job.jsonl").read_text().splitlines()]
+    assert sorted(j["id"] for j in job) == ["p1", "p3"]
+    with pytest.raises(SystemExit, match=r"--skip-dataset .*no parquet shards under .*dataset export"):
+        _shipped_ids(str(tmp_path / "fresh"))

@@ -209,15 +209,18 @@ def _reference_stable_loss(trainer, model, batch):
     return trainer.args.lambda_ce * ce + trainer.args.lambda_tv * weighted_l1(p_logits, q_logits, valid, weights)
 
 
-@pytest.mark.parametrize("cached", [False, True], ids=["online", "feature-cache"])
-def test_compact_stable_loss_equals_full_vocabulary_loss(tiny_setup, tmp_path, cached):
-    """The stable stage computes on the draft vocabulary only (cached logsumexp/argmax); the value is the same."""
+@pytest.mark.parametrize(
+    ("cached", "stride"), [(False, 1), (True, 1), (True, 3)], ids=["online", "feature-cache", "cache-stride-3"]
+)
+def test_compact_stable_loss_equals_full_vocabulary_loss(tiny_setup, tmp_path, cached, stride):
+    """The stable stage computes on the draft vocabulary only (cached logsumexp/argmax, and with a stride the
+    history-free cache's anchors-only states); the value is the same."""
     from dlite_hf.training.data import response_token_counts
 
     target, dataset = tiny_setup
     model = make_drafter(target, seed=7, draft_vocab_size=40)
     model.set_draft_vocab(response_token_counts(dataset, 128))
-    overrides = {"feature_cache_dir": str(tmp_path / "cache")} if cached else {}
+    overrides = {"feature_cache_dir": str(tmp_path / "cache"), "anchor_stride": stride} if cached else {}
     trainer = DLiteTrainer(
         model=model, target=target, args=_args(tmp_path, "stable", **overrides), train_dataset=dataset
     )
@@ -251,6 +254,50 @@ def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
     _, _, again = cache.features(target, ids, mask)
     torch.testing.assert_close(again["lse"], stats["lse"])
     assert "lse" in load_file(str(path))
+
+
+def test_history_free_feature_cache_keeps_only_what_blocks_read(tiny_setup, tmp_path):
+    """Final states from the first label minus one, tapped states at the strided anchors' contexts: equal to the
+    target's forward there, and a batch whose anchors the layout did not keep is refused."""
+    from safetensors.torch import load_file
+
+    from dlite_hf.training.data import DLiteCollator
+    from dlite_hf.training.features import FeatureCache, target_features
+
+    target, dataset = tiny_setup
+    model = make_drafter(target, seed=7)
+    args = _args(tmp_path, "stable", feature_cache_dir=str(tmp_path / "cache"), anchor_stride=4)
+    trainer = DLiteTrainer(model=model, target=target, args=args, train_dataset=dataset)
+    cache = trainer.feature_cache
+    assert cache.history_free and cache.anchor_stride == 4
+    row = dataset[0]
+    batch = trainer.data_collator([row])
+    start = row["loss_mask"].index(1)
+    assert batch["response_start"].tolist() == [start]
+    assert bool((batch["anchors"][batch["anchor_valid"]] % 4 == 0).all())
+    ids = batch["input_ids"]
+    states, final, stats = cache.features(target, ids, batch["attention_mask"], batch["response_start"])
+    ref_states, ref_final = target_features(target, ids, model.config.target_layer_ids, batch["attention_mask"])
+    first, positions = cache.kept(ids.shape[1], start)
+    assert first == start - 1 and positions.tolist() == [a - 1 for a in range(first, ids.shape[1]) if a % 4 == 0]
+    torch.testing.assert_close(states[0, positions], ref_states[0, positions].half().float())
+    torch.testing.assert_close(final[0, first:], ref_final[0, first:].half().float())
+    assert stats["kept"][0].nonzero().flatten().tolist() == positions.tolist()
+    entry = load_file(str(cache._path(f"{cache.key(ids[0])}-{first}")))
+    assert (
+        entry["states"].shape[0] == len(positions) < ids.shape[1] and entry["final"].shape[0] == ids.shape[1] - first
+    )
+    unstrided = DLiteCollator(0, num_anchors=8, num_draft_tokens=model.config.num_draft_tokens, seed=1)
+    with pytest.raises(ValueError, match=r"did not keep .*anchor_stride=4"):
+        trainer.compute_loss(model, unstrided([row]))
+    with pytest.raises(ValueError, match="was built for"):  # the same folder for a layout keeping every position
+        FeatureCache(str(tmp_path / "cache"), cache_name(target), model.config.target_layer_ids)
+    with pytest.raises(ValueError, match="needs each row's response_start"):
+        cache.features(target, ids, batch["attention_mask"])
+
+
+def cache_name(target):
+    return getattr(target.config, "_name_or_path", "") or type(target).__name__
 
 
 def test_target_distribution_stays_float32_under_bf16_autocast(tiny_setup, tmp_path):

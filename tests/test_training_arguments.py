@@ -51,6 +51,7 @@ def test_teacher_path_rejected_outside_warmup(tmp_path, stage):
         ("lambda_tv", float("inf")),
         ("max_length", 2),
         ("vocab_chunk_size", 0),
+        ("anchor_stride", 0),
         ("history_window", -2),
         ("feature_cache_dir", ""),
         ("lora_r", 0),

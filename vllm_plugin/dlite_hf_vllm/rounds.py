@@ -102,7 +102,10 @@ def draft_batch(
         kept = drafter.draft_row_lengths(tokens, logits)
         for row, ids, length in zip(index.tolist(), tokens.tolist(), kept):
             drafts[row] = ids[:length]
-        for row in greedy.nonzero().flatten().tolist():  # rows vLLM verifies by argmax: q unused, one-hot
-            for position, token in enumerate(drafts[row]):
-                probs[row, position, token] = 1.0
+        # rows vLLM verifies by argmax: q unused there, one-hot at each draft (one scatter for the batch)
+        hot = [(row, position, token) for row in greedy.nonzero().flatten().tolist() for position, token in
+               enumerate(drafts[row])]  # fmt: skip
+        if hot:
+            row_ids, positions, token_ids = torch.tensor(hot, device=probs.device).unbind(1)
+            probs[row_ids, positions, token_ids] = 1.0
     return drafts, probs

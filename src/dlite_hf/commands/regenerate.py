@@ -27,6 +27,20 @@ def _regen_device(name: str):
     return device
 
 
+def _shipped_ids(folder: str | None) -> frozenset[str]:
+    """The row ids of the dataset at `folder` (`--skip-dataset`): responses already shipped are not regenerated."""
+    if folder is None:
+        return frozenset()
+    from ..training.regen_dataset import read_shards
+
+    if not any(Path(folder, "data").glob("*.parquet")):
+        raise SystemExit(
+            f"--skip-dataset {folder!r}: no parquet shards under {Path(folder, 'data')}; expected a dataset folder "
+            "written by `dlite-hf dataset export` (e.g. datasets/dlite-smollm2-135m-regen)."
+        )
+    return frozenset(row["id"] for row in read_shards(folder))
+
+
 def cmd_regenerate(args: argparse.Namespace) -> int:
 
     from ..assets import open_target
@@ -54,8 +68,9 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         )
     if args.batch_size is not None and args.batch_size < 1:
         raise SystemExit(f"--batch-size {args.batch_size} is invalid: expected a positive number.")
+    shipped = _shipped_ids(args.skip_dataset)
     if args.engine == "vllm":
-        return _regenerate_vllm(args, prompts)
+        return _regenerate_vllm(args, prompts, shipped)
     if args.samples > 1:
         raise SystemExit(
             f"--samples {args.samples} needs --engine vllm (--engine transformers draws one sample per prompt with "
@@ -75,12 +90,13 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,
+        skip_ids=shipped,
     )
     print(json.dumps(result))
     return 0
 
 
-def _regenerate_vllm(args: argparse.Namespace, prompts: list) -> int:
+def _regenerate_vllm(args: argparse.Namespace, prompts: list, shipped: frozenset[str]) -> int:
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
@@ -107,6 +123,7 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list) -> int:
             seed=args.seed,
             dtype=dtype,
             chunk=args.batch_size or 256,
+            skip_ids=shipped,
         )
     except FileNotFoundError as error:
         raise SystemExit(
@@ -127,6 +144,13 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument("--out", required=True)
     regen.add_argument("--per-workload", type=int, default=160, help="training-mix prompts per workload")
     regen.add_argument("--limit", type=int, default=None)
+    regen.add_argument(
+        "--skip-dataset",
+        default=None,
+        metavar="FOLDER",
+        help="a dataset folder (`dlite-hf dataset export`): its rows count as done, so a fresh machine extends the "
+        "shipped dataset without regenerating it",
+    )
     regen.add_argument("--max-new-tokens", type=int, default=256)
     regen.add_argument("--max-prompt-tokens", type=int, default=1024)
     regen.add_argument(

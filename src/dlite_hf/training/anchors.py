@@ -41,6 +41,7 @@ def sample_anchors(
     num_anchors: int,
     num_draft_tokens: int,
     generator: torch.Generator | None = None,
+    stride: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw up to ``num_anchors`` anchor positions per sequence, uniformly and without replacement.
 
@@ -55,6 +56,8 @@ def sample_anchors(
         num_draft_tokens: K (>= 1). Validated only: candidates depend on the first label alone, so blocks near the
             end of a response still train their first positions.
         generator: optional ``torch.Generator`` (on ``loss_mask``'s device) for reproducible draws.
+        stride: only positions ``a`` divisible by ``stride`` are candidates (>= 1; 1: every position), so that a
+            feature cache can keep the target's states at those positions alone.
 
     Returns:
         ``anchors``: ``[B, A]`` long, each row's valid anchors sorted ascending, followed by padding.
@@ -65,12 +68,15 @@ def sample_anchors(
     mask = _as_batched_mask("loss_mask", loss_mask)
     _check_positive_int("num_anchors", num_anchors)
     _check_positive_int("num_draft_tokens", num_draft_tokens)
+    _check_positive_int("stride", stride)
     batch, seq_len = mask.shape
     device = mask.device
 
     candidate = torch.zeros_like(mask)
     if seq_len >= 3:
         candidate[:, 1 : seq_len - 1] = mask[:, 2:]  # anchor a is a candidate iff loss_mask[a + 1], 1 <= a <= T-2
+    if stride > 1:
+        candidate &= (torch.arange(seq_len, device=device) % stride == 0)[None, :]
 
     # Uniform sampling without replacement = the top-A of i.i.d. uniform keys over the candidates.
     keys = torch.rand((batch, seq_len), generator=generator, device=device)

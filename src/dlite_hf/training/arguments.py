@@ -71,12 +71,18 @@ class DLiteTrainingArguments(TrainingArguments):
         vocab_chunk_size (`int`, *optional*, defaults to `8`):
             Memory knob of the chunked losses: how many anchor blocks' full-vocabulary distributions
             (`[chunk, K, V]` in float32) are materialised at once. Does not change the loss value.
+        anchor_stride (`int`, *optional*, defaults to `1`):
+            Anchors only at positions divisible by this (>= 1). Blocks of K tokens still cover every response
+            position once the stride is at most K; what it buys is a smaller feature cache, which then keeps the
+            tapped states at those anchors only (1/stride of them).
         feature_cache_dir (`str` or `None`, *optional*, defaults to `None`):
-            Optional on-disk cache of the target's forward, one entry per sequence: the tapped and final states at
-            every position in float16 plus the target's logsumexp and argmax (`FeatureCache`; by that layout about
-            8 KB a position for SmolLM2, 6 tapped + 1 final state x 576 x 2 bytes: 80 GB for 10M tokens). It pays
-            off from the second epoch or stage on. `None`: run the
-            frozen target online, every step.
+            Optional on-disk cache of the target's forward, one entry per sequence, in float16, with the target's
+            logsumexp and argmax (`FeatureCache`). History-free stages keep only what their blocks read: the final
+            states from the first label on and the tapped states at the anchors (`anchor_stride`); for SmolLM2
+            (6 tapped + 1 final state x 576 x 2 bytes) that is 1.2 + 6.9 / stride KB per response token, against
+            8.1 KB per token of prompt and response when every position is kept (history-aware stages: the teacher
+            and KL warm-up). It pays off from the second epoch or stage on. `None`: run the frozen target online,
+            every step.
 
         > LoRA
 
@@ -189,11 +195,18 @@ class DLiteTrainingArguments(TrainingArguments):
             "draft() uses it (positions whose label is outside it are left out of the CE term; the L1 term is exact)."
         },
     )
+    anchor_stride: int = field(
+        default=1,
+        metadata={
+            "help": "Anchors only at positions divisible by this (>= 1): the feature cache keeps 1/stride of the "
+            "tapped states."
+        },
+    )
     feature_cache_dir: str | None = field(
         default=None,
         metadata={
-            "help": "Optional on-disk cache of the target's forward (every position of each sequence, float16); "
-            "unset runs the target online."
+            "help": "Optional on-disk cache of the target's forward (float16; history-free stages keep the final "
+            "states of the responses and the tapped states at the anchors); unset runs the target online."
         },
     )
 
@@ -243,7 +256,7 @@ class DLiteTrainingArguments(TrainingArguments):
         if self.loss_decay_form not in POSITION_WEIGHT_FORMS:
             raise _invalid("loss_decay_form", self.loss_decay_form, f"one of {POSITION_WEIGHT_FORMS}")
 
-        for name, minimum in (("num_anchors", 1), ("max_length", 3), ("vocab_chunk_size", 1)):
+        for name, minimum in (("num_anchors", 1), ("max_length", 3), ("vocab_chunk_size", 1), ("anchor_stride", 1)):
             value = getattr(self, name)
             if not _is_int(value) or value < minimum:
                 raise _invalid(name, value, f"an int >= {minimum}")

@@ -51,19 +51,30 @@ class DLiteCollator:
 
     Returns `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]`, `labels` `[B, A, K]`
     (-100 where invalid), so the Trainer counts `num_items_in_batch` over all gradient-accumulation micro-batches,
-    and `target_labels` `[B]` (rows whose labels the trainer replaces by the target's argmax).
+    `target_labels` `[B]` (rows whose labels the trainer replaces by the target's argmax) and `response_start`
+    `[B]` (each row's first label position; the feature cache keeps nothing a history-free block reads before it).
+    Anchors are drawn at positions divisible by `anchor_stride` only.
     """
 
-    def __init__(self, pad_token_id: int, num_anchors: int, num_draft_tokens: int, seed: int = 0):
+    def __init__(
+        self, pad_token_id: int, num_anchors: int, num_draft_tokens: int, seed: int = 0, anchor_stride: int = 1
+    ):
         self.pad_token_id = pad_token_id
         self.num_anchors = num_anchors
         self.num_draft_tokens = num_draft_tokens
+        self.anchor_stride = anchor_stride
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
 
     def fresh(self) -> DLiteCollator:
         """The same collator with its anchor sampler reseeded (evaluation: the same anchors every time)."""
-        return DLiteCollator(self.pad_token_id, self.num_anchors, self.num_draft_tokens, seed=self.seed)
+        return DLiteCollator(
+            self.pad_token_id,
+            self.num_anchors,
+            self.num_draft_tokens,
+            seed=self.seed,
+            anchor_stride=self.anchor_stride,
+        )
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         width = max(len(f["input_ids"]) for f in features)
@@ -75,7 +86,12 @@ class DLiteCollator:
             input_ids[row, :n] = torch.tensor(feature["input_ids"])
             attention[row, :n] = 1
             loss_mask[row, :n] = torch.tensor(feature["loss_mask"], dtype=torch.bool)
-        anchors, anchor_valid = sample_anchors(loss_mask, self.num_anchors, self.num_draft_tokens, self.generator)
+        anchors, anchor_valid = sample_anchors(
+            loss_mask, self.num_anchors, self.num_draft_tokens, self.generator, stride=self.anchor_stride
+        )
+        has_label = loss_mask.any(1)
+        first_label = loss_mask.int().argmax(1)  # argmax of a 0/1 row: its first 1 (0 for a row without labels)
+        response_start = torch.where(has_label, first_label, torch.full_like(first_label, width))
         labels, _ = block_labels(input_ids, anchors, self.num_draft_tokens, loss_mask, anchor_valid)
         return {
             "input_ids": input_ids,
@@ -84,6 +100,7 @@ class DLiteCollator:
             "anchor_valid": anchor_valid,
             "labels": labels,
             "target_labels": torch.tensor([bool(f.get("target_labels", False)) for f in features]),
+            "response_start": response_start,
         }
 
 

@@ -78,26 +78,51 @@ def vocab_stats(
 class FeatureCache:
     """On-disk cache of one target forward per training sequence, reused across epochs and stages.
 
-    Each sequence (keyed by the sha1 of its token ids) stores its tapped states `[T, L, H_t]` and final hidden
-    states `[T, H_t]` in float16 safetensors, plus the target's full-vocabulary logsumexp and argmax per position
+    Each sequence (keyed by the sha1 of its token ids) stores float16 safetensors: the tapped states `[*, L, H_t]`,
+    the final hidden states `[*, H_t]` and the target's full-vocabulary logsumexp and argmax per position
     (`vocab_stats` of the stored, float16-rounded final states), so a draft-vocabulary training step reads only
-    the draft vocabulary's rows of the lm_head. Entries written before the stats existed get them on first read.
-    The target's forward dominates a CPU training step, so a run of E epochs over several stages pays for it once.
-    A manifest pins the target and the tapped layers: a cache built for another target or other layers raises
-    instead of feeding wrong features.
+    the draft vocabulary's rows of the lm_head. The target's forward dominates a CPU training step, so a run of E
+    epochs over several stages pays for it once.
+
+    Two layouts:
+
+    * `history_free=False` (history-aware stages: the teacher attends to every earlier position): every position.
+    * `history_free=True`: only what a history-free block reads. A block at anchor `a` reads the tapped states at
+      `a - 1` and the final states at `a .. a + K - 1`, and anchors lie at or after a row's first label minus one
+      (`sample_anchors`), so the final states are kept from `response_start - 1` on, and the tapped states only
+      at the positions `a - 1` of the anchors `a` the collator can draw (`a % anchor_stride == 0`). For a prompt
+      longer than its response and a stride of 4, that is about a fifth of the full layout.
+
+    A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of
+    feeding wrong features (a manifest without a layout was written with every position kept). Reading a
+    position the layout did not keep is an error, never a zero.
     """
 
-    def __init__(self, directory: str, target_name: str, layer_ids: list[int], dtype: torch.dtype = torch.float16):
+    def __init__(
+        self,
+        directory: str,
+        target_name: str,
+        layer_ids: list[int],
+        dtype: torch.dtype = torch.float16,
+        history_free: bool = False,
+        anchor_stride: int = 1,
+    ):
         import json
         from pathlib import Path
 
+        if not isinstance(anchor_stride, int) or anchor_stride < 1:
+            raise ValueError(f"anchor_stride must be an int >= 1, got {anchor_stride!r}.")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.dtype = dtype
-        manifest = {"target": target_name, "layer_ids": list(layer_ids), "dtype": str(dtype)}
+        self.history_free = bool(history_free)
+        self.anchor_stride = anchor_stride if self.history_free else 1
+        layout = {"positions": "history-free" if self.history_free else "all", "anchor_stride": self.anchor_stride}
+        manifest = {"target": target_name, "layer_ids": list(layer_ids), "dtype": str(dtype), "layout": layout}
         path = self.directory / "manifest.json"
         if path.exists():
             found = json.loads(path.read_text())
+            found.setdefault("layout", {"positions": "all", "anchor_stride": 1})
             if found != manifest:
                 raise ValueError(
                     f"Feature cache {self.directory} was built for {found}, but this run needs {manifest}. Use "
@@ -125,30 +150,58 @@ class FeatureCache:
         save_file(entry, str(tmp))
         tmp.replace(path)  # atomic: a killed run leaves either the old entry or the new one
 
+    def kept(self, length: int, response_start: int) -> tuple[int, torch.Tensor]:
+        """The layout for one sequence: the first position whose final states are kept, and the positions whose
+        tapped states are kept."""
+        if not self.history_free:
+            return 0, torch.arange(length)
+        first = min(max(response_start - 1, 0), length)
+        anchors = torch.arange(max(first, 1), length)
+        return first, anchors[anchors % self.anchor_stride == 0] - 1
+
     def features(
-        self, target: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        self,
+        target: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_start: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Like `target_features` on a right-padded batch, served from the cache where possible.
 
+        `response_start` `[B]` (the collator's: each row's first label position) is required by the history-free
+        layout.
+
         Returns:
             `states` `[B, T, L, H_t]`, `final_hidden` `[B, T, H_t]` (float32) and `{"lse", "top1"}` `[B, T]`
-            (see `vocab_stats`; zeros on padding).
+            (see `vocab_stats`), plus `"kept"` `[B, T]` bool (the positions whose tapped states are real; the
+            rest, padding and positions the layout does not keep, are zeros).
         """
         from safetensors.torch import load_file
 
+        if self.history_free and response_start is None:
+            raise ValueError(
+                "This feature cache keeps only what history-free blocks read, so it needs each row's response_start "
+                "(DLiteCollator returns it); use a cache built with history_free=False for other batches."
+            )
         lm_head = target.get_output_embeddings()
+        batch, width = input_ids.shape
         lengths = attention_mask.sum(1).tolist()
-        keys = [self.key(input_ids[b, : lengths[b]]) for b in range(input_ids.shape[0])]
+        starts = response_start.tolist() if response_start is not None else [0] * batch
+        layouts = [self.kept(lengths[b], int(starts[b])) for b in range(batch)]
+        keys = []
+        for b in range(batch):
+            key = self.key(input_ids[b, : lengths[b]])
+            keys.append(f"{key}-{layouts[b][0]}" if self.history_free else key)
         cached = [load_file(self._path(k)) if self._path(k).exists() else None for k in keys]
         fresh = None
         if any(entry is None for entry in cached):
             fresh = target_features(target, input_ids, self.layer_ids, attention_mask)
         for b, entry in enumerate(cached):
+            first, state_positions = layouts[b]
             if entry is None:
-                n = lengths[b]
                 entry = {
-                    "states": fresh[0][b, :n].to(self.dtype).contiguous(),
-                    "final": fresh[1][b, :n].to(self.dtype).contiguous(),
+                    "states": fresh[0][b, state_positions].to(self.dtype).contiguous(),
+                    "final": fresh[1][b, first : lengths[b]].to(self.dtype).contiguous(),
                 }
             if "lse" not in entry:  # new entry, or one written before the stats existed
                 device = lm_head.weight.device
@@ -156,18 +209,25 @@ class FeatureCache:
                 entry = {**entry, "lse": lse.cpu().contiguous(), "top1": top1.cpu().contiguous()}
                 self._write(keys[b], entry)
             cached[b] = entry
-        batch, width = input_ids.shape
-        first = cached[0]
-        states = first["states"].new_zeros(batch, width, *first["states"].shape[1:])
-        final = first["final"].new_zeros(batch, width, first["final"].shape[-1])
+        sample = cached[0]
+        states = sample["states"].new_zeros(batch, width, *sample["states"].shape[1:])
+        final = sample["final"].new_zeros(batch, width, sample["final"].shape[-1])
         lse = torch.zeros(batch, width, dtype=torch.float32)
         top1 = torch.zeros(batch, width, dtype=torch.long)
+        kept = torch.zeros(batch, width, dtype=torch.bool)
         for b, entry in enumerate(cached):
-            n = entry["states"].shape[0]
-            states[b, :n] = entry["states"]
-            final[b, :n] = entry["final"]
-            lse[b, :n] = entry["lse"]
-            top1[b, :n] = entry["top1"]
+            first, state_positions = layouts[b]
+            if entry["states"].shape[0] != state_positions.numel() or entry["final"].shape[0] != lengths[b] - first:
+                raise ValueError(
+                    f"Feature cache entry {self._path(keys[b])} holds {entry['states'].shape[0]} tapped and "
+                    f"{entry['final'].shape[0]} final positions, but its layout needs {state_positions.numel()} and "
+                    f"{lengths[b] - first}: the entry is corrupt; delete it (or the cache)."
+                )
+            states[b, state_positions] = entry["states"]
+            kept[b, state_positions] = True
+            final[b, first : lengths[b]] = entry["final"]
+            lse[b, first : lengths[b]] = entry["lse"]
+            top1[b, first : lengths[b]] = entry["top1"]
         device = input_ids.device
-        stats = {"lse": lse.to(device), "top1": top1.to(device)}
+        stats = {"lse": lse.to(device), "top1": top1.to(device), "kept": kept.to(device)}
         return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32), stats

@@ -74,11 +74,13 @@ def regenerate(
     top_p: float = 0.9,
     seed: int = 0,
     progress: bool = True,
+    skip_ids: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, int]:
     """Append the target's responses to `prompts` to `out_path` (JSONL); returns counts.
 
-    Prompts longer than `max_prompt_tokens` are skipped (counted in the result). Batches are formed from prompts
-    of similar length (left padding) to keep padding small.
+    Prompts longer than `max_prompt_tokens` are skipped (counted in the result), and so are those whose id is in
+    `skip_ids` (rows already shipped in the dataset, see `--skip-dataset`). Batches are formed from prompts of
+    similar length (left padding) to keep padding small.
     """
     if batch_size < 1 or max_new_tokens < 1 or max_prompt_tokens < 1:
         raise ValueError(
@@ -87,7 +89,7 @@ def regenerate(
         )
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    done = completed_ids(out_path)
+    done = completed_ids(out_path) | set(skip_ids)
     todo, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens)
     todo.sort(key=lambda item: len(item[1]))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

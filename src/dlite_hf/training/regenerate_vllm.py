@@ -46,11 +46,14 @@ def regenerate_vllm(
     chunk: int = 256,
     shuffle: bool = True,
     python: str | Path | None = None,
+    skip_ids: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, Any]:
     """Append vLLM's responses to `prompts` to `out_path`; returns the worker's counts plus the skipped ones.
 
     `samples` = 0 is greedy; N > 0 writes N sampled responses per prompt (ids `<id>#0` .. `<id>#N-1`).
     `shuffle` orders the job by a seeded shuffle, so every finished chunk covers every domain of the mix.
+    Row ids in `skip_ids` count as done (rows already shipped in the dataset: a fresh machine extends it without
+    regenerating them).
     """
     python = Path(python) if python is not None else default_vllm_python()
     if not python.exists():
@@ -66,6 +69,8 @@ def regenerate_vllm(
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done = completed_ids(out_path)
+    shipped = set(skip_ids) - done
+    done |= shipped
     pending, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens, "{id}#0" if samples else "{id}")
     todo = [{"id": i, "workload": workload, "prompt_ids": ids} for i, ids, workload in pending]
     if shuffle:
@@ -114,4 +119,10 @@ def regenerate_vllm(
     summary = json.loads(summary_path.read_text())
     job.unlink(missing_ok=True)
     summary_path.unlink(missing_ok=True)
-    return {**summary, "already_done": len(done), "skipped_too_long": skipped, "todo": len(todo)}
+    return {
+        **summary,
+        "already_done": len(done) - len(shipped),
+        "already_shipped": len(shipped),
+        "skipped_too_long": skipped,
+        "todo": len(todo),
+    }

@@ -120,7 +120,13 @@ class DLiteTrainer(Trainer):
         if data_collator is None:
             pad = getattr(target.generation_config, "pad_token_id", None)
             pad = pad if isinstance(pad, int) else 0
-            data_collator = DLiteCollator(pad, args.num_anchors, drafter.config.num_draft_tokens, seed=args.seed)
+            data_collator = DLiteCollator(
+                pad,
+                args.num_anchors,
+                drafter.config.num_draft_tokens,
+                seed=args.seed,
+                anchor_stride=args.anchor_stride,
+            )
         super().__init__(
             model=model,
             args=args,
@@ -139,7 +145,15 @@ class DLiteTrainer(Trainer):
         self.feature_cache = None
         if args.feature_cache_dir:
             name = getattr(target.config, "_name_or_path", "") or type(target).__name__
-            self.feature_cache = FeatureCache(args.feature_cache_dir, name, drafter.config.target_layer_ids)
+            # history-free stages keep only what their blocks read; the teacher's history needs every position
+            history_free = drafter.config.history_window == 0 and teacher is None
+            self.feature_cache = FeatureCache(
+                args.feature_cache_dir,
+                name,
+                drafter.config.target_layer_ids,
+                history_free=history_free,
+                anchor_stride=args.anchor_stride,
+            )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
 
     # ------------------------------------------------------------------------------------------------ loss
@@ -159,7 +173,16 @@ class DLiteTrainer(Trainer):
         # features and p^T are the ones inference sees
         with torch.autocast(device_type=input_ids.device.type, enabled=False):
             if self.feature_cache is not None:
-                states, final_hidden, stats = self.feature_cache.features(self.target, input_ids, attention)
+                states, final_hidden, stats = self.feature_cache.features(
+                    self.target, input_ids, attention, inputs.get("response_start")
+                )
+                used = stats["kept"][torch.arange(input_ids.shape[0])[:, None], anchors - 1]
+                if not bool(used[inputs["anchor_valid"]].all()):
+                    raise ValueError(
+                        f"The batch has anchors whose context states the feature cache did not keep (it keeps those "
+                        f"of anchors divisible by anchor_stride={self.feature_cache.anchor_stride}); use the "
+                        "trainer's DLiteCollator, or a collator with the same anchor_stride."
+                    )
             else:
                 states, final_hidden = target_features(self.target, input_ids, config.target_layer_ids, attention)
         batch, seq_len = input_ids.shape

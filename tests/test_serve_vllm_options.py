@@ -1,0 +1,37 @@
+"""The serving benchmark's option parsing and its tau (benchmarks/serve_vllm.py; the run itself needs .venv-vllm)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_vllm.py"
+_spec = importlib.util.spec_from_file_location("serve_vllm", _PATH)
+serve_vllm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(serve_vllm)
+
+
+def test_tau_counts_one_target_forward_per_emitted_token_not_accepted():
+    assert serve_vllm.tau(100, 0) == 1.0  # no speculation: one token per forward
+    assert serve_vllm.tau(120, 80) == 3.0  # 40 forwards, each emitting its accepted drafts plus one
+    assert math.isnan(serve_vllm.tau(0, 0))
+
+
+def test_level_maps_need_a_count_for_every_concurrency():
+    assert serve_vllm.level_map("--repeats", "1:3,4:2", [1, 4]) == {1: 3, 4: 2}
+    with pytest.raises(SystemExit, match=r"--requests '1:4,16': expected CONCURRENCY:COUNT pairs"):
+        serve_vllm.level_map("--requests", "1:4,16", [1, 16])
+    with pytest.raises(SystemExit, match=r"no count for concurrency \[64\] \(--concurrency\)"):
+        serve_vllm.level_map("--repeats", "1:3,4:2", [1, 4, 64])
+    with pytest.raises(SystemExit, match=r"counts must be >= 1, got \['4:0'\]"):
+        serve_vllm.level_map("--repeats", "1:3,4:0", [1, 4])
+
+
+def test_bad_concurrency_is_refused_before_any_engine_loads(tmp_path):
+    prompts = tmp_path / "p.json"
+    prompts.write_text('{"meta": {"target": "t"}, "prompts": []}')
+    with pytest.raises(SystemExit, match=r"--concurrency '1,four': expected integers"):
+        serve_vllm.main(["--prompts", str(prompts), "--methods", "plain", "--concurrency", "1,four"])
