@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands.compare import add_compare_parser
     from .commands.dataset import add_dataset_parser
     from .commands.draft_vocab import add_draft_vocab_parser
+    from .commands.features import add_features_parser
     from .commands.mix import add_mix_parsers
     from .commands.regenerate import add_regenerate_parser
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_draft_vocab_parser(sub)
     add_mix_parsers(sub)
     add_dataset_parser(sub)
+    add_features_parser(sub)
     sub.add_parser(
         "train", help="Train a stage (teacher | warmup | stable); see `dlite-hf train --help`.", add_help=False
     )

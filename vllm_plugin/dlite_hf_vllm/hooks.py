@@ -174,6 +174,10 @@ def _wrap_propose(original: Any) -> Any:
                     remaining=[_remaining(self.requests.get(rid)) for rid in req_ids],
                     scheduled_tokens=scheduler_output.num_spec_tokens_to_schedule,
                     new_req_ids=frozenset(r.req_id for r in scheduler_output.scheduled_new_reqs),
+                    hidden_states=hidden_states if drafter.tap is not None else None,
+                    seq_lens=(
+                        common_attn_metadata.seq_lens[: len(req_ids)].tolist() if drafter.tap is not None else None
+                    ),
                 )
             )
         result = original(

@@ -17,6 +17,7 @@ continuation of up to N tokens or the drafter's block. The index is per request 
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from .compat import DLiteVLLMError
+from .features import FEATURE_TAP, FeatureTap
 from .rounds import draft_batch, newest_rows
 
 __all__ = ["DRAFTER_FOLDER", "LOOKUP", "DLiteProposer", "StepInputs", "TargetView"]
@@ -49,6 +51,10 @@ class StepInputs:
     scheduled_tokens: int | None = None
     # requests scheduled for the first time this step (a request id may be reused once its request finished)
     new_req_ids: frozenset[str] = frozenset()
+    # feature-tap mode only (`features.py`): the final hidden states of every scheduled token, and each request's
+    # sequence length after this step
+    hidden_states: torch.Tensor | None = None
+    seq_lens: list[int] | None = None
 
 
 class TargetView(nn.Module):
@@ -128,6 +134,9 @@ class DLiteProposer:
         self.order = [self.aux_layers.index(i + 1) for i in layers]
         self._step: StepInputs | None = None
         self._probs: torch.Tensor | None = None
+        # `python -m dlite_hf_vllm.features`: write training features, draft nothing
+        tap = os.environ.get(FEATURE_TAP)
+        self.tap = FeatureTap(tap, self.order) if tap else None
 
     def _matches(self, live: list[int], step: StepInputs, num_tokens_no_spec: Any, token_ids: Any) -> dict:
         """Each live request's suffix-index answer for this round; the indexes follow the requests' tokens."""
@@ -182,6 +191,11 @@ class DLiteProposer:
                 "hook is not installed in this worker (is the package installed in the engine's environment, and "
                 "VLLM_PLUGINS unset or listing 'dlite_hf'?)."
             )
+        if self.tap is not None:
+            self.tap.record(
+                step.req_ids, step.query_start_loc, step.seq_lens, step.aux_hidden_states, step.hidden_states
+            )
+            return [[] for _ in step.req_ids]
         rows = newest_rows(step.query_start_loc, step.num_draft_tokens, sampled_token_ids)
         drafts: list[list[int]] = [[] for _ in rows]
         # vLLM's batch-size schedule may shorten this step's drafts, or turn speculation off (0): then the drafter

@@ -95,7 +95,10 @@ class FeatureCache:
 
     A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of
     feeding wrong features (a manifest without a layout was written with every position kept). Reading a
-    position the layout did not keep is an error, never a zero.
+    position the layout did not keep is an error, never a zero. The manifest also names who wrote the entries
+    (`producer`: this forward, "transformers-float32" for a float32 target, or vLLM's, "vllm-bfloat16", from
+    `dlite-hf features --engine vllm`); it is recorded, not matched, and entries missing from a vLLM-built cache
+    are filled by this forward.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class FeatureCache:
         dtype: torch.dtype = torch.float16,
         history_free: bool = False,
         anchor_stride: int = 1,
+        producer: str = "transformers",
     ):
         import json
         from pathlib import Path
@@ -123,13 +127,15 @@ class FeatureCache:
         if path.exists():
             found = json.loads(path.read_text())
             found.setdefault("layout", {"positions": "all", "anchor_stride": 1})
+            self.producer = found.pop("producer", "transformers")
             if found != manifest:
                 raise ValueError(
                     f"Feature cache {self.directory} was built for {found}, but this run needs {manifest}. Use "
                     "another feature_cache_dir (or delete this one)."
                 )
         else:
-            path.write_text(json.dumps(manifest))
+            self.producer = producer
+            path.write_text(json.dumps({**manifest, "producer": producer}))
         self.layer_ids = list(layer_ids)
 
     @staticmethod

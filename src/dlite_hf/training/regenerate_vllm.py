@@ -11,24 +11,15 @@ restart duplicates nothing.
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from ..rows import completed_ids
 from .regenerate import pending_prompts
+from .vllm_worker import default_vllm_python, run_worker
 
-__all__ = ["default_vllm_python", "regenerate_vllm"]
-
-
-def default_vllm_python() -> Path:
-    """The vLLM environment's interpreter: `$DLITE_VLLM_PYTHON`, else `.venv-vllm/bin/python` of the checkout."""
-    env = os.environ.get("DLITE_VLLM_PYTHON")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
+__all__ = ["regenerate_vllm"]
 
 
 def regenerate_vllm(
@@ -109,16 +100,8 @@ def regenerate_vllm(
         "--summary",
         str(summary_path),
     ]
-    summary_path.unlink(missing_ok=True)
-    result = subprocess.run(command, check=False)  # its progress goes to this process's stdout and stderr
-    if result.returncode != 0:
-        raise RuntimeError(
-            f"The vLLM worker exited with status {result.returncode} (command: {' '.join(command)}); its log is "
-            "above. Rows written before it stopped are kept; run the same command again to resume."
-        )
-    summary = json.loads(summary_path.read_text())
+    summary = run_worker(command, summary_path, "worker", "Rows")
     job.unlink(missing_ok=True)
-    summary_path.unlink(missing_ok=True)
     return {
         **summary,
         "already_done": len(done) - len(shipped),

@@ -153,6 +153,7 @@ class DLiteTrainer(Trainer):
                 drafter.config.target_layer_ids,
                 history_free=history_free,
                 anchor_stride=args.anchor_stride,
+                producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
             )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
 
@@ -386,6 +387,8 @@ class DLiteTrainer(Trainer):
             "lambda_tv": self.args.lambda_tv,
             "train_samples": len(self.train_dataset) if self.train_dataset is not None else None,
             "world_size": self.args.world_size,
+            # who computed the target's features: this run's forward, or a cache's producer (vLLM's bfloat16 one)
+            "target_features": self.feature_cache.producer if self.feature_cache is not None else "online",
         }
         # the acceptance proxy on the last logged training batches, and on the held-out rows if there are any
         for key, name in (("expected_tau_greedy", "train"), ("eval_expected_tau_greedy", "eval")):

@@ -1,0 +1,63 @@
+"""`dlite-hf features`: the target's training features computed by vLLM, ahead of `dlite-hf train`.
+
+    dlite-hf features --rows data/regen.jsonl --cache ~/.cache/dlite-hf/work/features \\
+        --drafter drafters/dlite-smollm2-135m --anchor-stride 4 --max-length 1024
+    dlite-hf train ... --feature_cache_dir ~/.cache/dlite-hf/work/features --anchor_stride 4 --max_length 1024
+
+The cache is the trainer's history-free layout (`FeatureCache`); train with the same stride and max length, or the
+trainer refuses the cache (another manifest) or computes the missing entries itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..defaults import DEFAULT_TARGET
+
+
+def cmd_features(args: argparse.Namespace) -> int:
+    from transformers import AutoConfig
+
+    from ..assets import resolve_model
+    from ..training.features_vllm import features_vllm
+
+    for name in ("anchor_stride", "max_length", "max_num_seqs"):
+        value = getattr(args, name)
+        if value < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} {value} is invalid: expected an integer >= 1.")
+    drafter = AutoConfig.from_pretrained(args.drafter, trust_remote_code=True)
+    if getattr(drafter, "history_window", 0) != 0:
+        raise SystemExit(
+            f"--drafter {args.drafter} attends to history (history_window={drafter.history_window}); vLLM's features "
+            "fill the history-free layout only. Use a history-free drafter's folder (its tapped layers are written)."
+        )
+    target_dir = resolve_model(args.target)
+    target_name = getattr(AutoConfig.from_pretrained(target_dir), "_name_or_path", "") or str(target_dir)
+    try:
+        result = features_vllm(
+            target_dir, target_name, args.drafter, list(drafter.target_layer_ids), args.rows, args.cache,
+            anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=args.dtype,
+            max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
+        )  # fmt: skip
+    except (FileNotFoundError, ValueError, RuntimeError) as error:
+        raise SystemExit(f"dlite-hf features: {error}") from None
+    print(json.dumps(result))
+    return 0
+
+
+def add_features_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the subcommand."""
+    parser = sub.add_parser(
+        "features", help="Compute the target's training features with vLLM into a feature cache (ahead of train)."
+    )
+    parser.add_argument("--rows", required=True, help="training rows JSONL (regenerate, or dataset rebuild)")
+    parser.add_argument("--cache", required=True, help="the feature cache folder (train's --feature_cache_dir)")
+    parser.add_argument("--drafter", required=True, help="a DLite drafter folder: the tapped layers to write")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--anchor-stride", type=int, default=4, help="train's --anchor_stride (>= 1)")
+    parser.add_argument("--max-length", type=int, default=1024, help="train's --max_length")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences vLLM prefills at once")
+    parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
+    parser.set_defaults(func=cmd_features)

@@ -1,0 +1,85 @@
+"""`dlite-hf features --engine vllm`: fill a history-free feature cache with vLLM's forward of the target.
+
+The trainer's target forward is most of a CPU training step (`benchmarks/train_step_profile.py`), and vLLM runs
+the target several times faster than transformers here. This side does what needs dlite-hf: it reads the training
+rows as the trainer will (`RegeneratedDataset`: the same truncation and filter), opens the cache with the
+trainer's manifest (target, tapped layers, history-free layout, anchor stride) and, per sequence, the cache key and
+the positions the layout keeps (`FeatureCache.kept`), and hands them to the worker in `.venv-vllm`
+(`python -m dlite_hf_vllm.features`) as a job file. A later `dlite-hf train` with the same `--feature_cache_dir`,
+`--anchor_stride` and `--max_length` reads these entries instead of running the target.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .data import RegeneratedDataset
+from .features import FeatureCache
+from .vllm_worker import default_vllm_python, run_worker
+
+__all__ = ["features_vllm"]
+
+
+def features_vllm(
+    target_dir: str | Path,
+    target_name: str,
+    drafter_dir: str | Path,
+    layer_ids: list[int],
+    rows: str | Path | list[dict[str, Any]],
+    cache_dir: str | Path,
+    anchor_stride: int = 1,
+    max_length: int = 1024,
+    dtype: str = "bfloat16",
+    max_num_seqs: int = 16,
+    enforce_eager: bool = False,
+    python: str | Path | None = None,
+) -> dict[str, Any]:
+    """Write the cache entries of `rows` that `cache_dir` lacks; returns the worker's counts.
+
+    `target_name` must be the name the trainer's target reports (`config._name_or_path`): the manifest pins it."""
+    python = Path(python) if python is not None else default_vllm_python()
+    if not python.exists():
+        raise FileNotFoundError(
+            f"No vLLM environment at {python}: build it with `make vllm`, or point $DLITE_VLLM_PYTHON at one "
+            "(without vLLM, `dlite-hf train --feature_cache_dir` fills the cache with transformers' forward)."
+        )
+    dataset = RegeneratedDataset(rows, max_length=max_length)
+    cache = FeatureCache(
+        str(cache_dir), target_name, layer_ids, history_free=True, anchor_stride=anchor_stride,
+        producer=f"vllm-{dtype}",
+    )  # fmt: skip
+    if cache.producer != f"vllm-{dtype}":
+        raise ValueError(
+            f"Feature cache {cache_dir} holds entries from {cache.producer}; vLLM's would mix two forwards in one "
+            "cache. Use another folder for vLLM's features."
+        )
+    job = Path(cache_dir) / "vllm-job.jsonl"
+    written, present, longest = 0, 0, 0
+    with open(job, "w", encoding="utf-8") as handle:
+        for row in dataset.rows:
+            ids = row["input_ids"]
+            first, positions = cache.kept(len(ids), row["loss_mask"].index(1))
+            key = f"{cache.key(torch.tensor(ids))}-{first}"
+            if cache._path(key).exists():
+                present += 1
+                continue
+            record = {"key": key, "input_ids": ids, "first": first, "state_positions": positions.tolist()}
+            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+            written += 1
+            longest = max(longest, len(ids))
+    summary_path = job.with_suffix(".summary.json")
+    if written:
+        command = [
+            str(python), "-m", "dlite_hf_vllm.features", "--model", str(target_dir), "--drafter", str(drafter_dir),
+            "--job", str(job), "--cache", str(cache_dir), "--dtype", dtype, "--max-model-len", str(longest + 2),
+            "--max-num-seqs", str(max_num_seqs), "--summary", str(summary_path),
+        ] + (["--enforce-eager"] if enforce_eager else [])  # fmt: skip
+        summary = run_worker(command, summary_path, "feature worker", "Entries")
+    else:
+        summary = {"todo": 0, "tokens": 0, "missing": 0}
+    job.unlink(missing_ok=True)
+    return {**summary, "sequences": len(dataset.rows), "already_cached": present, "producer": cache.producer}

@@ -1,0 +1,70 @@
+"""`dlite-hf features --engine vllm`, the side that runs here (no vLLM needed): the job matches the trainer's cache
+keys and layout, and refusals. The worker itself runs in the vLLM environment: tests_vllm/test_features.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlite_hf.training.data import RegeneratedDataset
+from dlite_hf.training.features import FeatureCache
+from dlite_hf.training.features_vllm import features_vllm
+
+PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"
+
+
+def _rows():
+    return [
+        {"id": f"r{i}", "input_ids": list(range(1, 20 + i)), "loss_mask": [0] * 8 + [1] * (11 + i)} for i in range(3)
+    ]
+
+
+def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    cache_dir = tmp_path / "cache"
+    with pytest.raises(RuntimeError, match=r"feature worker exited with status 1 .*run the same command again"):
+        features_vllm(
+            tmp_path,
+            "tiny",
+            tmp_path,
+            [0, 2],
+            _rows(),
+            cache_dir,
+            anchor_stride=4,
+            max_length=16,
+            python=sys.executable,
+        )  # fmt: skip  (this interpreter has no vLLM)
+    job = [json.loads(line) for line in (cache_dir / "vllm-job.jsonl").read_text().splitlines()]
+    trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=True, anchor_stride=4)
+    assert trainer_cache.producer == "vllm-bfloat16"
+    for row, item in zip(RegeneratedDataset(_rows(), max_length=16).rows, job):
+        assert item["input_ids"] == row["input_ids"] and len(item["input_ids"]) == 16  # the trainer's truncation
+        first, positions = trainer_cache.kept(16, 8)
+        assert item["first"] == first == 7 and item["state_positions"] == positions.tolist() == [7, 11]
+        assert item["key"] == f"{trainer_cache.key(torch.tensor(row['input_ids']))}-{first}"
+
+
+def test_refusals_name_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"No vLLM environment at .*make vllm"):
+        features_vllm(tmp_path, "tiny", tmp_path, [0], _rows(), tmp_path / "c", python=tmp_path / "nope")
+    FeatureCache(str(tmp_path / "hf"), "tiny", [0], history_free=True, producer="transformers-float32")
+    with pytest.raises(ValueError, match=r"holds entries from transformers-float32.*another folder"):
+        features_vllm(tmp_path, "tiny", tmp_path, [0], _rows(), tmp_path / "hf", python=sys.executable)
+
+
+def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):
+    from tiny_models import make_drafter, make_tiny_target
+
+    from dlite_hf.cli import main
+
+    folder = tmp_path / "teacher"
+    make_drafter(make_tiny_target(), history_window=-1).save_pretrained(folder)
+    base = ["features", "--rows", str(tmp_path / "rows.jsonl"), "--cache", str(tmp_path / "c"), "--drafter"]
+    with pytest.raises(SystemExit, match=r"attends to history \(history_window=-1\).*history-free drafter"):
+        main([*base, str(folder)])
+    with pytest.raises(SystemExit, match=r"--anchor-stride 0 is invalid: expected an integer >= 1"):
+        main([*base, str(folder), "--anchor-stride", "0"])
