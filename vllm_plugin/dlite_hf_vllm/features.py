@@ -37,7 +37,7 @@ FEATURE_TAP = "DLITE_HF_VLLM_FEATURE_TAP"  # environment: the tap's spec file (s
 
 
 def _external_id(req_id: str) -> str:
-    """vLLM's internal request id is the caller's id plus "-" and 8 random characters."""
+    """vLLM's internal request id is the caller's id plus "-" and 8 random characters (vLLM 0.32)."""
     return req_id.rsplit("-", 1)[0]
 
 
@@ -72,7 +72,7 @@ class FeatureTap:
         states, at positions `seq_lens[r] - n .. seq_lens[r] - 1`."""
         for r, req_id in enumerate(req_ids):
             begin, end = query_start_loc[r], query_start_loc[r + 1]
-            key = _external_id(req_id)
+            key = req_id if req_id in self.rows else _external_id(req_id)
             if end <= begin or key not in self.rows:
                 continue
             length, first, positions = self.rows[key]

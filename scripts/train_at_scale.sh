@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The stable stage at the regenerated dataset's scale on this CPU (issue 27, part 4), as a resumable background job:
+# the target's features come once from vLLM's forward (`dlite-hf features`, a few times transformers' speed here:
+# benchmarks/results/features-engines.json) into the trainer's history-free cache (anchors every 4th position:
+# 2.9 KB per response token), then the shipped drafter is fine-tuned from that cache, one core each. Run it again
+# after a kill: the feature job skips the entries it wrote, the trainer resumes from its last checkpoint.
+#   nohup bash scripts/train_at_scale.sh > ~/.cache/dlite-hf/work/train-at-scale.log 2>&1 &
+# env: ROWS (training rows; default the regeneration's greedy rows, or `make dataset`'s data/regen.jsonl),
+#      RUN, EPOCHS=1, LR=3e-4, MAX_LENGTH=2560 (every row whole: prompts up to 2,048, responses up to 512), STRIDE=4
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
+DLITE=${DLITE:-.venv/bin/dlite-hf}
+ROWS=${ROWS:-$WORK/regen/greedy.jsonl}
+RUN=${RUN:-$WORK/runs/stable-scale}
+EPOCHS=${EPOCHS:-1} LR=${LR:-3e-4} MAX_LENGTH=${MAX_LENGTH:-2560} STRIDE=${STRIDE:-4}
+CACHE=${CACHE:-$WORK/features/stride$STRIDE-$MAX_LENGTH}
+VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 1 "$DLITE" features --rows "$ROWS" --cache "$CACHE" \
+  --drafter drafters/dlite-smollm2-135m --anchor-stride "$STRIDE" --max-length "$MAX_LENGTH"
+taskset -c 1 "$DLITE" train --stage stable --init drafters/dlite-smollm2-135m --target smollm2-135m \
+  --data "$ROWS" --threads 1 --max_length "$MAX_LENGTH" --per_device_train_batch_size 8 --num_anchors 32 \
+  --anchor_stride "$STRIDE" --feature_cache_dir "$CACHE" --target_dtype bfloat16 \
+  --num_train_epochs "$EPOCHS" --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 \
+  --logging_steps 10 --save_steps 100 --save_total_limit 2 --dataloader_num_workers 0 --seed 0 --disable_tqdm true \
+  --vocab_chunk_size 4096 --bf16 true --use_cpu true --output_dir "$RUN"
