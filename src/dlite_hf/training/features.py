@@ -144,6 +144,15 @@ class FeatureCache:
 
         return hashlib.sha1(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest()
 
+    def entry_key(self, ids: torch.Tensor, first: int) -> str:
+        """The key of one sequence's entry: the sha1 of its ids, and in the history-free layout the first kept
+        position (`kept(...)[0]`), since the same ids with another response start keep other positions."""
+        return f"{self.key(ids)}-{first}" if self.history_free else self.key(ids)
+
+    def has(self, key: str) -> bool:
+        """Whether the entry `key` (`entry_key`) is written."""
+        return self._path(key).exists()
+
     def _path(self, key: str):
         return self.directory / key[:2] / f"{key}.safetensors"
 
@@ -194,10 +203,7 @@ class FeatureCache:
         lengths = attention_mask.sum(1).tolist()
         starts = response_start.tolist() if response_start is not None else [0] * batch
         layouts = [self.kept(lengths[b], int(starts[b])) for b in range(batch)]
-        keys = []
-        for b in range(batch):
-            key = self.key(input_ids[b, : lengths[b]])
-            keys.append(f"{key}-{layouts[b][0]}" if self.history_free else key)
+        keys = [self.entry_key(input_ids[b, : lengths[b]], layouts[b][0]) for b in range(batch)]
         cached = [load_file(self._path(k)) if self._path(k).exists() else None for k in keys]
         fresh = None
         if any(entry is None for entry in cached):

@@ -19,7 +19,7 @@ import torch
 
 from .data import RegeneratedDataset
 from .features import FeatureCache
-from .vllm_worker import default_vllm_python, run_worker
+from .vllm_worker import require_python, run_worker
 
 __all__ = ["features_vllm"]
 
@@ -41,12 +41,9 @@ def features_vllm(
     """Write the cache entries of `rows` that `cache_dir` lacks; returns the worker's counts.
 
     `target_name` must be the name the trainer's target reports (`config._name_or_path`): the manifest pins it."""
-    python = Path(python) if python is not None else default_vllm_python()
-    if not python.exists():
-        raise FileNotFoundError(
-            f"No vLLM environment at {python}: build it with `make vllm`, or point $DLITE_VLLM_PYTHON at one "
-            "(without vLLM, `dlite-hf train --feature_cache_dir` fills the cache with transformers' forward)."
-        )
+    python = require_python(
+        python, "without vLLM, `dlite-hf train --feature_cache_dir` fills the cache with transformers' forward"
+    )
     dataset = RegeneratedDataset(rows, max_length=max_length)
     cache = FeatureCache(
         str(cache_dir), target_name, layer_ids, history_free=True, anchor_stride=anchor_stride,
@@ -63,8 +60,8 @@ def features_vllm(
         for row in dataset.rows:
             ids = row["input_ids"]
             first, positions = cache.kept(len(ids), row["loss_mask"].index(1))
-            key = f"{cache.key(torch.tensor(ids))}-{first}"
-            if cache._path(key).exists():
+            key = cache.entry_key(torch.tensor(ids), first)
+            if cache.has(key):
                 present += 1
                 continue
             record = {"key": key, "input_ids": ids, "first": first, "state_positions": positions.tolist()}

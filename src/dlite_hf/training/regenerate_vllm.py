@@ -17,7 +17,7 @@ from typing import Any
 
 from ..rows import completed_ids
 from .regenerate import pending_prompts
-from .vllm_worker import default_vllm_python, run_worker
+from .vllm_worker import require_python, run_worker
 
 __all__ = ["regenerate_vllm"]
 
@@ -46,12 +46,9 @@ def regenerate_vllm(
     Row ids in `skip_ids` count as done (rows already shipped in the dataset: a fresh machine extends it without
     regenerating them).
     """
-    python = Path(python) if python is not None else default_vllm_python()
-    if not python.exists():
-        raise FileNotFoundError(
-            f"No vLLM environment at {python}: `--engine vllm` runs vLLM in an environment of its own. Build it with "
-            "`make vllm` (scripts/build_vllm_env.sh), point $DLITE_VLLM_PYTHON at one, or use --engine transformers."
-        )
+    python = require_python(
+        python, "`--engine vllm` runs vLLM in an environment of its own; or use --engine transformers"
+    )
     if max_new_tokens < 1 or max_prompt_tokens < 1 or chunk < 1 or samples < 0:
         raise ValueError(
             f"max_new_tokens={max_new_tokens}, max_prompt_tokens={max_prompt_tokens}, chunk={chunk}: all must be "

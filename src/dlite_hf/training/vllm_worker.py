@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_vllm_python", "run_worker"]
+__all__ = ["default_vllm_python", "require_python", "run_worker"]
 
 
 def default_vllm_python() -> Path:
@@ -21,6 +21,18 @@ def default_vllm_python() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
+
+
+def require_python(python: str | Path | None, alternative: str) -> Path:
+    """The vLLM interpreter to run (`python`, else `default_vllm_python()`); `FileNotFoundError` naming where it
+    looked, how to build it and `alternative` (what the caller can do without vLLM) when it is not there."""
+    python = Path(python) if python is not None else default_vllm_python()
+    if not python.exists():
+        raise FileNotFoundError(
+            f"No vLLM environment at {python}: build it with `make vllm` (scripts/build_vllm_env.sh), or point "
+            f"$DLITE_VLLM_PYTHON at one ({alternative})."
+        )
+    return python
 
 
 def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> dict[str, Any]:
