@@ -4,14 +4,15 @@ On the same training rows (a seeded sample of a `dlite-hf regenerate` file, trun
 one core each, nothing else running:
 
 * vLLM: `dlite-hf features` (the plugin's feature tap, bfloat16, torch.compile), its tokens/s once loaded and its
-  wall time with loading;
+  wall time with loading, once per cache layout (`--anchor-strides`: 1 keeps every position's tapped states, 4 is
+  what `scripts/train_at_scale.sh` trains from);
 * transformers: `target_features` (the trainer's own forward) in float32 (what `dlite-hf train` runs) and in
   bfloat16, on batches of `--batch-size` rows of similar length.
 
 Run it on a quiet machine:
 
     VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 1 .venv/bin/python benchmarks/features_engines.py \\
-        --rows ~/.cache/dlite-hf/work/regen/greedy.jsonl --num-rows 48 --out benchmarks/results/features-engines.json
+        --rows ROWS --num-rows 48 --max-length 2560 --out benchmarks/results/features-engines.json
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--drafter", default=str(ROOT / "drafters" / "dlite-smollm2-135m"))
     parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--anchor-strides", default="1,4", help="vLLM runs, one per cache layout (--anchor-stride)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -56,12 +58,20 @@ def main(argv: list[str] | None = None) -> int:
     sample = work / "rows.jsonl"
     sample.write_text("".join(json.dumps(r) + "\n" for r in picked))
 
-    begin = time.perf_counter()
-    command = [sys.executable, "-m", "dlite_hf.cli", "features", "--rows", str(sample), "--cache", str(work / "c")]
-    command += ["--drafter", args.drafter, "--target", args.target, "--max-length", str(args.max_length)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
-    vllm_wall = time.perf_counter() - begin
-    vllm = json.loads(done.stdout.strip().splitlines()[-1])
+    strides = [int(s) for s in args.anchor_strides.split(",") if s]
+    if not strides or min(strides) < 1:
+        raise SystemExit(f"--anchor-strides {args.anchor_strides!r}: expected comma-separated ints >= 1, e.g. 1,4.")
+    vllm_runs = {}
+    for stride in strides:  # one cache each: the layout (what the tap copies out and writes) is the difference
+        begin = time.perf_counter()
+        command = [sys.executable, "-m", "dlite_hf.cli", "features", "--rows", str(sample), "--cache"]
+        command += [str(work / f"c{stride}"), "--drafter", args.drafter, "--target", args.target]
+        command += ["--max-length", str(args.max_length), "--anchor-stride", str(stride)]
+        done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - begin
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        vllm_runs[stride] = {"tokens_per_s": found["tokens_per_s"], "seconds": found["seconds"], "wall_s": wall}
+        print(json.dumps({f"vllm_bfloat16_stride{stride}": vllm_runs[stride]}), flush=True)
 
     layers = list(AutoConfig.from_pretrained(args.drafter, trust_remote_code=True).target_layer_ids)
     order = sorted(range(len(dataset)), key=lambda i: len(dataset[i]["input_ids"]))
@@ -85,10 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": "benchmarks/features_engines.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "threads": "1 (torch.set_num_threads; vLLM binds one core)",
         "rows": len(dataset), "tokens": tokens, "max_length": args.max_length, "batch_size": args.batch_size,
-        "vllm_bfloat16": {"tokens_per_s": vllm["tokens_per_s"], "seconds": vllm["seconds"], "wall_s": vllm_wall},
+        "vllm_bfloat16": {f"anchor_stride_{k}": v for k, v in vllm_runs.items()},
         "transformers_float32": results["float32"], "transformers_bfloat16": results["bfloat16"],
-        "vllm_over_transformers_float32": vllm["tokens_per_s"] / results["float32"]["tokens_per_s"],
-        "vllm_wall_over_transformers_float32": results["float32"]["seconds"] / vllm_wall,
+        "vllm_over_transformers_float32": {
+            f"anchor_stride_{k}": v["tokens_per_s"] / results["float32"]["tokens_per_s"] for k, v in vllm_runs.items()
+        },
+        "vllm_wall_over_transformers_float32": {
+            f"anchor_stride_{k}": results["float32"]["seconds"] / v["wall_s"] for k, v in vllm_runs.items()
+        },
     }  # fmt: skip
     print(json.dumps(summary, indent=1))
     if args.out is not None:

@@ -136,3 +136,18 @@ def test_the_card_and_the_readme_show_the_shipped_shards_tables():
     readme = (repo / "README.md").read_text()
     assert regen_dataset.render_into(readme, rows) == readme, "run `dlite-hf dataset card` from the checkout"
     assert regen_dataset.card_table(rows) in readme
+
+
+def test_the_shipped_card_declares_every_split_it_ships():
+    """`load_dataset(<the folder>)` reads the card's `configs`: a shard prefix not there is a split nobody loads."""
+    from pathlib import Path
+
+    import yaml
+
+    folder = Path(__file__).resolve().parents[1] / "datasets" / "dlite-smollm2-135m-regen"
+    header = (folder / "README.md").read_text().split("---\n")[1]
+    files = yaml.safe_load(header)["configs"][0]["data_files"]
+    declared = {entry["split"]: entry["path"] for entry in files}
+    shipped = {p.name.split("-")[0] for p in (folder / "data").glob("*.parquet")}
+    assert set(declared) == shipped
+    assert all(declared[split] == f"data/{split}-*.parquet" for split in shipped)

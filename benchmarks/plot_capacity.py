@@ -1,0 +1,95 @@
+"""Plots of the capacity study (issue 27, part 5): held-out tau against training tokens and against drafter ms per
+round, in domain and out of domain, one line per drafter shape.
+
+Input: a `benchmarks/ood_tau.py` result whose drafters are named `ARM@STEP` (checkpoints of one run; `ARM` alone is
+its final save) plus any reference drafters (plotted as points on the cost axis only), a
+`benchmarks/draft_round_cost.py --drafters` result naming the same ARMs (and references), and the training rows
+(response tokens per row, to turn steps into tokens seen).
+
+    .venv/bin/python benchmarks/plot_capacity.py --tau benchmarks/results/smollm2-135m-capacity.json \\
+        --round-cost benchmarks/results/smollm2-135m-capacity-round-cost.json --rows ROWS --batch-size 8 \\
+        --steps w256=500,w576=500 --out-dir benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def response_tokens_per_row(path: Path) -> float:
+    rows = tokens = 0
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            rows += 1
+            tokens += sum(row["loss_mask"])
+    if not rows:
+        raise SystemExit(f"--rows {path}: no rows.")
+    return tokens / rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tau", required=True, type=Path)
+    parser.add_argument("--round-cost", required=True, type=Path)
+    parser.add_argument("--rows", required=True, type=Path, help="the training rows (JSONL)")
+    parser.add_argument("--batch-size", type=int, default=8, help="rows per optimizer step")
+    parser.add_argument("--steps", required=True, help="ARM=final_step,...: the step of each arm's final save")
+    parser.add_argument("--out-dir", required=True, type=Path)
+    parser.add_argument("--name", default="smollm2-135m-capacity")
+    args = parser.parse_args()
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drafters = json.loads(args.tau.read_text())["drafters"]
+    cost = json.loads(args.round_cost.read_text())["ms_per_round"]
+    final = {arm: int(step) for arm, step in (item.split("=") for item in args.steps.split(",") if item)}
+    per_step = response_tokens_per_row(args.rows) * args.batch_size
+    curves: dict[str, list[tuple[float, float, float]]] = {}
+    for name, entry in drafters.items():
+        arm, _, step = name.partition("@")
+        if arm not in final:
+            continue
+        tokens = (int(step) if step else final[arm]) * per_step
+        curves.setdefault(arm, []).append((tokens, entry["mean_tau_in_domain"], entry["mean_tau_ood"]))
+    if not curves:
+        raise SystemExit(f"--tau {args.tau}: no drafter named after an arm of --steps {args.steps}.")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for arm, points in sorted(curves.items()):
+        points.sort()
+        for ax, column, title in ((axes[0], 1, "in domain (12 workloads)"), (axes[1], 2, "out of domain (3)")):
+            ax.plot([p[0] / 1e6 for p in points], [p[column] for p in points], marker="o", label=arm)
+            ax.set_title(title)
+            ax.set_xlabel("response tokens seen (M)")
+    axes[0].set_ylabel("greedy tau, K every round")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out_dir / f"{args.name}-tokens.png", dpi=120)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, entry in drafters.items():
+        if "@" in name or name not in cost:
+            continue
+        ms = cost[name]
+        ax.scatter([ms], [entry["mean_tau_in_domain"]], marker="o", label=f"{name}, in domain")
+        ax.scatter([ms], [entry["mean_tau_ood"]], marker="x", label=f"{name}, out of domain")
+    ax.set_xlabel(f"drafter ms per round ({json.loads(args.round_cost.read_text())['dtype']}, 1 thread)")
+    ax.set_ylabel("greedy tau, K every round")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.out_dir / f"{args.name}-cost.png", dpi=120)
+    print(f"wrote {args.out_dir / (args.name + '-tokens.png')} and {args.out_dir / (args.name + '-cost.png')}")
+
+
+if __name__ == "__main__":
+    main()
