@@ -4,7 +4,8 @@ Usage: .venv/bin/python benchmarks/draft_round_cost.py [--threads 1] [--repeats 
     [--drafters name=folder,...] [--dtype float32|bfloat16] [--out FILE.json]
 Prints milliseconds per `draft()` call (median of repeats) for each draft vocabulary size, with the shipped
 drafter's architecture and random weights (the cost does not depend on the weights), or, with --drafters, for each
-saved drafter as it is (its width, depth, head and draft vocabulary: the capacity study's x axis).
+saved drafter as it is (its width, depth, head and draft vocabulary: the capacity study's x axis). Every round
+drafts all K tokens (no early stop, no skip: what tau at K every round is measured with).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from transformers import AutoModelForCausalLM
 
 import dlite_hf
 from dlite_hf.assets import fetch_model
+from dlite_hf.bench.measure import environment_info
 
 
 def main() -> None:
@@ -33,7 +35,9 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     target = AutoModelForCausalLM.from_pretrained(fetch_model("smollm2-135m", progress=False), dtype=dtype).eval()
     anchor = torch.tensor([5])
-    result = {"threads": args.threads, "dtype": args.dtype, "repeats": args.repeats, "ms_per_round": {}}
+    machine = environment_info()["machine"]
+    result = {"threads": args.threads, "dtype": args.dtype, "repeats": args.repeats, "machine": machine}
+    result["ms_per_round"] = {}
     if args.drafters:
         items = [item.split("=", 1) for item in args.drafters.split(",") if item]
         if not all(len(item) == 2 and item[0] for item in items):
@@ -48,11 +52,11 @@ def main() -> None:
         drafter = build().to(dtype).eval().bind_target(target)
         context = torch.randn(1, len(drafter.config.target_layer_ids), target.config.hidden_size, dtype=dtype)
         for _ in range(3):
-            drafter.draft(context, anchor)
+            drafter.draft(context, anchor, confidence_threshold=0.0, skip_threshold=0.0)
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
-            drafter.draft(context, anchor)
+            drafter.draft(context, anchor, confidence_threshold=0.0, skip_threshold=0.0)
             times.append((time.perf_counter() - start) * 1000)
         result["ms_per_round"][size] = statistics.median(times)
         print(f"{size}: {statistics.median(times):.1f} ms per round (threads={args.threads})")

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoConfig
 
     from dlite_hf.assets import open_target
+    from dlite_hf.bench.measure import environment_info
     from dlite_hf.rows import read_jsonl
     from dlite_hf.training.data import RegeneratedDataset
     from dlite_hf.training.features import target_features
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "command": "benchmarks/features_engines.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "threads": "1 (torch.set_num_threads; vLLM binds one core)",
+        "machine": environment_info()["machine"],
         "rows": len(dataset), "tokens": tokens, "max_length": args.max_length, "batch_size": args.batch_size,
         "vllm_bfloat16": {f"anchor_stride_{k}": v for k, v in vllm_runs.items()},
         "transformers_float32": results["float32"], "transformers_bfloat16": results["bfloat16"],

@@ -61,13 +61,20 @@ def main() -> None:
         raise SystemExit(f"--tau {args.tau}: no drafter named after an arm of --steps {args.steps}.")
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
+    distinct = response_tokens_per_row(args.rows) * sum(1 for _ in open(args.rows, encoding="utf-8"))
+    references = {name: entry for name, entry in drafters.items() if name.partition("@")[0] not in final}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for arm, points in sorted(curves.items()):
-        points.sort()
-        for ax, column, title in ((axes[0], 1, "in domain (12 workloads)"), (axes[1], 2, "out of domain (3)")):
+    panels = ((axes[0], 1, "mean_tau_in_domain", "in domain (12 workloads)"),
+              (axes[1], 2, "mean_tau_ood", "out of domain (3)"))  # fmt: skip
+    for ax, column, key, title in panels:
+        for arm, points in sorted(curves.items()):
+            points.sort()
             ax.plot([p[0] / 1e6 for p in points], [p[column] for p in points], marker="o", label=arm)
-            ax.set_title(title)
-            ax.set_xlabel("response tokens seen (M)")
+        for name, entry in references.items():  # drafters trained otherwise: a level to compare with
+            ax.axhline(entry[key], linestyle="--", color="grey", linewidth=1)
+            ax.annotate(name, (0, entry[key]), xycoords=("axes fraction", "data"), fontsize=7, va="bottom")
+        ax.set_title(title)
+        ax.set_xlabel(f"response tokens seen (M; {distinct / 1e6:.2f}M distinct)")
     axes[0].set_ylabel("greedy tau, K every round")
     for ax in axes:
         ax.grid(alpha=0.3)

@@ -94,11 +94,15 @@ def environment_info() -> dict[str, Any]:
     from .. import __version__
 
     cpu = platform.processor() or ""
+    amx = None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        for line in info:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+        flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
+        amx = "amx_bf16" in flags  # bfloat16 matmuls in hardware: it moves every bfloat16 ratio here
     except OSError:
         pass
     memory_gb = None
@@ -112,6 +116,7 @@ def environment_info() -> dict[str, Any]:
         "machine": {
             "platform": platform.platform(),
             "cpu": cpu,
+            "amx_bf16": amx,
             "cpu_count": os.cpu_count(),
             "memory_gb": memory_gb,
             "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
