@@ -7,7 +7,7 @@ its final save) plus any reference drafters (plotted as points on the cost axis 
 (response tokens per row, to turn steps into tokens seen).
 
     .venv/bin/python benchmarks/plot_capacity.py --tau benchmarks/results/smollm2-135m-capacity.json \\
-        --round-cost benchmarks/results/smollm2-135m-capacity-round-cost.json --rows ROWS --batch-size 8 \\
+        --round-cost benchmarks/results/smollm2-135m-capacity-round-cost-bf16.json --rows ROWS --batch-size 8 \\
         --steps w256=500,w576=500 --out-dir benchmarks/results
 """
 
@@ -18,16 +18,14 @@ import json
 from pathlib import Path
 
 
-def response_tokens_per_row(path: Path) -> float:
-    rows = tokens = 0
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            row = json.loads(line)
-            rows += 1
-            tokens += sum(row["loss_mask"])
+def response_tokens_per_row(path: Path) -> tuple[float, int]:
+    """Mean response tokens per training row, and the number of rows."""
+    from dlite_hf.rows import read_jsonl
+
+    rows = read_jsonl(path)
     if not rows:
         raise SystemExit(f"--rows {path}: no rows.")
-    return tokens / rows
+    return sum(sum(row["loss_mask"]) for row in rows) / len(rows), len(rows)
 
 
 def main() -> None:
@@ -47,9 +45,11 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     drafters = json.loads(args.tau.read_text())["drafters"]
-    cost = json.loads(args.round_cost.read_text())["ms_per_round"]
+    round_cost = json.loads(args.round_cost.read_text())
+    cost = round_cost["ms_per_round"]
     final = {arm: int(step) for arm, step in (item.split("=") for item in args.steps.split(",") if item)}
-    per_step = response_tokens_per_row(args.rows) * args.batch_size
+    per_row, num_rows = response_tokens_per_row(args.rows)
+    per_step, distinct = per_row * args.batch_size, per_row * num_rows
     curves: dict[str, list[tuple[float, float, float]]] = {}
     for name, entry in drafters.items():
         arm, _, step = name.partition("@")
@@ -61,7 +61,6 @@ def main() -> None:
         raise SystemExit(f"--tau {args.tau}: no drafter named after an arm of --steps {args.steps}.")
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
-    distinct = response_tokens_per_row(args.rows) * sum(1 for _ in open(args.rows, encoding="utf-8"))
     references = {name: entry for name, entry in drafters.items() if name.partition("@")[0] not in final}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     panels = ((axes[0], 1, "mean_tau_in_domain", "in domain (12 workloads)"),
@@ -89,7 +88,7 @@ def main() -> None:
         ms = cost[name]
         ax.scatter([ms], [entry["mean_tau_in_domain"]], marker="o", label=f"{name}, in domain")
         ax.scatter([ms], [entry["mean_tau_ood"]], marker="x", label=f"{name}, out of domain")
-    ax.set_xlabel(f"drafter ms per round ({json.loads(args.round_cost.read_text())['dtype']}, 1 thread)")
+    ax.set_xlabel(f"drafter ms per round ({round_cost['dtype']}, 1 thread)")
     ax.set_ylabel("greedy tau, K every round")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
