@@ -9,7 +9,10 @@ The engine is kept full: `--in-flight` requests are queued at all times (a new p
 finishes, so a long response never leaves the batch draining), and finished rows are appended as they come, with
 an fsync every `--chunk` rows or `--flush-s` seconds. A kill loses the requests in flight and the rows since the
 last fsync, and duplicates nothing (the dlite-hf side drops the ids already written and cuts a torn last line).
-A sampled response's seed is a hash of (seed, row id, sample), so a resumed run draws the same responses.
+A sampled response's seed is a hash of (seed, row id, sample), so the same job on the same schedule draws the same
+responses. A resumed run redraws what a kill lost with the same seeds, in other batches: vLLM's logits depend on
+the batch by a rounding error, so a redrawn bfloat16 response can part from the lost one where the draw falls on
+a near-tie. Each is still a draw from the target's distribution, which is what the sampled split promises.
 
     python -m dlite_hf_vllm.regenerate --model DIR --job JOB --out OUT [--samples N --temperature T --top-p P]
 """
