@@ -38,7 +38,7 @@ def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monk
             max_length=16,
             python=sys.executable,
         )  # fmt: skip  (this interpreter has no vLLM)
-    job = [json.loads(line) for line in (cache_dir / "vllm-job.jsonl").read_text().splitlines()]
+    job = [json.loads(line) for line in (cache_dir / "vllm-job-0of1.jsonl").read_text().splitlines()]
     trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=True, anchor_stride=4)
     assert trainer_cache.producer == "vllm-bfloat16"
     for row, item in zip(RegeneratedDataset(_rows(), max_length=16).rows, job):
@@ -46,6 +46,34 @@ def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monk
         first, positions = trainer_cache.kept(16, 8)
         assert item["first"] == first == 7 and item["state_positions"] == positions.tolist() == [7, 11]
         assert item["key"] == f"{trainer_cache.key(torch.tensor(row['input_ids']))}-{first}"
+
+
+def test_shards_split_the_rows_into_their_own_jobs(tmp_path, monkeypatch):
+    """Two workers on one cache: disjoint rows whose union is every row, each in a job file of its own."""
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    rows = [
+        {"id": f"r{i}", "input_ids": list(range(1, 12 + i)), "loss_mask": [0] * 4 + [1] * (7 + i)} for i in range(5)
+    ]
+    jobs = []
+    for index in (0, 1):
+        with pytest.raises(RuntimeError, match="feature worker exited"):
+            features_vllm(
+                tmp_path,
+                "tiny",
+                tmp_path,
+                [0],
+                rows,
+                tmp_path / "c",
+                max_length=32,
+                python=sys.executable,
+                shard=(index, 2),
+            )  # fmt: skip  (this interpreter has no vLLM)
+        lines = (tmp_path / "c" / f"vllm-job-{index}of2.jsonl").read_text().splitlines()
+        jobs.append([json.loads(line)["input_ids"] for line in lines])
+    assert [len(job) for job in jobs] == [3, 2]
+    assert sorted(map(len, jobs[0] + jobs[1])) == [len(row["input_ids"]) for row in rows]
+    with pytest.raises(ValueError, match=r"shard 2/2 is invalid: expected I/N with 0 <= I < N"):
+        features_vllm(tmp_path, "tiny", tmp_path, [0], rows, tmp_path / "c", python=sys.executable, shard=(2, 2))
 
 
 def test_refusals_name_the_fix(tmp_path):
@@ -68,3 +96,5 @@ def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):
         main([*base, str(folder)])
     with pytest.raises(SystemExit, match=r"--anchor-stride 0 is invalid: expected an integer >= 1"):
         main([*base, str(folder), "--anchor-stride", "0"])
+    with pytest.raises(SystemExit, match=r"--shard '1/1' is invalid: expected I/N with 0 <= I < N"):
+        main([*base, str(folder), "--shard", "1/1"])

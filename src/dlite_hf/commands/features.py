@@ -26,6 +26,7 @@ def cmd_features(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value < 1:
             raise SystemExit(f"--{name.replace('_', '-')} {value} is invalid: expected an integer >= 1.")
+    shard = _parse_shard(args.shard)
     drafter = AutoConfig.from_pretrained(args.drafter, trust_remote_code=True)
     if getattr(drafter, "history_window", 0) != 0:
         raise SystemExit(
@@ -38,12 +39,19 @@ def cmd_features(args: argparse.Namespace) -> int:
         result = features_vllm(
             target_dir, target_name, args.drafter, list(drafter.target_layer_ids), args.rows, args.cache,
             anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=args.dtype,
-            max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
+            max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, shard=shard,
         )  # fmt: skip
     except (FileNotFoundError, ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf features: {error}") from None
     print(json.dumps(result))
     return 0
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise SystemExit(f"--shard {text!r} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2 (two workers).")
+    return int(index), int(count)
 
 
 def add_features_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,5 +67,8 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-length", type=int, default=1024, help="train's --max_length")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences vLLM prefills at once")
+    parser.add_argument(
+        "--shard", default="0/1", help="I/N: every N-th row from the I-th, so N workers (one core each) fill one cache"
+    )
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
     parser.set_defaults(func=cmd_features)

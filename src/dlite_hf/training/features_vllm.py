@@ -37,10 +37,16 @@ def features_vllm(
     max_num_seqs: int = 16,
     enforce_eager: bool = False,
     python: str | Path | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> dict[str, Any]:
     """Write the cache entries of `rows` that `cache_dir` lacks; returns the worker's counts.
 
-    `target_name` must be the name the trainer's target reports (`config._name_or_path`): the manifest pins it."""
+    `target_name` must be the name the trainer's target reports (`config._name_or_path`): the manifest pins it.
+    `shard=(i, n)` takes every n-th sequence from the i-th on, so that n workers (one core each) fill one cache at
+    once: entries are written atomically under their own keys, and each shard has its own job file."""
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2.")
     python = require_python(
         python, "without vLLM, `dlite-hf train --feature_cache_dir` fills the cache with transformers' forward"
     )
@@ -54,10 +60,11 @@ def features_vllm(
             f"Feature cache {cache_dir} holds entries from {cache.producer}; vLLM's would mix two forwards in one "
             "cache. Use another folder for vLLM's features."
         )
-    job = Path(cache_dir) / "vllm-job.jsonl"
+    job = Path(cache_dir) / f"vllm-job-{index}of{count}.jsonl"
+    rows_here = dataset.rows[index::count]
     written, present, longest = 0, 0, 0
     with open(job, "w", encoding="utf-8") as handle:
-        for row in dataset.rows:
+        for row in rows_here:
             ids = row["input_ids"]
             first, positions = cache.kept(len(ids), row["loss_mask"].index(1))
             key = cache.entry_key(torch.tensor(ids), first)
@@ -79,4 +86,4 @@ def features_vllm(
     else:
         summary = {"todo": 0, "tokens": 0, "missing": 0}
     job.unlink(missing_ok=True)
-    return {**summary, "sequences": len(dataset.rows), "already_cached": present, "producer": cache.producer}
+    return {**summary, "sequences": len(rows_here), "already_cached": present, "producer": cache.producer}
