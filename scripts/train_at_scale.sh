@@ -8,25 +8,30 @@
 # env: ROWS (training rows; default the regeneration's greedy rows, or `make dataset`'s data/regen.jsonl),
 #      RUN, EPOCHS=1, LR=3e-4, MAX_LENGTH=2560 (every row whole: prompts up to 2,048, responses up to 512), STRIDE=4,
 #      INIT (the drafter to fine-tune, default the shipped one; empty: a new drafter from scratch, shaped by ARCH,
-#      e.g. ARCH="--drafter_hidden_size 576 --drafter_heads 9 --drafter_kv_heads 3 --drafter_intermediate_size 1536")
+#      e.g. ARCH="--drafter_hidden_size 576 --drafter_heads 9 --drafter_kv_heads 3 --drafter_intermediate_size 1536"),
+#      CORE=1 (the core both steps run on), STEPS (max_steps instead of EPOCHS), SAVE_STEPS=100, SAVE_LIMIT=2
+#      (checkpoints kept: raise it to evaluate a curve of tau against training tokens)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
 DLITE=${DLITE:-.venv/bin/dlite-hf}
 ROWS=${ROWS:-$WORK/regen/greedy.jsonl}
 RUN=${RUN:-$WORK/runs/stable-scale}
-EPOCHS=${EPOCHS:-1} LR=${LR:-3e-4} MAX_LENGTH=${MAX_LENGTH:-2560} STRIDE=${STRIDE:-4}
+EPOCHS=${EPOCHS:-1} LR=${LR:-3e-4} MAX_LENGTH=${MAX_LENGTH:-2560} STRIDE=${STRIDE:-4} CORE=${CORE:-1}
+SAVE_STEPS=${SAVE_STEPS:-100} SAVE_LIMIT=${SAVE_LIMIT:-2}
+LENGTH=(--num_train_epochs "$EPOCHS"); if [ -n "${STEPS:-}" ]; then LENGTH=(--max_steps "$STEPS"); fi
 CACHE=${CACHE:-$WORK/features/stride$STRIDE-$MAX_LENGTH}
 INIT=${INIT-drafters/dlite-smollm2-135m}
 # the shipped drafter's shape, for new drafters; ARCH's flags come after these and override them
 SHAPE=(--drafter_hidden_size 256 --drafter_heads 4 --drafter_kv_heads 2 --drafter_intermediate_size 768
   --drafter_layers 5 --num_tapped_layers 6 --head_rank 128 --draft_vocab_size 4096)
 if [ -n "$INIT" ]; then START=(--init "$INIT"); else read -r -a EXTRA <<< "${ARCH:-}"; START=("${SHAPE[@]}" ${EXTRA[@]+"${EXTRA[@]}"}); fi
-VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 1 "$DLITE" features --rows "$ROWS" --cache "$CACHE" \
+VLLM_CPU_OMP_THREADS_BIND=$CORE taskset -c "$CORE" "$DLITE" features --rows "$ROWS" --cache "$CACHE" \
   --drafter drafters/dlite-smollm2-135m --anchor-stride "$STRIDE" --max-length "$MAX_LENGTH"
-taskset -c 1 "$DLITE" train --stage stable "${START[@]}" --target smollm2-135m \
+taskset -c "$CORE" "$DLITE" train --stage stable "${START[@]}" --target smollm2-135m \
   --data "$ROWS" --threads 1 --max_length "$MAX_LENGTH" --per_device_train_batch_size 8 --num_anchors 32 \
   --anchor_stride "$STRIDE" --feature_cache_dir "$CACHE" --target_dtype bfloat16 \
-  --num_train_epochs "$EPOCHS" --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 \
-  --logging_steps 10 --save_steps 100 --save_total_limit 2 --dataloader_num_workers 0 --seed 0 --disable_tqdm true \
+  "${LENGTH[@]}" --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 \
+  --logging_steps 10 --save_steps "$SAVE_STEPS" --save_total_limit "$SAVE_LIMIT" --dataloader_num_workers 0 --seed 0 \
+  --disable_tqdm true \
   --vocab_chunk_size 4096 --bf16 true --use_cpu true --output_dir "$RUN"
