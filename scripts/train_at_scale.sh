@@ -10,7 +10,8 @@
 #      INIT (the drafter to fine-tune, default the shipped one; empty: a new drafter from scratch, shaped by ARCH,
 #      e.g. ARCH="--drafter_hidden_size 576 --drafter_heads 9 --drafter_kv_heads 3 --drafter_intermediate_size 1536"),
 #      CORE=1 (the core both steps run on), STEPS (max_steps instead of EPOCHS), SAVE_STEPS=100, SAVE_LIMIT=2
-#      (checkpoints kept: raise it to evaluate a curve of tau against training tokens)
+#      (checkpoints kept: raise it to evaluate a curve of tau against training tokens), TRAIN_ARGS (more train flags,
+#      e.g. "--refresh_draft_vocab --draft_vocab_size 4096": a fine-tuned drafter's vocabulary chosen from ROWS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
@@ -34,4 +35,4 @@ taskset -c "$CORE" "$DLITE" train --stage stable "${START[@]}" --target smollm2-
   "${LENGTH[@]}" --learning_rate "$LR" --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 \
   --logging_steps 10 --save_steps "$SAVE_STEPS" --save_total_limit "$SAVE_LIMIT" --dataloader_num_workers 0 --seed 0 \
   --disable_tqdm true \
-  --vocab_chunk_size 4096 --bf16 true --use_cpu true --output_dir "$RUN"
+  --vocab_chunk_size 4096 --bf16 true --use_cpu true --output_dir "$RUN" ${TRAIN_ARGS:-}
