@@ -15,8 +15,6 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from dlite_hf.rows import read_jsonl
 from dlite_hf.training.data import RegeneratedDataset
 from dlite_hf.training.features import FeatureCache
@@ -49,9 +47,8 @@ def main() -> None:
     kept = 0
     with open(args.out, "w", encoding="utf-8") as handle:
         for source, row in zip(raw, dataset.rows):
-            ids = row["input_ids"]
-            first, _ = cache.kept(len(ids), row["loss_mask"].index(1))
-            if cache.has(cache.entry_key(torch.tensor(ids), first)):
+            key, _, _ = cache.row_entry(row["input_ids"], row["loss_mask"].index(1))
+            if cache.has(key):
                 handle.write(json.dumps(source, separators=(",", ":")) + "\n")
                 kept += 1
     print(json.dumps({"rows": len(raw), "cached": kept, "out": args.out}))

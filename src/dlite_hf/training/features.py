@@ -149,6 +149,12 @@ class FeatureCache:
         position (`kept(...)[0]`), since the same ids with another response start keep other positions."""
         return f"{self.key(ids)}-{first}" if self.history_free else self.key(ids)
 
+    def row_entry(self, ids: list[int], response_start: int) -> tuple[str, int, torch.Tensor]:
+        """One training row's entry as the trainer reads it: its key (`entry_key`), its first kept position and the
+        positions whose tapped states are kept (`kept`)."""
+        first, positions = self.kept(len(ids), response_start)
+        return self.entry_key(torch.tensor(ids), first), first, positions
+
     def has(self, key: str) -> bool:
         """Whether the entry `key` (`entry_key`) is written."""
         return self._path(key).exists()

@@ -15,8 +15,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .data import RegeneratedDataset
 from .features import FeatureCache
 from .vllm_worker import require_python, run_worker
@@ -66,8 +64,7 @@ def features_vllm(
     with open(job, "w", encoding="utf-8") as handle:
         for row in rows_here:
             ids = row["input_ids"]
-            first, positions = cache.kept(len(ids), row["loss_mask"].index(1))
-            key = cache.entry_key(torch.tensor(ids), first)
+            key, first, positions = cache.row_entry(ids, row["loss_mask"].index(1))
             if cache.has(key):
                 present += 1
                 continue
