@@ -47,6 +47,12 @@ def main() -> None:
     parser.add_argument("--texts", required=True, help="JSONL cache of the greedy texts (appended, resumable)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--device", default="cpu", help="where the target and drafters run (cuda on a GPU)")
+    parser.add_argument(
+        "--texts-only",
+        action="store_true",
+        help="replay every text already in --texts (no prompts are rebuilt: for a machine without the wheels)",
+    )
     args = parser.parse_args()
     items = [item for item in args.drafters.split(",") if item]
     if not items or not all("=" in item and item.split("=", 1)[0] for item in items):
@@ -65,8 +71,17 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
+    target = target.to(args.device)
     workloads = args.workloads.split(",")
-    prompts = _prompts(workloads, args.per_workload, args.long_tokens, tokenizer)
+    if args.texts_only:
+        if not Path(args.texts).is_file():
+            raise SystemExit(f"--texts-only replays the texts in --texts, but {args.texts} does not exist.")
+        cached = [json.loads(line) for line in Path(args.texts).read_text().splitlines()]
+        prompts = [t for t in cached if t.get("max_new_tokens") == args.max_new_tokens and t["workload"] in workloads]
+        if not prompts:
+            raise SystemExit(f"--texts-only: no text in {args.texts} has max_new_tokens={args.max_new_tokens}.")
+    else:
+        prompts = _prompts(workloads, args.per_workload, args.long_tokens, tokenizer)
     cache = Path(args.texts)
     cache.parent.mkdir(parents=True, exist_ok=True)
     done = {}
@@ -90,10 +105,14 @@ def main() -> None:
     result = {
         "target": args.target, "threads": args.threads, "per_workload": args.per_workload,
         "max_new_tokens": args.max_new_tokens, "long_tokens": args.long_tokens, "texts": str(cache),
+        "device": args.device,
         "out_of_domain": [w for w in workloads if w in OOD], "drafters": {},
     }  # fmt: skip
     loaded = {
-        name: DLiteForSpeculation.from_pretrained(folder, dtype=torch.float32).eval().bind_target(target)
+        name: DLiteForSpeculation.from_pretrained(folder, dtype=torch.float32)
+        .to(args.device)
+        .eval()
+        .bind_target(target)
         for name, folder in drafters.items()
     }
     rows: dict[str, list[dict]] = {name: [] for name in loaded}
@@ -104,7 +123,7 @@ def main() -> None:
             for name, drafter in loaded.items():
                 layers = tuple(drafter.config.target_layer_ids)
                 if layers not in states:
-                    ids = torch.tensor([text["tokens"]])
+                    ids = torch.tensor([text["tokens"]], device=args.device)
                     states[layers] = target_features(target, ids, list(layers))[0]
                 start = time.perf_counter()
                 new, forwards, accepted = replay_tau(drafter, states[layers], text["tokens"], text["prompt_length"])

@@ -101,3 +101,49 @@ def test_continuation_flags_need_a_drafter_to_start_from(tmp_path, smollm2_dir, 
     flags = [str(tmp_path / "missing") if f == "DIR" else f for f in flags]  # refused before anything loads
     with pytest.raises(SystemExit, match=message):
         run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", *flags])
+
+
+def test_sliding_window_trains_a_windowed_drafter_in_the_stable_stage(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    run_train(base + ["--output_dir", str(tmp_path / "free"), "--max_steps", "0", "--learning_rate", "0"])
+    run_train(
+        base
+        + ["--output_dir", str(tmp_path / "w0"), "--max_steps", "0", "--learning_rate", "0", "--sliding_window", "4"]
+    )
+    start = DLiteForSpeculation.from_pretrained(tmp_path / "w0")
+    assert start.config.history_window == 4
+    assert DLiteForSpeculation.from_pretrained(tmp_path / "free").config.history_window == 0
+    run_train(base + ["--output_dir", str(tmp_path / "w2"), "--max_steps", "2", "--sliding_window", "4"])
+    trained = DLiteForSpeculation.from_pretrained(tmp_path / "w2")
+    assert trained.config.history_window == 4
+    # the history projection is read by the windowed forward, so the stable stage's gradient reaches it
+    moved = [
+        k for k, v in start.state_dict().items() if "history" in k and not torch.equal(v, trained.state_dict()[k])
+    ]
+    assert moved, [k for k in start.state_dict() if "history" in k]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--sliding_window", "-2"], "expected 0 \\(history-free\\) or N > 0"),
+        (["--sliding_window", "8", "--stage", "teacher"], "builds a new windowed drafter for stage stable"),
+        (["--sliding_window", "8", "--init", "DIR"], "drop --init/--lora"),
+    ],
+)
+def test_sliding_window_is_refused_where_it_would_be_ignored(tmp_path, smollm2_dir, flags, message):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    flags = [str(tmp_path / "missing") if f == "DIR" else f for f in flags]
+    with pytest.raises(SystemExit, match=message):
+        run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", *flags])
+
+
+def test_an_init_saved_in_bfloat16_trains_float32_master_weights(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    run_train(base + ["--output_dir", str(tmp_path / "first"), "--max_steps", "1"])
+    first = DLiteForSpeculation.from_pretrained(tmp_path / "first")
+    first.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    assert next(DLiteForSpeculation.from_pretrained(tmp_path / "bf16").parameters()).dtype == torch.bfloat16
+    run_train(base + ["--output_dir", str(tmp_path / "next"), "--max_steps", "1", "--init", str(tmp_path / "bf16")])
+    trained = DLiteForSpeculation.from_pretrained(tmp_path / "next", dtype=None)
+    assert {v.dtype for v in trained.state_dict().values() if v.is_floating_point()} == {torch.float32}

@@ -40,7 +40,10 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
     position, forwards, accepted = prompt_length + 1, 1, []  # the prefill commits tokens[prompt_length]
     while position < len(tokens):
         drafts, _ = drafter.draft(
-            states[:, position - 2], torch.tensor([tokens[position - 1]]), confidence_threshold=0.0, skip_threshold=0.0
+            states[:, position - 2],
+            torch.tensor([tokens[position - 1]], device=states.device),
+            confidence_threshold=0.0,
+            skip_threshold=0.0,
         )
         run = 0
         for draft, actual in zip(drafts[0].tolist(), tokens[position:]):

@@ -76,6 +76,13 @@ def build_train_parser():
         sequential_head: bool = field(
             default=True, metadata={"help": "New drafters: keep the recurrent head (--no_sequential_head: ablation)."}
         )
+        sliding_window: int = field(
+            default=0,
+            metadata={
+                "help": "Stage stable, new drafters: attend to the target's last N positions before each "
+                "block's context (the paper's sliding-window ablation; 0: history-free, the shipped design)."
+            },
+        )
         threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads for this run."})
         eval_fraction: float = field(default=0.0, metadata={"help": "Fraction of rows held out for eval logs."})
 
@@ -100,6 +107,19 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
         draft_vocab_size=min(script.draft_vocab_size, target_config.vocab_size) or None,
         history_window=history_window,
     )
+
+
+def _check_sliding_window(script, args) -> None:
+    """--sliding_window builds a new windowed drafter for the stable stage: refuse it where it would be ignored."""
+    window = script.sliding_window
+    if not isinstance(window, int) or window < 0:
+        raise SystemExit(f"--sliding_window {window!r}: expected 0 (history-free) or N > 0 positions.")
+    if window and (args.stage != "stable" or script.init or args.lora):
+        raise SystemExit(
+            f"--sliding_window {window} builds a new windowed drafter for stage stable (got stage {args.stage!r}"
+            f"{', --init' if script.init else ''}{', --lora' if args.lora else ''}). The teacher stage takes "
+            "--history_window instead; drop --init/--lora to train a windowed drafter from scratch."
+        )
 
 
 def _check_continuation_flags(script, args) -> None:
@@ -142,15 +162,16 @@ def run_train(argv: list[str]) -> Path:
     if not script.data:
         raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
     _check_continuation_flags(script, args)  # before the target loads
+    _check_sliding_window(script, args)
     target, tokenizer, folder = open_target(
         script.target, script.target_adapter, dtype=script.target_dtype, device_map=script.target_device_map
     )
     target_name = script.target if not Path(script.target).exists() else str(folder)
     teacher = None
     if args.stage == "warmup":
-        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path)
+        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path, dtype=torch.float32)
     if script.init:
-        model = DLiteForSpeculation.from_pretrained(script.init)
+        model = DLiteForSpeculation.from_pretrained(script.init, dtype=torch.float32)  # float32 master weights
         if not script.sequential_head and model.head is not None:  # the pure-parallel ablation, same start
             model = derive_drafter(model, "head.", use_sequential_head=False)
         if args.stage == "teacher" and model.config.history_window == 0:
@@ -168,7 +189,7 @@ def run_train(argv: list[str]) -> Path:
         if not script.sequential_head and model.head is not None:
             model = derive_drafter(model, "head.", use_sequential_head=False)
     else:
-        model = DLiteForSpeculation(_new_drafter_config(script, target.config, 0, target_name))
+        model = DLiteForSpeculation(_new_drafter_config(script, target.config, script.sliding_window, target_name))
     if script.grow_layers:
         model = grow_drafter(model, script.grow_layers)
     if script.refresh_draft_vocab:

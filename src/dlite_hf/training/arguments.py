@@ -210,6 +210,15 @@ class DLiteTrainingArguments(TrainingArguments):
         },
     )
 
+    max_train_seconds: float = field(
+        default=0.0,
+        metadata={
+            "help": "Wall-clock budget (> 0, with lr_scheduler_type cosine): the cosine follows the elapsed share of "
+            "this budget instead of the steps, and training stops when it is spent (max_steps stays an upper bound). "
+            "For runs whose step rate is unknown ahead, such as several sharing one GPU. 0: off."
+        },
+    )
+
     # LoRA
     lora: bool = field(
         default=False,
@@ -267,6 +276,18 @@ class DLiteTrainingArguments(TrainingArguments):
         ):
             raise _invalid("feature_cache_dir", self.feature_cache_dir, "None or a non-empty path")
 
+        if not _is_number(self.max_train_seconds) or self.max_train_seconds < 0:
+            raise _invalid("max_train_seconds", self.max_train_seconds, "a finite number >= 0 (0: no budget)")
+        if (
+            self.max_train_seconds > 0
+            and str(getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)) != "cosine"
+        ):
+            raise _invalid(
+                "lr_scheduler_type",
+                self.lr_scheduler_type,
+                "cosine with max_train_seconds > 0 (the budget's schedule is a cosine over time); pass "
+                "--lr_scheduler_type cosine",
+            )
         if not isinstance(self.lora, bool):
             raise _invalid("lora", self.lora, "a bool")
         for name in ("lora_r", "lora_alpha"):

@@ -40,6 +40,7 @@ from .metrics import (
     top1_agreement,
     top1_agreement_from_ids,
 )
+from .time_budget import TimeBudget, TimeBudgetCallback, time_cosine_schedule
 
 
 def _unwrap(model: nn.Module) -> DLiteForSpeculation:
@@ -156,6 +157,20 @@ class DLiteTrainer(Trainer):
                 producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
             )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self.time_budget = TimeBudget(args.max_train_seconds) if args.max_train_seconds > 0 else None
+        if self.time_budget is not None:
+            self.add_callback(TimeBudgetCallback(self.time_budget))
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """With ``max_train_seconds``: a cosine over the budget's elapsed time (see `time_budget.py`)."""
+        if self.time_budget is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            optimizer = self.optimizer if optimizer is None else optimizer
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            self.lr_scheduler = time_cosine_schedule(optimizer, self.time_budget, warmup)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     # ------------------------------------------------------------------------------------------------ loss
     def _blocks(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor], compact: bool) -> dict[str, Any]:

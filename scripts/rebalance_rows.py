@@ -1,0 +1,77 @@
+"""Rebalance training rows across domains by repeating rows: each domain's share of response tokens becomes
+proportional to ``tokens ** power`` (temperature sampling over domains, as multilingual and multi-task mixes do), and
+no row is dropped (the largest domain is repeated once, the others more).
+
+    .venv/bin/python scripts/rebalance_rows.py --rows ~/.cache/dlite-hf/work/rows/cached.jsonl --power 0.5 \\
+        --out ~/.cache/dlite-hf/work/rows/rebalanced.jsonl
+
+A row's domain is its ``workload`` field. Repeats are whole rows (a domain's multiplier m gives each of its rows
+floor(m) copies and one more with probability frac(m), seeded), so a feature cache filled for the rows serves the
+rebalanced file too. The before/after table goes to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+
+def multipliers(tokens: dict[str, int], power: float) -> dict[str, float]:
+    """Per-domain repeat factor giving shares proportional to ``tokens ** power``, the smallest factor being 1."""
+    if not tokens or any(t <= 0 for t in tokens.values()):
+        raise ValueError(f"every domain needs response tokens > 0, got {tokens}.")
+    if not 0 <= power <= 1:
+        raise ValueError(f"power must be in [0, 1] (1: as is, 0: equal shares), got {power}.")
+    raw = {w: t**power / t for w, t in tokens.items()}  # target share / current share, up to one constant
+    low = min(raw.values())
+    return {w: r / low for w, r in raw.items()}
+
+
+def rebalance(rows: list[dict], power: float, seed: int = 0) -> list[dict]:
+    tokens = Counter()
+    for row in rows:
+        tokens[row["workload"]] += sum(row["loss_mask"])
+    factor = multipliers(dict(tokens), power)
+    generator = random.Random(seed)
+    out = []
+    for row in rows:
+        m = factor[row["workload"]]
+        copies = int(m) + (generator.random() < m - int(m))
+        out += [row] * copies
+    generator.shuffle(out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--power", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
+    missing = [i for i, row in enumerate(rows) if "workload" not in row or "loss_mask" not in row]
+    if missing:
+        raise SystemExit(
+            f"--rows {args.rows}: rows {missing[:5]} have no workload/loss_mask (rows of dlite-hf regenerate)."
+        )
+    out = rebalance(rows, args.power, args.seed)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in out))
+    before, after = Counter(), Counter()
+    for source, counter in ((rows, before), (out, after)):
+        for row in source:
+            counter[row["workload"]] += sum(row["loss_mask"])
+    print("| domain | response tokens | share | share after | repeats |\n|---|---:|---:|---:|---:|")
+    for domain, count in before.most_common():
+        print(
+            f"| {domain} | {count:,} | {count / sum(before.values()):.1%} | {after[domain] / sum(after.values()):.1%} "
+            f"| {after[domain] / count:.2f} |"
+        )
+    print(f"{len(rows)} rows -> {len(out)} ({sum(after.values()):,} response tokens)")
+
+
+if __name__ == "__main__":
+    main()

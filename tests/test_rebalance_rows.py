@@ -1,0 +1,69 @@
+"""scripts/rebalance_rows.py: domain shares follow tokens ** power, and no row is dropped."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rebalance_rows.py"
+spec = importlib.util.spec_from_file_location("rebalance_rows", SCRIPT)
+rebalance_rows = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rebalance_rows)
+
+
+def _rows(counts: dict[str, int], tokens_per_row: int = 10) -> list[dict]:
+    return [
+        {"id": f"{w}/{i}", "workload": w, "input_ids": [1] * 14, "loss_mask": [0] * 4 + [1] * tokens_per_row}
+        for w, n in counts.items()
+        for i in range(n)
+    ]
+
+
+def test_multipliers_give_shares_proportional_to_tokens_to_the_power():
+    tokens = {"big": 900, "mid": 100, "small": 25}
+    factor = rebalance_rows.multipliers(tokens, 0.5)
+    assert min(factor.values()) == pytest.approx(1.0)
+    after = {w: t * factor[w] for w, t in tokens.items()}
+    total = sum(after.values())
+    # shares 30 : 10 : 5 (the square roots)
+    assert [after[w] / total for w in tokens] == pytest.approx([30 / 45, 10 / 45, 5 / 45])
+    assert rebalance_rows.multipliers(tokens, 1.0) == pytest.approx(dict.fromkeys(tokens, 1.0))
+
+
+def test_rebalance_keeps_every_row_and_repeats_small_domains():
+    rows = _rows({"big": 400, "small": 25})
+    out = rebalance_rows.rebalance(rows, 0.5, seed=1)
+    ids = Counter(row["id"] for row in out)
+    assert set(ids) == {row["id"] for row in rows}  # none dropped
+    assert all(ids[f"big/{i}"] == 1 for i in range(400))  # the largest domain: once
+    assert all(ids[f"small/{i}"] == 4 for i in range(25))  # sqrt shares 20 : 5 -> 4 repeats exactly
+    assert out == rebalance_rows.rebalance(rows, 0.5, seed=1)  # seeded
+
+
+@pytest.mark.parametrize("power", [-0.1, 1.5])
+def test_power_outside_zero_one_is_refused(power):
+    with pytest.raises(ValueError, match="power must be in"):
+        rebalance_rows.multipliers({"a": 1}, power)
+
+
+def test_cli_writes_the_rows_and_refuses_rows_without_a_workload(tmp_path):
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows({"a": 9, "b": 1})))
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--rows", tmp_path / "rows.jsonl", "--out", tmp_path / "out.jsonl"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert Counter(r["workload"] for r in out) == {"a": 9, "b": 3}
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
+    bad = subprocess.run(
+        [sys.executable, SCRIPT, "--rows", tmp_path / "bad.jsonl", "--out", tmp_path / "o.jsonl"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "no workload/loss_mask" in bad.stderr
