@@ -19,19 +19,21 @@ from pathlib import Path
 
 
 def response_tokens_per_row(path: Path) -> tuple[float, int]:
-    """Mean response tokens per training row, and the number of rows."""
+    """Mean response tokens per training row, and the response tokens of the distinct rows (a rebalanced file
+    repeats rows: scripts/rebalance_rows.py)."""
     from dlite_hf.rows import read_jsonl
 
     rows = read_jsonl(path)
     if not rows:
         raise SystemExit(f"--rows {path}: no rows.")
-    return sum(sum(row["loss_mask"]) for row in rows) / len(rows), len(rows)
+    distinct = {row.get("id", i): sum(row["loss_mask"]) for i, row in enumerate(rows)}
+    return sum(sum(row["loss_mask"]) for row in rows) / len(rows), sum(distinct.values())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tau", required=True, type=Path)
-    parser.add_argument("--round-cost", required=True, type=Path)
+    parser.add_argument("--round-cost", type=Path, default=None, help="draft_round_cost.py result (else no cost plot)")
     parser.add_argument("--rows", required=True, type=Path, help="the training rows (JSONL)")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per optimizer step")
     parser.add_argument("--steps", required=True, help="ARM=final_step,...: the step of each arm's final save")
@@ -45,11 +47,9 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     drafters = json.loads(args.tau.read_text())["drafters"]
-    round_cost = json.loads(args.round_cost.read_text())
-    cost = round_cost["ms_per_round"]
     final = {arm: int(step) for arm, step in (item.split("=") for item in args.steps.split(",") if item)}
-    per_row, num_rows = response_tokens_per_row(args.rows)
-    per_step, distinct = per_row * args.batch_size, per_row * num_rows
+    per_row, distinct = response_tokens_per_row(args.rows)
+    per_step = per_row * args.batch_size
     curves: dict[str, list[tuple[float, float, float]]] = {}
     for name, entry in drafters.items():
         arm, _, step = name.partition("@")
@@ -80,6 +80,11 @@ def main() -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(args.out_dir / f"{args.name}-tokens.png", dpi=120)
+    if args.round_cost is None:
+        print(f"wrote {args.out_dir / (args.name + '-tokens.png')}")
+        return
+    round_cost = json.loads(args.round_cost.read_text())
+    cost = round_cost["ms_per_round"]
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, entry in drafters.items():

@@ -1,4 +1,5 @@
-"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab, mix, label-text.
+"""The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab, interpolate, mix,
+label-text.
 
 Each subcommand lives in its own module (`dlite_hf.commands`, `dlite_hf.bench.command`)
 and imports what it needs lazily, so `dlite-hf --help` is fast.
@@ -21,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands.card import add_card_parser
     from .commands.compare import add_compare_parser
     from .commands.dataset import add_dataset_parser
-    from .commands.draft_vocab import add_draft_vocab_parser
+    from .commands.draft_vocab import add_draft_vocab_parser, add_interpolate_parser
     from .commands.features import add_features_parser
     from .commands.mix import add_mix_parsers
     from .commands.regenerate import add_regenerate_parser
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_card_parser(sub)
     add_draft_vocab_parser(sub)
+    add_interpolate_parser(sub)
     add_mix_parsers(sub)
     add_dataset_parser(sub)
     add_features_parser(sub)

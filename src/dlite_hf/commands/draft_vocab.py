@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_draft_vocab_parser", "cmd_draft_vocab"]
+__all__ = ["add_draft_vocab_parser", "add_interpolate_parser", "cmd_draft_vocab", "cmd_interpolate"]
 
 
 def cmd_draft_vocab(args: argparse.Namespace) -> int:
@@ -49,3 +49,31 @@ def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
         "--max-length", type=int, default=1024, help="tokens read per row (as `dlite-hf train --max_length`)"
     )
     parser.set_defaults(func=cmd_draft_vocab)
+
+
+def cmd_interpolate(args: argparse.Namespace) -> int:
+    from ..surgery import interpolate_drafters
+
+    try:
+        interpolate_drafters(args.base, args.tuned, args.alpha, args.out)
+    except ValueError as exc:
+        raise SystemExit(f"dlite-hf interpolate: {exc}") from exc
+    print(
+        f"{args.out}: {1 - args.alpha:g} x {args.base} + {args.alpha:g} x {args.tuned} (vocabulary of the tuned one)"
+    )
+    return 0
+
+
+def add_interpolate_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the `interpolate` subcommand (WiSE-FT weight averaging, no retraining)."""
+    parser = sub.add_parser(
+        "interpolate",
+        help="Average a fine-tuned drafter's weights with the drafter it started from (WiSE-FT).",
+        description="(1 - alpha) * base + alpha * tuned, every weight; the tuned drafter's config and draft "
+        "vocabulary. Keeps much of the base's skill on what the fine-tuning data lacked.",
+    )
+    parser.add_argument("--base", required=True, help="the drafter the fine-tuning started from")
+    parser.add_argument("--tuned", required=True, help="the fine-tuned drafter")
+    parser.add_argument("--alpha", required=True, type=float, help="weight of the tuned drafter, in [0, 1]")
+    parser.add_argument("--out", required=True, help="new drafter folder")
+    parser.set_defaults(func=cmd_interpolate)
