@@ -15,36 +15,76 @@ RESULTS = REPO / "benchmarks" / "results"
 
 def _row(label: str, document: str = "README.md") -> list[str]:
     for line in (REPO / document).read_text().splitlines():
+        line = line.strip()  # a table inside a list item is indented
         if line.startswith(f"| {label} |"):
             return [cell.strip().strip("*") for cell in line.strip("|").split("|")][1:]
     raise AssertionError(f"no {document} row {label!r}")
 
 
+def _check_log_table(result: str, rows: dict[str, str], cells) -> None:
+    """Each training-log row `label` holds `cells(entry, tau)` of drafter `rows[label]` in `result`."""
+    drafters = json.loads((RESULTS / result).read_text())["drafters"]
+    for label, name in rows.items():
+        entry = drafters[name]
+        expected = cells(entry, entry["tau_by_workload"])
+        assert _row(label, "docs/training-log.md") == expected, (label, expected)
+
+
+def _taus(tau: dict, workloads: tuple[str, ...]) -> str:
+    return " / ".join(f"{tau[w]:.2f}" for w in workloads)
+
+
 def test_the_training_logs_out_of_domain_tau_table_is_the_result_file() -> None:
-    drafters = json.loads((RESULTS / "smollm2-135m-ood-tau.json").read_text())["drafters"]
     rows = {
         "shipped": "base",
         "+ 200 steps on the regenerated rows": "regen@200",
         "+ 200 steps on the target-labelled text": "text@200",
         "shipped, draft vocabulary re-chosen from the mix (2,048 ids)": "v2048",
     }
-    for label, name in rows.items():
-        entry = drafters[name]
-        tau = entry["tau_by_workload"]
-        cells = _row(label, "docs/training-log.md")
-        expected = [f"{tau[w]:.2f}" for w in ("legal", "clinical", "long")] + [
-            f"{entry['mean_tau_ood']:.2f}",
-            " / ".join(f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")),
-            f"{entry['mean_tau_in_domain']:.2f}",
-        ]
-        assert cells == expected, (label, cells, expected)
-    base = drafters["base"]
+    _check_log_table(
+        "smollm2-135m-ood-tau.json",
+        rows,
+        lambda entry, tau: (
+            [f"{tau[w]:.2f}" for w in ("legal", "clinical", "long")]
+            + [f"{entry['mean_tau_ood']:.2f}", _taus(tau, ("chat", "code", "math", "tool"))]
+            + [f"{entry['mean_tau_in_domain']:.2f}"]
+        ),
+    )
+    # the README quotes the drafter shipped now (the weight-averaged one of smollm2-135m-rebal.json)
+    shipped = json.loads((RESULTS / "smollm2-135m-rebal.json").read_text())["drafters"]["wise0.5-v4096"]
     readme = " ".join((REPO / "README.md").read_text().split())
-    quoted = f"greedy tau is {base['mean_tau_ood']:.2f} against {base['mean_tau_in_domain']:.2f} in domain"
+    quoted = f"greedy tau is {shipped['mean_tau_ood']:.2f} against {shipped['mean_tau_in_domain']:.2f} in domain"
     assert quoted in readme, quoted
 
 
-MAIN_RUN = "smollm2-135m-main-bf16-packed-r2"  # the README's main table
+def test_the_training_logs_rebalanced_study_table_is_the_result_file() -> None:
+    rows = {
+        "shipped until now": "shipped",
+        "rebal, 900 steps": "rebal@900",
+        "rebal, 2,338": "rebal",
+        "nohead, 900": "nohead@900",
+        "nohead, 2,389": "nohead",
+        "rebal, 8,192 draft ids": "rebal-v8192",
+        "0.5 shipped + 0.5 rebal": "wise0.5",
+        "0.3 shipped + 0.7 rebal": "wise0.7",
+        "**0.5 / 0.5, 4,096 ids (ships)**": "wise0.5-v4096",
+    }
+    groups = (
+        ("chat", "code", "math", "tool"),
+        ("long", "legal", "clinical"),
+        ("manpages", "reasoning", "policy_agent"),
+    )
+    _check_log_table(
+        "smollm2-135m-rebal.json",
+        rows,
+        lambda entry, tau: (
+            [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
+            + [_taus(tau, group) for group in groups]
+        ),
+    )
+
+
+MAIN_RUN = "smollm2-135m-main-bf16-packed-r3"  # the README's main table
 OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/README.md)
 
 
