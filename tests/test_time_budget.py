@@ -84,4 +84,5 @@ def test_a_budgeted_run_stops_before_max_steps_with_its_rate_decayed(tmp_path, s
     state = json.loads(sorted(out.glob("checkpoint-*"))[-1].joinpath("trainer_state.json").read_text())
     assert 1 <= state["global_step"] < 100000
     rates = [entry["learning_rate"] for entry in state["log_history"] if "learning_rate" in entry]
-    assert rates[-1] < 0.25 * max(rates)  # the last step ran in the budget's last third at most
+    # the last step's rate was set in the budget's last third at most (also where one slow step spent it all)
+    assert rates and rates[-1] < 0.25 * 1e-3
