@@ -73,16 +73,9 @@ def main() -> None:
     target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
     target = target.to(args.device)
     workloads = args.workloads.split(",")
-    if args.texts_only:
-        if not Path(args.texts).is_file():
-            raise SystemExit(f"--texts-only replays the texts in --texts, but {args.texts} does not exist.")
-        cached = [json.loads(line) for line in Path(args.texts).read_text().splitlines()]
-        prompts = [t for t in cached if t.get("max_new_tokens") == args.max_new_tokens and t["workload"] in workloads]
-        if not prompts:
-            raise SystemExit(f"--texts-only: no text in {args.texts} has max_new_tokens={args.max_new_tokens}.")
-    else:
-        prompts = _prompts(workloads, args.per_workload, args.long_tokens, tokenizer)
     cache = Path(args.texts)
+    if args.texts_only and not cache.is_file():
+        raise SystemExit(f"--texts-only replays the texts in --texts, but {args.texts} does not exist.")
     cache.parent.mkdir(parents=True, exist_ok=True)
     done = {}
     if cache.is_file():
@@ -90,6 +83,12 @@ def main() -> None:
             row = json.loads(line)
             if row.get("max_new_tokens") == args.max_new_tokens:
                 done[row["id"]] = row
+    if args.texts_only:  # every cached text of the workloads, in the file's order (read once, above)
+        prompts = [t for t in done.values() if t["workload"] in workloads]
+        if not prompts:
+            raise SystemExit(f"--texts-only: no text in {args.texts} has max_new_tokens={args.max_new_tokens}.")
+    else:
+        prompts = _prompts(workloads, args.per_workload, args.long_tokens, tokenizer)
     todo = [p for p in prompts if p["id"] not in done]
     start = time.perf_counter()
     with open(cache, "a", encoding="utf-8") as handle:
