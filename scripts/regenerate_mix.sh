@@ -17,16 +17,38 @@ mkdir -p "$WORK/regen"
 # greedy and sampled rows in stages, so that both kinds grow from the first session on: greedy answers to the first
 # 8,192 prompts, one sampled answer (temperature 0.7, top-p 0.9) to the first 2,048, then greedy and sampled for all.
 # Each stage resumes where a kill left it; a finished stage is a no-op (its worker exits before loading vLLM).
-greedy() {
-  "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/greedy.jsonl" \
-    --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 0 --skip-dataset "$DATASET" "$@"
+# WORKERS=N runs N vLLM workers at once, one core each (VLLM_CPU_OMP_THREADS_BIND and taskset), on disjoint shards
+# of the prompts (`--shard I/N`, by id), each appending to its own file (greedy.s0of2.jsonl, ...); export each.
+WORKERS=${WORKERS:-1}
+rows_file() {  # kind, shard index
+  if [ "$WORKERS" = 1 ]; then echo "$WORK/regen/$1.jsonl"; else echo "$WORK/regen/$1.s$2of$WORKERS.jsonl"; fi
+}
+greedy() {  # shard index, then extra options
+  local i=$1; shift
+  "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$(rows_file greedy "$i")" \
+    --shard "$i/$WORKERS" --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 0 \
+    --skip-dataset "$DATASET" "$@"
 }
 sampled() {
-  "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$WORK/regen/sampled.jsonl" \
-    --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 1 \
+  local i=$1; shift
+  "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$(rows_file sampled "$i")" \
+    --shard "$i/$WORKERS" --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 1 \
     --samples 1 --temperature 0.7 --top-p 0.9 --skip-dataset "$DATASET" "$@"
 }
-greedy --limit 8192
-sampled --limit 2048
-greedy
-sampled
+stage() {  # kind, then extra options: every worker on its core; the stage ends when all have
+  local kind=$1; shift
+  local pids=() i
+  for ((i = 0; i < WORKERS; i++)); do
+    if [ "$WORKERS" = 1 ]; then
+      "$kind" "$i" "$@" &
+    else  # the subshell pins itself to core i; the worker it starts inherits it
+      (taskset -p -c "$i" "$BASHPID" > /dev/null && VLLM_CPU_OMP_THREADS_BIND=$i "$kind" "$i" "$@") &
+    fi
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+}
+stage greedy --limit 8192
+stage sampled --limit 2048
+stage greedy
+stage sampled

@@ -90,3 +90,45 @@ def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
     assert sorted(j["id"] for j in job) == ["p1", "p3"]
     with pytest.raises(SystemExit, match=r"--skip-dataset .*no parquet shards under .*dataset export"):
         _shipped_ids(str(tmp_path / "fresh"))
+
+
+def test_shards_split_the_prompts_by_id_whatever_their_order():
+    from dlite_hf.training.regenerate import shard_prompts
+
+    prompts = _prompts(200)
+    parts = [shard_prompts(prompts, i, 3) for i in range(3)]
+    ids = [{p["id"] for p in part} for part in parts]
+    assert sorted(len(part) for part in parts)[0] > 40  # every shard gets a share
+    assert ids[0] | ids[1] | ids[2] == {p["id"] for p in prompts} and not (ids[0] & ids[1] or ids[1] & ids[2])
+    again = [{p["id"] for p in shard_prompts(prompts[::-1][50:], i, 3)} for i in range(3)]
+    assert all(a <= b for a, b in zip(again, ids, strict=True))  # a shard depends on the id, not the file's order
+    assert shard_prompts(prompts, 0, 1) == prompts
+    with pytest.raises(ValueError, match=r"shard 3/3 is invalid: expected I/N with 0 <= I < N"):
+        shard_prompts(prompts, 3, 3)
+
+
+def test_a_second_job_on_the_same_output_is_refused_until_the_first_ends(tmp_path):
+    from dlite_hf.rows import OutputBusyError, exclusive_writer
+
+    out = tmp_path / "rows.jsonl"
+    with exclusive_writer(out):
+        with pytest.raises(OutputBusyError, match=r"Another process is writing .*rows.jsonl.*its own output file"):
+            with exclusive_writer(out):
+                pass
+        with exclusive_writer(tmp_path / "other.jsonl"):  # another shard's file is free
+            pass
+    with exclusive_writer(out):  # released on exit
+        pass
+
+
+def test_the_cli_refuses_a_bad_shard_and_a_busy_output(tmp_path):
+    from dlite_hf.cli import main
+    from dlite_hf.rows import exclusive_writer
+
+    prompts = write_jsonl(_prompts(1), tmp_path / "p.jsonl")
+    out = tmp_path / "o.jsonl"
+    base = ["regenerate", "--prompts", str(prompts), "--out", str(out)]
+    with pytest.raises(SystemExit, match=r"--shard '2/2' is invalid: expected I/N with 0 <= I < N"):
+        main([*base, "--shard", "2/2"])
+    with exclusive_writer(out), pytest.raises(SystemExit, match=r"regenerate: Another process is writing"):
+        main(base)

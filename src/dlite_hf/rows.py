@@ -6,15 +6,25 @@ ids of a chat prompt all go through here.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["chat_prompt_ids", "completed_ids", "read_jsonl", "token_ids", "write_jsonl"]
+__all__ = [
+    "chat_prompt_ids",
+    "completed_ids",
+    "OutputBusyError",
+    "exclusive_writer",
+    "read_jsonl",
+    "token_ids",
+    "write_jsonl",
+]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -71,6 +81,31 @@ def completed_ids(out_path: Path) -> set[str]:
         with open(out_path, "r+b") as handle:
             handle.truncate(keep)
     return ids
+
+
+class OutputBusyError(RuntimeError):
+    """Another process holds the output file's lock (`exclusive_writer`)."""
+
+
+@contextmanager
+def exclusive_writer(out_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `out_path`'s rows while a job appends to them (`<out>.lock`, released on exit, a
+    crash or a kill). Raises `OutputBusyError` when another process holds it: two jobs appending to one file would tear
+    each other's lines, so each worker (`regenerate --shard I/N`) needs its own output file."""
+    lock_path = Path(out_path).with_suffix(".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputBusyError(
+                f"Another process is writing {out_path} (it holds {lock_path}); wait for it or stop it, or give this "
+                "job its own output file (e.g. one --out per --shard I/N)."
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def token_ids(encoded: Any) -> list[int]:

@@ -11,3 +11,11 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard I/N` as `(I, N)`; exits saying what is expected unless 0 <= I < N."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise SystemExit(f"--shard {text!r} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2 (two workers).")
+    return int(index), int(count)

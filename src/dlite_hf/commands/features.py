@@ -14,6 +14,7 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
+from .common import parse_shard
 
 
 def cmd_features(args: argparse.Namespace) -> int:
@@ -26,7 +27,7 @@ def cmd_features(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value < 1:
             raise SystemExit(f"--{name.replace('_', '-')} {value} is invalid: expected an integer >= 1.")
-    shard = _parse_shard(args.shard)
+    shard = parse_shard(args.shard)
     drafter = AutoConfig.from_pretrained(args.drafter, trust_remote_code=True)
     if getattr(drafter, "history_window", 0) != 0:
         raise SystemExit(
@@ -45,13 +46,6 @@ def cmd_features(args: argparse.Namespace) -> int:
         raise SystemExit(f"dlite-hf features: {error}") from None
     print(json.dumps(result))
     return 0
-
-
-def _parse_shard(text: str) -> tuple[int, int]:
-    index, _, count = text.partition("/")
-    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
-        raise SystemExit(f"--shard {text!r} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2 (two workers).")
-    return int(index), int(count)
 
 
 def add_features_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES
-from .common import set_threads
+from .common import parse_shard, set_threads
 
 
 def _regen_device(name: str):
@@ -43,10 +44,9 @@ def _shipped_ids(folder: str | None) -> frozenset[str]:
 
 def cmd_regenerate(args: argparse.Namespace) -> int:
 
-    from ..assets import open_target
     from ..data.mix import training_mix
-    from ..rows import read_jsonl, write_jsonl
-    from ..training.regenerate import regenerate
+    from ..rows import OutputBusyError, exclusive_writer, read_jsonl, write_jsonl
+    from ..training.regenerate import shard_prompts
 
     if args.limit is not None and args.limit < 1:
         raise SystemExit(
@@ -62,6 +62,9 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     prompts = read_jsonl(args.prompts)
     if args.limit is not None:
         prompts = prompts[: args.limit]
+    index, count = parse_shard(args.shard)
+    if count > 1:
+        prompts = shard_prompts(prompts, index, count)
     if args.samples < 0:
         raise SystemExit(
             f"--samples {args.samples} is invalid: expected 0 (greedy) or a number of samples per prompt."
@@ -69,6 +72,17 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     if args.batch_size is not None and args.batch_size < 1:
         raise SystemExit(f"--batch-size {args.batch_size} is invalid: expected a positive number.")
     shipped = _shipped_ids(args.skip_dataset)
+    try:
+        with exclusive_writer(Path(args.out)):
+            return _run_engine(args, prompts, shipped, device)
+    except OutputBusyError as error:
+        raise SystemExit(f"dlite-hf regenerate: {error}") from None
+
+
+def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str], device: Any) -> int:
+    from ..assets import open_target
+    from ..training.regenerate import regenerate
+
     if args.engine == "vllm":
         return _regenerate_vllm(args, prompts, shipped)
     if args.samples > 1:
@@ -144,6 +158,12 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument("--out", required=True)
     regen.add_argument("--per-workload", type=int, default=160, help="training-mix prompts per workload")
     regen.add_argument("--limit", type=int, default=None)
+    regen.add_argument(
+        "--shard",
+        default="0/1",
+        help="I/N: only the prompts whose id hashes to I mod N, so N workers (one core each, each with its own --out) "
+        "answer disjoint prompts; export each worker's rows",
+    )
     regen.add_argument(
         "--skip-dataset",
         default=None,

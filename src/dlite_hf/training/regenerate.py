@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import torch
 
 from ..rows import chat_prompt_ids, completed_ids
 
-__all__ = ["pending_prompts", "regenerate"]
+__all__ = ["pending_prompts", "regenerate", "shard_prompts"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,15 @@ def pending_prompts(
             continue
         todo.append((prompt["id"], ids, prompt.get("workload")))
     return todo, skipped
+
+
+def shard_prompts(prompts: list[dict[str, Any]], index: int, count: int) -> list[dict[str, Any]]:
+    """The prompts of shard `index` of `count`: those whose id's CRC-32 is `index` mod `count`. The split depends on
+    the ids alone (not on the file's order or on what is done), so N workers, each appending to its own output file,
+    answer disjoint prompts across any number of resumes. Raises `ValueError` unless 0 <= index < count."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2.")
+    return [p for p in prompts if zlib.crc32(p["id"].encode("utf-8")) % count == index]
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
