@@ -161,6 +161,16 @@ def load_engine(method: str, target: str, dtype: str, max_seqs: int, memory: flo
     return LLMEngine.from_engine_args(args, stat_loggers=[tally.factory]), tally
 
 
+def write_results(path: Path | None, meta: dict, results: list[dict]) -> None:
+    """Write the results so far (`meta["finished"]` False until the last cell) through a temporary file, so that a
+    kill leaves either the previous version or this one."""
+    if path is None:
+        return
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+    partial.replace(path)
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -306,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         run_workload(*engines[method], by_workload[workloads[0]][:2], 2, 16)  # warm-up
         load_s[method] = time.perf_counter() - begin
         print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)
+    meta = {
+        "command": "benchmarks/serve_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+        "dtype": args.dtype, "max_tokens": args.max_tokens, "load_s": load_s, "prompts": data["meta"],
+    }  # fmt: skip
     results = []
     for level in levels:
         wanted = per_level.get(level, level)
@@ -319,13 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(row)
                 shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items() if k != "latencies"}
                 print(json.dumps(shown), flush=True)
-    meta = {
-        "command": "benchmarks/serve_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
-        "dtype": args.dtype, "max_tokens": args.max_tokens, "load_s": load_s, "prompts": data["meta"],
-    }  # fmt: skip
-    if args.out is not None:
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
+            write_results(args.out, {**meta, "finished": False}, results)  # a kill keeps every finished cell
+    write_results(args.out, {**meta, "finished": True}, results)
     print(report(results))
     if args.plot:
         plot(results, args.plot)

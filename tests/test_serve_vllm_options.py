@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -35,3 +36,14 @@ def test_bad_concurrency_is_refused_before_any_engine_loads(tmp_path):
     prompts.write_text('{"meta": {"target": "t"}, "prompts": []}')
     with pytest.raises(SystemExit, match=r"--concurrency '1,four': expected integers"):
         serve_vllm.main(["--prompts", str(prompts), "--methods", "plain", "--concurrency", "1,four"])
+
+
+def test_results_are_written_whole_after_every_cell(tmp_path):
+    out = tmp_path / "serve.json"
+    serve_vllm.write_results(out, {"finished": False}, [{"method": "plain"}])
+    first = json.loads(out.read_text())
+    assert first == {"meta": {"finished": False}, "results": [{"method": "plain"}]}
+    serve_vllm.write_results(out, {"finished": True}, [{"method": "plain"}, {"method": "dlite"}])
+    assert json.loads(out.read_text())["meta"]["finished"] is True
+    assert [p.name for p in tmp_path.iterdir()] == ["serve.json"]  # no temporary file left behind
+    serve_vllm.write_results(None, {}, [])  # no --out: nothing written
