@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 OOD = ("legal", "clinical", "long")
-IN_DOMAIN = ("chat", "code", "math", "tool", "news", "writing", "story_qa", "dialogue_qa", "policy_agent",
+MEANS = ("mean_tau_ood", "mean_tau_in_domain")  # either is None when no workload of its kind was replayed
+IN_DOMAIN = ("chat", "code", "math", "tool", "agentic", "news", "writing", "story_qa", "dialogue_qa", "policy_agent",
              "reasoning", "code_tasks", "manpages")  # fmt: skip
 
 
@@ -133,10 +134,8 @@ def main() -> None:
         summary = summarise(rows[name], out_of_domain=OOD)
         result["drafters"][name] = {"folder": folder, **summary, "replay_seconds": seconds[name], "rows": rows[name]}
         tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
-        print(
-            f"{name}: OOD {summary['mean_tau_ood']:.3f}  in-domain {summary['mean_tau_in_domain']:.3f}  | {tau}",
-            flush=True,
-        )
+        means = {k: "n/a" if summary[k] is None else f"{summary[k]:.3f}" for k in MEANS}
+        print(f"{name}: OOD {means['mean_tau_ood']}  in-domain {means['mean_tau_in_domain']}  | {tau}", flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
