@@ -16,6 +16,9 @@ mkdir -p "$WORK/regen"
 [ -f "$WORK/mix/mix.json" ] || "$DLITE" mix build --out "$WORK/mix" --prompts-per-domain "$PER_DOMAIN" --texts-per-domain 500 --seed 0
 # greedy and sampled rows in stages, so that both kinds grow from the first session on: greedy answers to the first
 # 8,192 prompts, one sampled answer (temperature 0.7, top-p 0.9) to the first 2,048, then greedy and sampled for all.
+# TOP_P: the sampled rows' nucleus (each row records its own). 1.0 from 2026-12-05 on: with top-p 0.9 a sampled worker
+# spent 49% of its time in vLLM's CPU top-p (a sort of the 49,152-id vocabulary per row per step; py-spy, 20 s) and
+# wrote 100 tokens/s against greedy's 320 on the same core; the drafter learns the target's full distribution anyway.
 # Each stage resumes where a kill left it; a finished stage is a no-op (its worker exits before loading vLLM).
 # WORKERS=N runs N vLLM workers at once, one core each (VLLM_CPU_OMP_THREADS_BIND and taskset), on disjoint shards
 # of the prompts (`--shard I/N`, by id), each appending to its own file (greedy.s0of2.jsonl, ...); export each.
@@ -33,7 +36,7 @@ sampled() {
   local i=$1; shift
   "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$(rows_file sampled "$i")" \
     --shard "$i/$WORKERS" --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 1 \
-    --samples 1 --temperature 0.7 --top-p 0.9 --skip-dataset "$DATASET" "$@"
+    --samples 1 --temperature 0.7 --top-p "${TOP_P:-1.0}" --skip-dataset "$DATASET" "$@"
 }
 stage() {  # kind, then extra options: every worker on its core; the stage ends when all have
   local kind=$1; shift
