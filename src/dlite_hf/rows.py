@@ -6,7 +6,6 @@ ids of a chat prompt all go through here.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -92,6 +91,8 @@ def exclusive_writer(out_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `out_path`'s rows while a job appends to them (`<out>.lock`, released on exit, a
     crash or a kill). Raises `OutputBusyError` when another process holds it: two jobs appending to one file would tear
     each other's lines, so each worker (`regenerate --shard I/N`) needs its own output file."""
+    import fcntl  # POSIX: imported here so that the rest of this module imports anywhere
+
     lock_path = Path(out_path).with_suffix(".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w", encoding="utf-8") as handle:
