@@ -19,10 +19,14 @@ mkdir -p "$WORK/regen"
 # TOP_P: the sampled rows' nucleus (each row records its own). 1.0 from 2026-12-05 on: with top-p 0.9 a sampled worker
 # spent 49% of its time in vLLM's CPU top-p (a sort of the 49,152-id vocabulary per row per step; py-spy, 20 s) and
 # wrote 100 tokens/s against greedy's 320 on the same core; the drafter learns the target's full distribution anyway.
-# Each stage resumes where a kill left it; a finished stage is a no-op (its worker exits before loading vLLM).
+# Each stage resumes where a kill left it; a finished stage is skipped (a marker under $WORK/regen).
 # WORKERS=N runs N vLLM workers at once, one core each (VLLM_CPU_OMP_THREADS_BIND and taskset), on disjoint shards
 # of the prompts (`--shard I/N`, by id), each appending to its own file (greedy.s0of2.jsonl, ...); export each.
 WORKERS=${WORKERS:-1}
+TOP_P=${TOP_P:-1.0}
+if ! [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "WORKERS=$WORKERS: expected a positive number of vLLM workers (one core each), e.g. WORKERS=2" >&2; exit 2
+fi
 rows_file() {  # kind, shard index
   if [ "$WORKERS" = 1 ]; then echo "$WORK/regen/$1.jsonl"; else echo "$WORK/regen/$1.s$2of$WORKERS.jsonl"; fi
 }
@@ -36,10 +40,15 @@ sampled() {
   local i=$1; shift
   "$DLITE" regenerate --engine vllm --prompts "$WORK/mix/prompts.jsonl" --out "$(rows_file sampled "$i")" \
     --shard "$i/$WORKERS" --dtype bfloat16 --max-new-tokens "$MAX_NEW" --max-prompt-tokens "$MAX_PROMPT" --seed 1 \
-    --samples 1 --temperature 0.7 --top-p "${TOP_P:-1.0}" --skip-dataset "$DATASET" "$@"
+    --samples 1 --temperature 0.7 --top-p "$TOP_P" --skip-dataset "$DATASET" "$@"
 }
 stage() {  # kind, then extra options: every worker on its core; the stage ends when all have
   local kind=$1; shift
+  # a stage whose workers all finished is marked, so that a restart skips it without reading the shipped shards and
+  # tokenizing the mix again (about a minute a stage); a killed or failed stage is not marked and resumes
+  local marker
+  marker="$WORK/regen/.done-$kind$(printf '%s' "$*" | tr -c 'A-Za-z0-9' '_')-w$WORKERS"
+  if [ -f "$marker" ]; then echo "stage $kind $*: done before ($marker)"; return 0; fi
   local pids=() i
   for ((i = 0; i < WORKERS; i++)); do
     if [ "$WORKERS" = 1 ]; then
@@ -49,7 +58,8 @@ stage() {  # kind, then extra options: every worker on its core; the stage ends 
     fi
     pids+=($!)
   done
-  for i in "${pids[@]}"; do wait "$i"; done
+  for i in "${pids[@]}"; do wait "$i"; done  # set -e: a worker's failure ends the script here, unmarked
+  touch "$marker"
 }
 stage greedy --limit 8192
 stage sampled --limit 2048

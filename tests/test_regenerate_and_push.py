@@ -11,7 +11,7 @@ from tiny_models import make_drafter, make_tiny_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
-from dlite_hf.rows import completed_ids, read_jsonl
+from dlite_hf.rows import OutputBusyError, completed_ids, exclusive_writer, read_jsonl
 from dlite_hf.training.arguments import DLiteTrainingArguments
 from dlite_hf.training.data import RegeneratedDataset
 from dlite_hf.training.regenerate import regenerate
@@ -81,6 +81,18 @@ def test_regenerate_leaves_out_rows_already_shipped(tiny_chat_target, tmp_path):
     out = tmp_path / "regen.jsonl"
     regenerate(model, tokenizer, _prompts(3), out, max_new_tokens=4, batch_size=2, progress=False, skip_ids={"p1"})
     assert sorted(row["id"] for row in read_jsonl(out)) == ["p0", "p2"]
+
+
+def test_regenerate_locks_its_output(tiny_chat_target, tmp_path):
+    """Two jobs appending to one file would tear each other's lines: while one holds the rows, the library function
+    refuses (not only the CLI) and leaves the rows alone; once it is released, the job runs."""
+    model, tokenizer = tiny_chat_target
+    out = tmp_path / "regen.jsonl"
+    with exclusive_writer(out), pytest.raises(OutputBusyError, match=r"Another process is writing .*regen.jsonl"):
+        regenerate(model, tokenizer, _prompts(2), out, max_new_tokens=4, progress=False)
+    assert not out.exists()
+    regenerate(model, tokenizer, _prompts(2), out, max_new_tokens=4, progress=False)
+    assert len(read_jsonl(out)) == 2
 
 
 def test_regenerated_response_equals_the_targets_greedy_output(tiny_chat_target, tmp_path):
@@ -196,6 +208,8 @@ def test_regenerate_command_writes_the_libraries_rows_and_checks_its_device(tiny
 
     with pytest.raises(SystemExit, match="not a torch device"):
         main([*common, "--out", str(tmp_path / "x.jsonl"), "--device", "gpu0"])
+    with exclusive_writer(tmp_path / "cli.jsonl"), pytest.raises(SystemExit, match="regenerate: Another process"):
+        main([*common, "--out", str(tmp_path / "cli.jsonl"), "--device", "cpu"])  # another job holds its rows
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="no CUDA GPU"):
             main([*common, "--out", str(tmp_path / "x.jsonl"), "--device", "cuda"])

@@ -65,6 +65,9 @@ def test_the_cli_refuses_bad_sampling_options(tmp_path):
         main([*base, "--samples", "-1"])
     with pytest.raises(SystemExit, match=r"--samples 3 needs --engine vllm"):
         main([*base, "--samples", "3", "--engine", "transformers"])
+    for option in (["--top-p", "0"], ["--top-p", "1.5"], ["--temperature", "0"]):
+        with pytest.raises(SystemExit, match=r"sampling needs a temperature above 0 and a top-p in \(0, 1\]"):
+            main([*base, "--samples", "1", *option])
 
 
 def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
@@ -121,14 +124,55 @@ def test_a_second_job_on_the_same_output_is_refused_until_the_first_ends(tmp_pat
         pass
 
 
-def test_the_cli_refuses_a_bad_shard_and_a_busy_output(tmp_path):
+def test_the_cli_refuses_a_bad_shard(tmp_path):
     from dlite_hf.cli import main
-    from dlite_hf.rows import exclusive_writer
 
     prompts = write_jsonl(_prompts(1), tmp_path / "p.jsonl")
-    out = tmp_path / "o.jsonl"
-    base = ["regenerate", "--prompts", str(prompts), "--out", str(out)]
+    base = ["regenerate", "--prompts", str(prompts), "--out", str(tmp_path / "o.jsonl")]
     with pytest.raises(SystemExit, match=r"--shard '2/2' is invalid: expected I/N with 0 <= I < N"):
         main([*base, "--shard", "2/2"])
-    with exclusive_writer(out), pytest.raises(SystemExit, match=r"regenerate: Another process is writing"):
-        main(base)
+
+
+def test_regenerate_vllm_locks_its_output(tmp_path):
+    """The library function takes the lock (not only the CLI): a second job on the same rows is refused before it
+    writes a job file or starts a worker, and the first job's rows stay as they were."""
+    from dlite_hf.rows import OutputBusyError, exclusive_writer
+
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"id": "p0", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_tokens": 1}\n{"id": "p1", "in')
+    before = out.read_text()
+    with exclusive_writer(out), pytest.raises(OutputBusyError, match=r"Another process is writing .*out.jsonl"):
+        rv.regenerate_vllm(tmp_path, _Tokenizer(), _prompts(3), out, python=sys.executable)
+    assert out.read_text() == before  # not even the torn line was cut: that is the running job's to do
+    assert not out.with_suffix(".job.jsonl").exists()
+
+
+def _run_mix_script(tmp_path, fail_on=None):
+    """`scripts/regenerate_mix.sh` with a stand-in for `dlite-hf` that logs each call (and fails on `fail_on`)."""
+    import subprocess
+
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "dlite-hf"
+    fail = f'case "$*" in *"{fail_on}"*) exit 3;; esac' if fail_on else ""
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n{fail}\n')
+    fake.chmod(0o755)
+    (tmp_path / "work" / "mix").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "work" / "mix" / "mix.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "DLITE": str(fake), "DLITE_WORK": str(tmp_path / "work"), "WORKERS": "1"}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "regenerate_mix.sh"
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    calls = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return result, calls
+
+
+def test_the_mix_script_skips_finished_stages_and_resumes_a_failed_one(tmp_path):
+    result, calls = _run_mix_script(tmp_path, fail_on="--seed 1 --samples 1 --temperature 0.7 --top-p 1.0 --skip")
+    assert result.returncode != 0 and len(calls) == 2  # greedy --limit 8192 ran, then the first sampled stage failed
+    assert "--limit 8192" in calls[0] and "--samples 1" in calls[1] and "--top-p 1.0" in calls[1]
+    result, calls = _run_mix_script(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(calls) == 3 and all("--samples 1" in c or "--limit" not in c for c in calls)  # greedy 8192 skipped
+    assert "done before" in result.stdout
+    result, calls = _run_mix_script(tmp_path)
+    assert result.returncode == 0 and calls == []  # every stage finished: nothing is started again

@@ -45,7 +45,7 @@ def _shipped_ids(folder: str | None) -> frozenset[str]:
 def cmd_regenerate(args: argparse.Namespace) -> int:
 
     from ..data.mix import training_mix
-    from ..rows import OutputBusyError, exclusive_writer, read_jsonl, write_jsonl
+    from ..rows import OutputBusyError, read_jsonl, write_jsonl
     from ..training.regenerate import shard_prompts
 
     if args.limit is not None and args.limit < 1:
@@ -69,12 +69,16 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"--samples {args.samples} is invalid: expected 0 (greedy) or a number of samples per prompt."
         )
+    if (args.samples or args.do_sample) and not (args.temperature > 0 and 0 < args.top_p <= 1):
+        raise SystemExit(
+            f"--temperature {args.temperature} --top-p {args.top_p}: sampling needs a temperature above 0 and a top-p "
+            "in (0, 1] (1.0 keeps the whole distribution); use --samples 0 without --do-sample for greedy rows."
+        )
     if args.batch_size is not None and args.batch_size < 1:
         raise SystemExit(f"--batch-size {args.batch_size} is invalid: expected a positive number.")
     shipped = _shipped_ids(args.skip_dataset)
-    try:
-        with exclusive_writer(Path(args.out)):
-            return _run_engine(args, prompts, shipped, device)
+    try:  # the library functions lock --out while they append to it
+        return _run_engine(args, prompts, shipped, device)
     except OutputBusyError as error:
         raise SystemExit(f"dlite-hf regenerate: {error}") from None
 

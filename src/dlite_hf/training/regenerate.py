@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..rows import chat_prompt_ids, completed_ids
+from ..rows import chat_prompt_ids, completed_ids, exclusive_writer
 
 __all__ = ["pending_prompts", "regenerate", "shard_prompts"]
 
@@ -90,7 +90,8 @@ def regenerate(
 
     Prompts longer than `max_prompt_tokens` are skipped (counted in the result), and so are those whose id is in
     `skip_ids` (rows already shipped in the dataset, see `--skip-dataset`). Batches are formed from prompts of
-    similar length (left padding) to keep padding small.
+    similar length (left padding) to keep padding small. `out_path` is locked while rows are appended
+    (`rows.exclusive_writer`): a second job on the same file raises `OutputBusyError`.
     """
     if batch_size < 1 or max_new_tokens < 1 or max_prompt_tokens < 1:
         raise ValueError(
@@ -99,61 +100,69 @@ def regenerate(
         )
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    done = completed_ids(out_path) | set(skip_ids)
-    todo, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens)
-    todo.sort(key=lambda item: len(item[1]))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    eos_ids = _eos_ids(model)
-    model.eval()
-    written = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    with exclusive_writer(out_path):
+        done = completed_ids(out_path) | set(skip_ids)
+        todo, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens)
+        todo.sort(key=lambda item: len(item[1]))
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        sampling = {"temperature": temperature, "top_p": top_p} if do_sample else {}  # empty: greedy
+        model.eval()
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
-    generator_seed = seed
-    with open(out_path, "a", encoding="utf-8") as handle:
-        for batch in _batches(todo, batch_size):
-            width = max(len(ids) for _, ids, _ in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (_, ids, _) in enumerate(batch):
-                input_ids[row, width - len(ids) :] = torch.tensor(ids)
-                attention[row, width - len(ids) :] = 1
-            torch.manual_seed(generator_seed)
-            generator_seed += 1
-            kwargs = {"temperature": temperature, "top_p": top_p} if do_sample else {}
-            output = model.generate(
-                input_ids=input_ids.to(model.device),
-                attention_mask=attention.to(model.device),
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                pad_token_id=pad_id,
-                **kwargs,
-            )
-            lines = []
-            for row, (prompt_id, ids, workload) in enumerate(batch):
-                response = output[row, width:].tolist()
-                finished = False
-                for position, token in enumerate(response):
-                    if token in eos_ids:
-                        response, finished = response[: position + 1], True
-                        break
-                record = {
-                    "id": prompt_id,
-                    "workload": workload,
-                    "input_ids": ids + response,
-                    "loss_mask": [0] * len(ids) + [1] * len(response),
-                    "prompt_tokens": len(ids),
-                    "finished": finished,
-                }
-                lines.append(json.dumps(record, separators=(",", ":")) + "\n")
-            handle.write("".join(lines))
-            handle.flush()
-            os.fsync(handle.fileno())
-            written += len(batch)
-            if bar is not None:
-                bar.update(len(batch))
-    if bar is not None:
-        bar.close()
-    return {"written": written, "already_done": len(done & {p["id"] for p in prompts}), "skipped_too_long": skipped}
+            bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
+        with open(out_path, "a", encoding="utf-8") as handle:
+            for number, batch in enumerate(_batches(todo, batch_size)):
+                torch.manual_seed(seed + number)
+                rows = _answer(model, batch, pad_id, max_new_tokens, sampling)
+                handle.write("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows))
+                handle.flush()
+                os.fsync(handle.fileno())
+                if bar is not None:
+                    bar.update(len(batch))
+        if bar is not None:
+            bar.close()
+    already = len(done & {p["id"] for p in prompts})
+    return {"written": len(todo), "already_done": already, "skipped_too_long": skipped}
+
+
+def _answer(
+    model: Any, batch: list[tuple[str, list[int], str | None]], pad_id: int, max_new_tokens: int, sampling: dict
+) -> list[dict[str, Any]]:
+    """One `generate()` call over `batch` (left-padded to its longest prompt); its rows, each response cut after the
+    first end-of-sequence token (`finished`) or at `max_new_tokens`."""
+    width = max(len(ids) for _, ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (_, ids, _) in enumerate(batch):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention[row, width - len(ids) :] = 1
+    output = model.generate(
+        input_ids=input_ids.to(model.device),
+        attention_mask=attention.to(model.device),
+        max_new_tokens=max_new_tokens,
+        do_sample=bool(sampling),
+        pad_token_id=pad_id,
+        **sampling,
+    )
+    eos_ids = _eos_ids(model)
+    rows = []
+    for row, (prompt_id, ids, workload) in enumerate(batch):
+        response = output[row, width:].tolist()
+        finished = False
+        for position, token in enumerate(response):
+            if token in eos_ids:
+                response, finished = response[: position + 1], True
+                break
+        rows.append(
+            {
+                "id": prompt_id,
+                "workload": workload,
+                "input_ids": ids + response,
+                "loss_mask": [0] * len(ids) + [1] * len(response),
+                "prompt_tokens": len(ids),
+                "finished": finished,
+            }
+        )
+    return rows

@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ..rows import completed_ids
+from ..rows import completed_ids, exclusive_writer
 from .regenerate import pending_prompts
 from .vllm_worker import require_python, run_worker
 
@@ -44,7 +44,8 @@ def regenerate_vllm(
     `samples` = 0 is greedy; N > 0 writes N sampled responses per prompt (ids `<id>#0` .. `<id>#N-1`).
     `shuffle` orders the job by a seeded shuffle, so every finished chunk covers every domain of the mix.
     Row ids in `skip_ids` count as done (rows already shipped in the dataset: a fresh machine extends it without
-    regenerating them).
+    regenerating them). `out_path` is locked while the job runs (`rows.exclusive_writer`): a second job on the same
+    file raises `OutputBusyError` (each `--shard I/N` worker needs its own file).
     """
     python = require_python(
         python, "`--engine vllm` runs vLLM in an environment of its own; or use --engine transformers"
@@ -56,49 +57,51 @@ def regenerate_vllm(
         )
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    done = completed_ids(out_path)
-    shipped = set(skip_ids) - done
-    done |= shipped
-    pending, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens, "{id}#0" if samples else "{id}")
-    todo = [{"id": i, "workload": workload, "prompt_ids": ids} for i, ids, workload in pending]
-    if shuffle:
-        random.Random(seed).shuffle(todo)
-    job = out_path.with_suffix(".job.jsonl")
-    summary_path = out_path.with_suffix(".summary.json")
-    with open(job, "w", encoding="utf-8") as handle:
-        for row in todo:
-            handle.write(json.dumps(row, separators=(",", ":")) + "\n")
-    command = [
-        str(python),
-        "-m",
-        "dlite_hf_vllm.regenerate",
-        "--model",
-        str(model_dir),
-        "--job",
-        str(job),
-        "--out",
-        str(out_path),
-        "--dtype",
-        dtype,
-        "--max-new-tokens",
-        str(max_new_tokens),
-        "--max-model-len",
-        str(max_prompt_tokens + max_new_tokens),
-        "--chunk",
-        str(chunk),
-        "--samples",
-        str(samples),
-        "--temperature",
-        str(temperature),
-        "--top-p",
-        str(top_p),
-        "--seed",
-        str(seed),
-        "--summary",
-        str(summary_path),
-    ]
-    summary = run_worker(command, summary_path, "worker", "Rows")
-    job.unlink(missing_ok=True)
+    with exclusive_writer(out_path):  # the rows, the job file and the summary are this job's until it ends
+        done = completed_ids(out_path)
+        shipped = set(skip_ids) - done
+        done |= shipped
+        first_id = "{id}#0" if samples else "{id}"
+        pending, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens, first_id)
+        todo = [{"id": i, "workload": workload, "prompt_ids": ids} for i, ids, workload in pending]
+        if shuffle:
+            random.Random(seed).shuffle(todo)
+        job = out_path.with_suffix(".job.jsonl")
+        summary_path = out_path.with_suffix(".summary.json")
+        with open(job, "w", encoding="utf-8") as handle:
+            for row in todo:
+                handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+        command = [
+            str(python),
+            "-m",
+            "dlite_hf_vllm.regenerate",
+            "--model",
+            str(model_dir),
+            "--job",
+            str(job),
+            "--out",
+            str(out_path),
+            "--dtype",
+            dtype,
+            "--max-new-tokens",
+            str(max_new_tokens),
+            "--max-model-len",
+            str(max_prompt_tokens + max_new_tokens),
+            "--chunk",
+            str(chunk),
+            "--samples",
+            str(samples),
+            "--temperature",
+            str(temperature),
+            "--top-p",
+            str(top_p),
+            "--seed",
+            str(seed),
+            "--summary",
+            str(summary_path),
+        ]
+        summary = run_worker(command, summary_path, "worker", "Rows")
+        job.unlink(missing_ok=True)
     return {
         **summary,
         "already_done": len(done) - len(shipped),
