@@ -7,7 +7,10 @@ no row is dropped (the largest domain is repeated once, the others more).
 
 A row's domain is its ``workload`` field. Repeats are whole rows (a domain's multiplier m gives each of its rows
 floor(m) copies and one more with probability frac(m), seeded), so a feature cache filled for the rows serves the
-rebalanced file too. The before/after table goes to stdout."""
+rebalanced file too. The before/after table goes to stdout.
+
+`--order-after DONE` orders instead (`balanced_order`): the rows not in DONE, once each, so that a feature pass over
+them stopped at any point leaves the cache balanced."""
 
 from __future__ import annotations
 
@@ -44,12 +47,41 @@ def rebalance(rows: list[dict], power: float, seed: int = 0) -> list[dict]:
     return out
 
 
+def balanced_order(rows: list[dict], power: float, done: list[dict] = ()) -> list[dict]:
+    """`rows` once each, ordered so that every prefix's response tokens, added to those of `done` (rows already
+    served, e.g. already in a feature cache), split across domains as ``tokens ** power`` of the whole: a feature pass
+    over the result that is stopped at any point has filled the cache as evenly as the domains allow. Within a domain
+    the rows keep their order."""
+    total, used = Counter(), Counter()
+    for row in done:
+        used[row["workload"]] += sum(row["loss_mask"])
+    total.update(used)
+    for row in rows:
+        total[row["workload"]] += sum(row["loss_mask"])
+    if any(t <= 0 for t in total.values()):
+        raise ValueError(f"every domain needs response tokens > 0, got {dict(total)}.")
+    share = {w: t**power for w, t in total.items()}
+    keyed = []
+    for index, row in enumerate(rows):
+        domain = row["workload"]
+        keyed.append((used[domain] / share[domain], index, row))  # where this row's domain is, measured in its share
+        used[domain] += sum(row["loss_mask"])
+    return [row for _, _, row in sorted(keyed, key=lambda item: item[:2])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--power", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--order-after",
+        metavar="DONE",
+        default=None,
+        help="instead of repeating rows: write the rows not in DONE (a rows file, e.g. the cached ones) once each, in "
+        "an order whose every prefix, with DONE, is balanced (a feature pass to stop at any time)",
+    )
     args = parser.parse_args()
     rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
     missing = [i for i, row in enumerate(rows) if "workload" not in row or "loss_mask" not in row]
@@ -57,7 +89,13 @@ def main() -> None:
         raise SystemExit(
             f"--rows {args.rows}: rows {missing[:5]} have no workload/loss_mask (rows of dlite-hf regenerate)."
         )
-    out = rebalance(rows, args.power, args.seed)
+    if args.order_after is not None:
+        done = [json.loads(line) for line in Path(args.order_after).read_text().splitlines() if line.strip()]
+        done_ids = {row["id"] for row in done}
+        out = balanced_order([row for row in rows if row["id"] not in done_ids], args.power, done)
+        rows = done + out  # the table below: the cache once all of the output is added
+    else:
+        out = rebalance(rows, args.power, args.seed)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in out))
     before, after = Counter(), Counter()

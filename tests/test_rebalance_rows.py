@@ -67,3 +67,21 @@ def test_cli_writes_the_rows_and_refuses_rows_without_a_workload(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode != 0 and "no workload/loss_mask" in bad.stderr
+
+
+def test_balanced_order_keeps_every_row_once_and_balances_every_prefix():
+    rows = _rows({"big": 400, "mid": 100, "small": 25})  # 10 response tokens a row
+    done = [{**row, "id": f"done/{row['id']}"} for row in _rows({"mid": 50})]
+    out = rebalance_rows.balanced_order(rows, 0.5, done)
+    assert sorted(row["id"] for row in out) == sorted(row["id"] for row in rows)
+    assert [r["id"] for r in out if r["workload"] == "big"] == [f"big/{i}" for i in range(400)]  # order kept
+    # whole: big 4,000 tokens, mid 1,500 (500 done), small 250; shares sqrt: 63.2, 38.7, 15.8. mid's done tokens put
+    # it at 500 / 38.7 = 12.9 shares, so the rows before its first are big's 0..81 (10 i / 63.2 < 12.9) and
+    # small's 0..20 (10 i / 15.8 < 12.9): 82 + 21
+    assert next(i for i, r in enumerate(out) if r["workload"] == "mid") == 103
+    share = {"big": 4000**0.5, "mid": 1500**0.5, "small": 250**0.5}
+    used, whole = {"big": 0, "mid": 500, "small": 0}, {"big": 4000, "mid": 1500, "small": 250}
+    for index, row in enumerate(out):  # from there on no domain with rows left runs ahead by more than a row
+        used[row["workload"]] += 10
+        level = [used[w] / share[w] for w in share if used[w] < whole[w]]
+        assert index < 103 or not level or max(level) - min(level) <= 10 / share["small"] + 1e-9, index
