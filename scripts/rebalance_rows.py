@@ -93,11 +93,11 @@ def main() -> None:
         done = [json.loads(line) for line in Path(args.order_after).read_text().splitlines() if line.strip()]
         done_ids = {row["id"] for row in done}
         out = balanced_order([row for row in rows if row["id"] not in done_ids], args.power, done)
-        rows = done + out  # the table below: the cache once all of the output is added
-    else:
-        out = rebalance(rows, args.power, args.seed)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in out))
+        _write(out, args.out)
+        _order_table(done, out, args.power)
+        return
+    out = rebalance(rows, args.power, args.seed)
+    _write(out, args.out)
     before, after = Counter(), Counter()
     for source, counter in ((rows, before), (out, after)):
         for row in source:
@@ -109,6 +109,28 @@ def main() -> None:
             f"| {after[domain] / count:.2f} |"
         )
     print(f"{len(rows)} rows -> {len(out)} ({sum(after.values()):,} response tokens)")
+
+
+def _write(rows: list[dict], path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def _order_table(done: list[dict], out: list[dict], power: float) -> None:
+    """Per domain: the tokens already served, those the ordered file adds, and the shares once all are served."""
+    served, added = Counter(), Counter()
+    for source, counter in ((done, served), (out, added)):
+        for row in source:
+            counter[row["workload"]] += sum(row["loss_mask"])
+    whole = served + added
+    weight = {w: t**power for w, t in whole.items()}
+    print(f"| domain | done | to add | share of all | tokens^{power} share |\n|---|---:|---:|---:|---:|")
+    for domain, count in whole.most_common():
+        print(
+            f"| {domain} | {served[domain]:,} | {added[domain]:,} | {count / sum(whole.values()):.1%} "
+            f"| {weight[domain] / sum(weight.values()):.1%} |"
+        )
+    print(f"{len(done)} rows done, {len(out)} ordered ({sum(added.values()):,} response tokens)")
 
 
 if __name__ == "__main__":
