@@ -3,33 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
-
-
-def _prompt(vocab: int = 128, batch: int = 1, length: int = 5) -> torch.Tensor:
-    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
-
-
-def _target_with_hidden(hidden: int):
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=hidden,
-        intermediate_size=96,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=12,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval()
-    model.generation_config.eos_token_id = None
-    return model
-
 
 # ---------------------------------------------------------------------------------------------------------------------
 # command-line values refused before any model loads

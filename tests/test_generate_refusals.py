@@ -5,34 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import make_drafter, make_tiny_target
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_models import make_drafter, make_tiny_target, target_with_hidden, tiny_prompt
 
 FIX_HINT = "A drafter only works with the target it was trained on: load the matching drafter"
-
-
-def _prompt(vocab: int = 128, batch: int = 1, length: int = 5) -> torch.Tensor:
-    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
-
-
-def _target_with_hidden(hidden: int):
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=hidden,
-        intermediate_size=96,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=12,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval()
-    model.generation_config.eos_token_id = None
-    return model
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -41,7 +16,7 @@ def _target_with_hidden(hidden: int):
 
 MISMATCHES = {
     "layers": (lambda: make_tiny_target("qwen3", num_layers=6), ["6 layers", "4-layer target", "[0, 2, 3]"]),
-    "hidden": (lambda: _target_with_hidden(48), ["hidden size 48 (expected 64)"]),
+    "hidden": (lambda: target_with_hidden(48), ["hidden size 48 (expected 64)"]),
     "vocab": (lambda: make_tiny_target("qwen3", vocab_size=100), ["100 tokens (expected 128)"]),
 }
 
@@ -64,7 +39,7 @@ def test_wrong_target_via_generate(tiny_pair, kind):
     make_other, expected = MISMATCHES[kind]
     other = make_other()
     with pytest.raises(ValueError) as raised:
-        other.generate(_prompt(), max_new_tokens=3, do_sample=False, assistant_model=drafter)
+        other.generate(tiny_prompt(), max_new_tokens=3, do_sample=False, assistant_model=drafter)
     message = str(raised.value)
     for piece in ["trained for tiny", *expected, FIX_HINT]:
         assert piece in message, (piece, message)
@@ -75,14 +50,14 @@ def test_wrong_vocabulary_via_generate(tiny_pair):
     other = make_tiny_target("qwen3", vocab_size=100)
     # transformers' own vocabulary check runs before the candidate generator and asks for two tokenizers ...
     with pytest.raises(ValueError, match="different tokenizers"):
-        other.generate(_prompt(100), max_new_tokens=3, do_sample=False, assistant_model=drafter)
+        other.generate(tiny_prompt(100), max_new_tokens=3, do_sample=False, assistant_model=drafter)
 
     class Tokenizer:  # ... a user who follows that advice must then learn the real problem: the wrong target
         pass
 
     with pytest.raises(ValueError) as raised:
         other.generate(
-            _prompt(100),
+            tiny_prompt(100),
             max_new_tokens=3,
             do_sample=False,
             assistant_model=drafter,
@@ -102,7 +77,7 @@ def test_tokenizers_with_the_right_target_are_refused(tiny_pair):
     # same vocabulary: transformers refuses before the hook; either way the tokenizers are refused
     with pytest.raises(ValueError, match="omit `assistant_tokenizer`|Remove `assistant_tokenizer`"):
         target.generate(
-            _prompt(),
+            tiny_prompt(),
             max_new_tokens=3,
             do_sample=False,
             assistant_model=drafter,
@@ -118,7 +93,7 @@ def test_tokenizers_with_the_right_target_are_refused(tiny_pair):
 
 def test_batch_larger_than_one(tiny_pair):
     target, drafter = tiny_pair
-    ids = _prompt(batch=3)
+    ids = tiny_prompt(batch=3)
     with pytest.raises(ValueError) as raised:
         target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, assistant_model=drafter)
     message = str(raised.value)
@@ -132,7 +107,7 @@ def test_prompt_lookup_with_dlite_assistant_must_be_a_valid_cap(tiny_pair):
         tiny_pair  # prompt_lookup_num_tokens beside a DLite drafter is hybrid drafting (tests/test_hybrid.py)
     )
     with pytest.raises(ValueError) as raised:
-        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, prompt_lookup_num_tokens=-3)
+        target.generate(tiny_prompt(), max_new_tokens=3, assistant_model=drafter, prompt_lookup_num_tokens=-3)
     message = str(raised.value)
     assert "prompt_lookup_num_tokens=-3" in message and "hybrid drafting" in message, message
 
@@ -140,7 +115,7 @@ def test_prompt_lookup_with_dlite_assistant_must_be_a_valid_cap(tiny_pair):
 def test_speculation_type_with_dlite_assistant(tiny_pair):
     target, drafter = tiny_pair
     with pytest.raises(ValueError, match="speculation_type='dflash'"):
-        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, speculation_type="dflash")
+        target.generate(tiny_prompt(), max_new_tokens=3, assistant_model=drafter, speculation_type="dflash")
 
 
 @pytest.mark.parametrize("call", ["forward", "draft", "embed_tokens"])
@@ -181,14 +156,14 @@ def test_a_generate_that_raises_leaves_no_hooks_on_the_target(tiny_pair):
     for _ in range(3):
         try:
             target.generate(
-                _prompt(), max_new_tokens=8, do_sample=False, assistant_model=drafter,
+                tiny_prompt(), max_new_tokens=8, do_sample=False, assistant_model=drafter,
                 logits_processor=LogitsProcessorList([Fails()]),
             )  # fmt: skip
         except RuntimeError as error:
             kept.append(error)  # the traceback holds the generate() frames
         assert _forward_hooks(target) == before
     assert len(kept) == 3
-    target.generate(_prompt(), max_new_tokens=4, do_sample=False, assistant_model=drafter)
+    target.generate(tiny_prompt(), max_new_tokens=4, do_sample=False, assistant_model=drafter)
     assert _forward_hooks(target) == before  # and after a call that succeeded
 
 
@@ -201,7 +176,7 @@ def test_a_mode_that_would_ignore_the_drafter_is_refused(tiny_pair, options, mod
     target, drafter = tiny_pair
     drafter.last_generation_stats = None
     with pytest.raises(ValueError, match=f"drafts for greedy search and sampling only.*select {mode}.*num_beams=1"):
-        target.generate(_prompt(), max_new_tokens=4, assistant_model=drafter, **options)
+        target.generate(tiny_prompt(), max_new_tokens=4, assistant_model=drafter, **options)
     assert drafter.last_generation_stats is None  # nothing ran
     if "num_beams" in options:  # without the drafter: unchanged (contrastive search needs the Hub in transformers 5)
-        assert target.generate(_prompt(), max_new_tokens=4, **options).shape[1] == 9
+        assert target.generate(tiny_prompt(), max_new_tokens=4, **options).shape[1] == 9

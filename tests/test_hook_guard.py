@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tiny_models import tiny_prompt
 from transformers.generation.utils import GenerationMixin
 
 from dlite_hf.modeling import integration
@@ -14,30 +14,6 @@ from dlite_hf.modeling.integration import install_generate_hook
 
 def _hook_problem(method):
     return integration._signature_problem(method, integration._REQUIRED_PARAMETERS[integration._HOOKED_METHOD])
-
-
-def _prompt(vocab: int = 128, batch: int = 1, length: int = 5) -> torch.Tensor:
-    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
-
-
-def _target_with_hidden(hidden: int):
-    config = Qwen3Config(
-        vocab_size=128,
-        hidden_size=hidden,
-        intermediate_size=96,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=12,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).eval()
-    model.generation_config.eos_token_id = None
-    return model
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -76,7 +52,7 @@ def test_a_changed_method_is_left_alone_with_a_warning(monkeypatch, tiny_pair):
         assert install_generate_hook() is False
     assert "Every other generation mode works unchanged" in str(caught[0].message)
     assert GenerationMixin._get_candidate_generator is changed  # nothing was wrapped
-    ids = _prompt()
+    ids = tiny_prompt()
     assert target.generate(ids, max_new_tokens=3, do_sample=False).shape[1] == ids.shape[1] + 3  # plain still works
 
 
@@ -96,7 +72,7 @@ def test_a_new_optional_parameter_keeps_dlite_working(monkeypatch, tiny_pair):
 
     monkeypatch.setattr(GenerationMixin, integration._HOOKED_METHOD, newer)
     assert install_generate_hook() is True and GenerationMixin._get_candidate_generator._dlite_original is newer
-    ids = _prompt()
+    ids = tiny_prompt()
     plain = target.generate(ids, max_new_tokens=6, do_sample=False)
     assert torch.equal(target.generate(ids, max_new_tokens=6, do_sample=False, assistant_model=drafter), plain)
     assert drafter.last_generation_stats.rounds > 0  # the DLite generator ran
@@ -108,6 +84,6 @@ def test_a_new_optional_parameter_keeps_dlite_working(monkeypatch, tiny_pair):
 def test_transformers_own_self_drafting_is_not_pre_empted(tiny_pair, option):
     target, drafter = tiny_pair
     with pytest.raises(ValueError) as raised:
-        target.generate(_prompt(), max_new_tokens=3, assistant_model=drafter, **option)
+        target.generate(tiny_prompt(), max_new_tokens=3, assistant_model=drafter, **option)
     message = str(raised.value)
     assert f"{next(iter(option))}=" in message and "Pass one of them" in message, message

@@ -22,6 +22,8 @@ __all__ = [
     "make_drafter",
     "make_smollm_vocab_target",
     "make_tiny_target",
+    "target_with_hidden",
+    "tiny_prompt",
     "write_tiny_training_run",
 ]
 
@@ -56,6 +58,17 @@ def make_tiny_target(arch: str = "qwen3", seed: int = 0, vocab_size: int = 128, 
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = fields["pad_token_id"]
     return model
+
+
+def target_with_hidden(hidden: int):
+    """A seeded 4-layer Qwen3 target of width `hidden` (vocab 128, head_dim 12): pairs a drafter with a target of
+    another width, for the refusal tests."""
+    return make_tiny_target(hidden_size=hidden, intermediate_size=96, head_dim=12, max_position_embeddings=40960)
+
+
+def tiny_prompt(vocab: int = 128, batch: int = 1, length: int = 5) -> torch.Tensor:
+    """Seeded random prompt ids in [1, vocab)."""
+    return torch.randint(1, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
 
 
 def make_smollm_vocab_target(seed: int = 0, num_layers: int = 2, max_positions: int = 2048) -> LlamaForCausalLM:
