@@ -84,6 +84,37 @@ def test_the_training_logs_rebalanced_study_table_is_the_result_file() -> None:
     )
 
 
+def test_the_training_logs_ten_million_token_table_is_the_result_file() -> None:
+    rows = {
+        "shipped (the 96 texts)": "shipped",
+        "rebal (both arms' start)": "rebal",
+        "all: greedy + sampled rows, 1,423 steps": "all37",
+        "greedy rows only, 1,427 steps": "greedy37",
+        "0.5 before + 0.5 all": "all37-wise",
+        "0.5 before + 0.5 greedy-only": "greedy37-wise",
+    }
+    groups = (
+        ("chat", "code", "math", "tool", "agentic"),
+        ("long", "legal", "clinical"),
+        ("manpages", "reasoning", "policy_agent"),
+    )
+
+    def first_draft(entry: dict, out_of_domain: bool) -> str:
+        ood = {"legal", "clinical", "long"}
+        rounds = [a for r in entry["rows"] if (r["workload"] in ood) == out_of_domain for a in r["accepted"]]
+        return f"{sum(a >= 1 for a in rounds) / len(rounds):.1%}"
+
+    _check_log_table(
+        "smollm2-135m-scale24k.json",
+        rows,
+        lambda entry, tau: (
+            [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
+            + [_taus(tau, group) for group in groups]
+            + [f"{first_draft(entry, True)} / {first_draft(entry, False)}"]
+        ),
+    )
+
+
 MAIN_RUN = "smollm2-135m-main-bf16-packed-r3"  # the README's main table
 OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/README.md)
 
