@@ -32,10 +32,16 @@ def multipliers(tokens: dict[str, int], power: float) -> dict[str, float]:
     return {w: r / low for w, r in raw.items()}
 
 
-def rebalance(rows: list[dict], power: float, seed: int = 0) -> list[dict]:
+def domain_tokens(rows: list[dict]) -> Counter:
+    """Response tokens per domain (a row's ``workload``)."""
     tokens = Counter()
     for row in rows:
         tokens[row["workload"]] += sum(row["loss_mask"])
+    return tokens
+
+
+def rebalance(rows: list[dict], power: float, seed: int = 0) -> list[dict]:
+    tokens = domain_tokens(rows)
     factor = multipliers(dict(tokens), power)
     generator = random.Random(seed)
     out = []
@@ -52,12 +58,9 @@ def balanced_order(rows: list[dict], power: float, done: list[dict] = ()) -> lis
     served, e.g. already in a feature cache), split across domains as ``tokens ** power`` of the whole: a feature pass
     over the result that is stopped at any point has filled the cache as evenly as the domains allow. Within a domain
     the rows keep their order."""
-    total, used = Counter(), Counter()
-    for row in done:
-        used[row["workload"]] += sum(row["loss_mask"])
-    total.update(used)
-    for row in rows:
-        total[row["workload"]] += sum(row["loss_mask"])
+    used = domain_tokens(done)
+    total = used.copy()
+    total.update(domain_tokens(rows))  # update, not +: a domain of 0 tokens stays, to be refused below
     if any(t <= 0 for t in total.values()):
         raise ValueError(f"every domain needs response tokens > 0, got {dict(total)}.")
     share = {w: t**power for w, t in total.items()}
@@ -98,10 +101,7 @@ def main() -> None:
         return
     out = rebalance(rows, args.power, args.seed)
     _write(out, args.out)
-    before, after = Counter(), Counter()
-    for source, counter in ((rows, before), (out, after)):
-        for row in source:
-            counter[row["workload"]] += sum(row["loss_mask"])
+    before, after = domain_tokens(rows), domain_tokens(out)
     print("| domain | response tokens | share | share after | repeats |\n|---|---:|---:|---:|---:|")
     for domain, count in before.most_common():
         print(
@@ -118,10 +118,7 @@ def _write(rows: list[dict], path: str) -> None:
 
 def _order_table(done: list[dict], out: list[dict], power: float) -> None:
     """Per domain: the tokens already served, those the ordered file adds, and the shares once all are served."""
-    served, added = Counter(), Counter()
-    for source, counter in ((done, served), (out, added)):
-        for row in source:
-            counter[row["workload"]] += sum(row["loss_mask"])
+    served, added = domain_tokens(done), domain_tokens(out)
     whole = served + added
     weight = {w: t**power for w, t in whole.items()}
     print(f"| domain | done | to add | share of all | tokens^{power} share |\n|---|---:|---:|---:|---:|")
