@@ -135,7 +135,15 @@ def main() -> None:
         result["drafters"][name] = {"folder": folder, **summary, "replay_seconds": seconds[name], "rows": rows[name]}
         tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
         means = {k: "n/a" if summary[k] is None else f"{summary[k]:.3f}" for k in MEANS}
-        print(f"{name}: OOD {means['mean_tau_ood']}  in-domain {means['mean_tau_in_domain']}  | {tau}", flush=True)
+        first = "/".join(
+            "n/a" if summary[k] is None else f"{summary[k]:.1%}"
+            for k in ("first_accepted_ood", "first_accepted_in_domain")
+        )
+        print(
+            f"{name}: OOD {means['mean_tau_ood']}  in-domain {means['mean_tau_in_domain']}  first draft accepted "
+            f"{first}  | {tau}",
+            flush=True,
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -48,6 +48,24 @@ def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monk
         assert item["key"] == f"{trainer_cache.key(torch.tensor(row['input_ids']))}-{first}"
 
 
+def test_all_positions_writes_the_layout_history_aware_training_reads(tmp_path, monkeypatch):
+    """`all_positions=True`: every position's states from position 0, under the keys a history-aware trainer's cache
+    (history_free=False) looks up; a history-free trainer reads the same entries (a superset of its layout)."""
+    monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
+    cache_dir = tmp_path / "cache"
+    with pytest.raises(RuntimeError, match="feature worker exited"):
+        features_vllm(
+            tmp_path, "tiny", tmp_path, [0, 2], _rows(), cache_dir, anchor_stride=4, max_length=16,
+            python=sys.executable, all_positions=True,
+        )  # fmt: skip
+    job = [json.loads(line) for line in (cache_dir / "vllm-job-0of1.jsonl").read_text().splitlines()]
+    trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=False)
+    for row, item in zip(RegeneratedDataset(_rows(), max_length=16).rows, job):
+        assert item["first"] == 0 and item["state_positions"] == list(range(16))
+        assert item["key"] == trainer_cache.row_entry(row["input_ids"], row["loss_mask"].index(1))[0]
+    assert not FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=True, anchor_stride=4).history_free
+
+
 def test_shards_split_the_rows_into_their_own_jobs(tmp_path, monkeypatch):
     """Two workers on one cache: disjoint rows whose union is every row, each in a job file of its own."""
     monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
@@ -92,7 +110,7 @@ def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):
     folder = tmp_path / "teacher"
     make_drafter(make_tiny_target(), history_window=-1).save_pretrained(folder)
     base = ["features", "--rows", str(tmp_path / "rows.jsonl"), "--cache", str(tmp_path / "c"), "--drafter"]
-    with pytest.raises(SystemExit, match=r"attends to history \(history_window=-1\).*history-free drafter"):
+    with pytest.raises(SystemExit, match=r"attends to history \(history_window=-1\).*Add --all-positions"):
         main([*base, str(folder)])
     with pytest.raises(SystemExit, match=r"--anchor-stride 0 is invalid: expected an integer >= 1"):
         main([*base, str(folder), "--anchor-stride", "0"])

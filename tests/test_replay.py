@@ -44,6 +44,18 @@ def test_replay_equals_the_real_run_token_for_token(fitted_pair) -> None:
     assert summary["mean_tau_in_domain"] == pytest.approx(tau)
 
 
+def test_summarise_pools_tau_and_the_first_draft_share_per_workload() -> None:
+    rows = [
+        {"workload": "a", "new_tokens": 10, "forwards": 5, "accepted": [0, 2, 1, 0]},
+        {"workload": "a", "new_tokens": 6, "forwards": 3, "accepted": [3, 0]},
+        {"workload": "b", "new_tokens": 4, "forwards": 4, "accepted": [0, 0, 0]},
+    ]
+    summary = summarise(rows, out_of_domain=["b"])
+    assert summary["tau_by_workload"] == {"a": 16 / 8, "b": 1.0} and summary["mean_tau"] == 1.5
+    assert summary["first_accepted_in_domain"] == 3 / 6 and summary["first_accepted_ood"] == 0.0
+    assert summarise(rows[:2])["first_accepted_ood"] is None
+
+
 def test_replay_counts_analytically_with_a_scripted_drafter() -> None:
     class Scripted:
         """Drafts the text's next three tokens, the third one wrong: every round accepts 2 (last round: fewer)."""
@@ -63,3 +75,39 @@ def test_replay_counts_analytically_with_a_scripted_drafter() -> None:
     assert new == 15 and forwards == 1 + 5 and accepted == [2, 2, 2, 2, 1]
     with pytest.raises(ValueError, match="prompt_length must be in 2..20"):
         replay_tau(Scripted(tokens), states, tokens, prompt_length=1)
+
+
+@pytest.mark.parametrize("window", [3, -1])
+def test_replay_gives_a_history_drafter_the_inputs_generate_gives_it(window) -> None:
+    """A sliding-window drafter (and the full-history teacher) replayed: each round's context, anchor and history
+    (states, valid, positions) are those of the real `generate` run, round for round."""
+    from tiny_models import make_drafter, make_tiny_target
+
+    target = make_tiny_target("qwen3", seed=0)
+    drafter = make_drafter(target, seed=1, history_window=window)
+    drafter.bind_target(target)
+    calls = []
+    encode = drafter.encode_block
+
+    def recording(context, anchor, *history):
+        calls.append((context.clone(), anchor.clone(), [h.clone() for h in history]))
+        return encode(context, anchor, *history)
+
+    drafter.encode_block = recording
+    prompt = {"id": "0", "workload": "w", "messages": [{"role": "user", "content": list(range(3, 9))}]}
+    text = next(greedy_texts(target, _Chat(), [prompt], max_new_tokens=12))
+    config = GenerationConfig(max_new_tokens=12, do_sample=False, draft_confidence_threshold=0.0,
+                              draft_skip_threshold=0.0)  # fmt: skip
+    target.generate(torch.tensor([text["tokens"][: text["prompt_length"]]]), generation_config=config,
+                    assistant_model=drafter)  # fmt: skip
+    real, calls[:] = list(calls), []
+    row = replay_text(drafter, target, text)
+    assert len(calls) == len(row["accepted"]) >= len(real) > 5  # generate skips drafting when one token is left
+    spans = set()
+    for (context, anchor, history), (context_r, anchor_r, history_r) in zip(calls, real):
+        torch.testing.assert_close(context, context_r, atol=1e-5, rtol=1e-4)
+        assert anchor.tolist() == anchor_r.tolist() and len(history) == len(history_r) == 3
+        torch.testing.assert_close(history[0], history_r[0], atol=1e-5, rtol=1e-4)
+        assert history[1].tolist() == history_r[1].tolist() and history[2].tolist() == history_r[2].tolist()
+        spans.add(history[0].shape[1])
+    assert (max(spans) == 3) if window == 3 else (len(spans) == len(real))  # the window caps it; -1 grows

@@ -210,20 +210,28 @@ def _reference_stable_loss(trainer, model, batch):
 
 
 @pytest.mark.parametrize(
-    ("cached", "stride"), [(False, 1), (True, 1), (True, 3)], ids=["online", "feature-cache", "cache-stride-3"]
+    ("cached", "stride"),
+    [(False, 1), (True, 1), (True, 3), ("all", 3)],
+    ids=["online", "feature-cache", "cache-stride-3", "every-position-cache"],
 )
 def test_compact_stable_loss_equals_full_vocabulary_loss(tiny_setup, tmp_path, cached, stride):
     """The stable stage computes on the draft vocabulary only (cached logsumexp/argmax, and with a stride the
-    history-free cache's anchors-only states); the value is the same."""
+    history-free cache's anchors-only states); the value is the same. A history-free run given a cache of every
+    position (built for history-aware runs) reads it as it is, with the same value."""
     from dlite_hf.training.data import response_token_counts
+    from dlite_hf.training.features import FeatureCache
 
     target, dataset = tiny_setup
     model = make_drafter(target, seed=7, draft_vocab_size=40)
     model.set_draft_vocab(response_token_counts(dataset, 128))
     overrides = {"feature_cache_dir": str(tmp_path / "cache"), "anchor_stride": stride} if cached else {}
+    if cached == "all":
+        FeatureCache(str(tmp_path / "cache"), cache_name(target), model.config.target_layer_ids)
     trainer = DLiteTrainer(
         model=model, target=target, args=_args(tmp_path, "stable", **overrides), train_dataset=dataset
     )
+    if cached == "all":
+        assert not trainer.feature_cache.history_free and trainer.feature_cache.anchor_stride == 1
     batch = trainer.data_collator([dataset[i] for i in range(4)])
     model.eval()
     with torch.no_grad():

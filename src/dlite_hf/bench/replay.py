@@ -26,7 +26,9 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
     round drafts after the last committed token and its verify forward commits the accepted drafts plus one.
 
     Args:
-        drafter: a bound ``DLiteForSpeculation`` (history-free), or anything with its ``draft`` method.
+        drafter: a bound ``DLiteForSpeculation``, or anything with its ``draft`` method. A history variant
+            (``config.history_window != 0``: the teacher, a sliding window) gets the states of the committed
+            positions before each round's context, the last ``history_window`` of them, as ``generate`` gives it.
         states: the target's tapped states over ``tokens``, ``[1, T, L, H_t]``.
         tokens: prompt followed by the target's greedy continuation.
         prompt_length: where the continuation starts (>= 2).
@@ -37,6 +39,7 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
         raise ValueError(f"prompt_length must be in 2..{len(tokens)} (the text's length), got {prompt_length}.")
     if prompt_length == len(tokens):
         return 0, 0, []
+    window = getattr(getattr(drafter, "config", None), "history_window", 0)
     position, forwards, accepted = prompt_length + 1, 1, []  # the prefill commits tokens[prompt_length]
     while position < len(tokens):
         drafts, _ = drafter.draft(
@@ -44,6 +47,7 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
             torch.tensor([tokens[position - 1]], device=states.device),
             confidence_threshold=0.0,
             skip_threshold=0.0,
+            **(_history(states, position - 2, window) if window else {}),
         )
         run = 0
         for draft, actual in zip(drafts[0].tolist(), tokens[position:]):
@@ -55,6 +59,27 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
         position += run + 1
         forwards += 1
     return len(tokens) - prompt_length, forwards, accepted
+
+
+def _history(states: Any, context: int, window: int) -> dict[str, Any]:
+    """The history inputs of a round whose context is position ``context``: the states of the positions before it
+    (the last ``window`` when ``window > 0``), all valid, at local positions -span..-1; with none yet, one masked
+    dummy row. The same inputs as ``AcceptedHistory.draft_inputs`` during ``generate``."""
+    import torch
+
+    past = states[:, :context] if window < 0 else states[:, max(0, context - window) : context]
+    span = past.shape[1]
+    if span == 0:
+        return {
+            "history_states": states.new_zeros(1, 1, *states.shape[2:]),
+            "history_valid": torch.zeros(1, 1, dtype=torch.bool, device=states.device),
+            "history_positions": -torch.ones(1, 1, dtype=torch.long, device=states.device),
+        }
+    return {
+        "history_states": past,
+        "history_valid": torch.ones(1, span, dtype=torch.bool, device=states.device),
+        "history_positions": -torch.arange(span, 0, -1, device=states.device)[None],
+    }
 
 
 def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_tokens: int) -> Iterable[dict]:
@@ -97,22 +122,30 @@ def replay_text(drafter: Any, target: Any, text: dict) -> dict[str, Any]:
 
 def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> dict[str, Any]:
     """Tau per workload (pooled: new tokens / target forwards), the mean over workloads, and the means over the
-    out-of-domain workloads and over the others."""
+    out-of-domain workloads and over the others; and the same means of the share of verify rounds whose first draft
+    is accepted (``first_accepted_*``: what bounds tau when it is low, since a round accepts draft n only after
+    drafts 1..n-1)."""
     by: dict[str, list[int]] = {}
     for row in rows:
-        totals = by.setdefault(row["workload"], [0, 0])
+        totals = by.setdefault(row["workload"], [0, 0, 0, 0])
         totals[0] += row["new_tokens"]
         totals[1] += row["forwards"]
-    tau = {w: n / r for w, (n, r) in by.items() if r}
+        totals[2] += sum(1 for a in row["accepted"] if a > 0)
+        totals[3] += len(row["accepted"])
+    tau = {w: t[0] / t[1] for w, t in by.items() if t[1]}
+    first = {w: t[2] / t[3] for w, t in by.items() if t[3]}
     ood = [w for w in tau if w in set(out_of_domain)]
     ind = [w for w in tau if w not in set(out_of_domain)]
 
-    def mean(names: list[str]) -> float | None:
-        return sum(tau[w] for w in names) / len(names) if names else None
+    def mean(values: dict[str, float], names: list[str]) -> float | None:
+        names = [w for w in names if w in values]
+        return sum(values[w] for w in names) / len(names) if names else None
 
     return {
         "tau_by_workload": tau,
-        "mean_tau": mean(list(tau)),
-        "mean_tau_ood": mean(ood),
-        "mean_tau_in_domain": mean(ind),
+        "mean_tau": mean(tau, list(tau)),
+        "mean_tau_ood": mean(tau, ood),
+        "mean_tau_in_domain": mean(tau, ind),
+        "first_accepted_ood": mean(first, ood),
+        "first_accepted_in_domain": mean(first, ind),
     }

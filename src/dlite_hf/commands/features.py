@@ -5,7 +5,8 @@
     dlite-hf train ... --feature_cache_dir ~/.cache/dlite-hf/work/features --anchor_stride 4 --max_length 1024
 
 The cache is the trainer's history-free layout (`FeatureCache`); train with the same stride and max length, or the
-trainer refuses the cache (another manifest) or computes the missing entries itself.
+trainer refuses the cache (another manifest) or computes the missing entries itself. `--all-positions` writes every
+position instead, the layout of the history-aware stages (teacher, KL warm-up, `--sliding_window`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ def cmd_features(args: argparse.Namespace) -> int:
             raise SystemExit(f"--{name.replace('_', '-')} {value} is invalid: expected an integer >= 1.")
     shard = parse_shard(args.shard)
     drafter = AutoConfig.from_pretrained(args.drafter, trust_remote_code=True)
-    if getattr(drafter, "history_window", 0) != 0:
+    if getattr(drafter, "history_window", 0) != 0 and not args.all_positions:
         raise SystemExit(
-            f"--drafter {args.drafter} attends to history (history_window={drafter.history_window}); vLLM's features "
-            "fill the history-free layout only. Use a history-free drafter's folder (its tapped layers are written)."
+            f"--drafter {args.drafter} attends to history (history_window={drafter.history_window}), but the cache "
+            "asked for is the history-free layout, which a history-aware run cannot read. Add --all-positions (every "
+            "position's states, the layout of the teacher, the KL warm-up and sliding-window drafters)."
         )
     target_dir = resolve_model(args.target)
     target_name = getattr(AutoConfig.from_pretrained(target_dir), "_name_or_path", "") or str(target_dir)
@@ -41,6 +43,7 @@ def cmd_features(args: argparse.Namespace) -> int:
             target_dir, target_name, args.drafter, list(drafter.target_layer_ids), args.rows, args.cache,
             anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=args.dtype,
             max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, shard=shard,
+            all_positions=args.all_positions,
         )  # fmt: skip
     except (FileNotFoundError, ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf features: {error}") from None
@@ -63,6 +66,11 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences vLLM prefills at once")
     parser.add_argument(
         "--shard", default="0/1", help="I/N: every N-th row from the I-th, so N workers (one core each) fill one cache"
+    )
+    parser.add_argument(
+        "--all-positions",
+        action="store_true",
+        help="keep every position's states (history-aware training: teacher, warm-up, --sliding_window; 8 KB a token)",
     )
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
     parser.set_defaults(func=cmd_features)

@@ -93,6 +93,10 @@ class FeatureCache:
       at the positions `a - 1` of the anchors `a` the collator can draw (`a % anchor_stride == 0`). For a prompt
       longer than its response and a stride of 4, that is about a fifth of the full layout.
 
+    A history-free reader opens an every-position cache as it is (`history_free` becomes False): its entries hold
+    every position a history-free block reads, so history-free and history-aware runs can share one cache (a
+    matched study of both). The reverse raises: a history-free cache lacks what history reads.
+
     A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of
     feeding wrong features (a manifest without a layout was written with every position kept). Reading a
     position the layout did not keep is an error, never a zero. The manifest also names who wrote the entries
@@ -127,6 +131,9 @@ class FeatureCache:
         if path.exists():
             found = json.loads(path.read_text())
             found.setdefault("layout", {"positions": "all", "anchor_stride": 1})
+            if self.history_free and found["layout"] == {"positions": "all", "anchor_stride": 1}:
+                self.history_free, self.anchor_stride = False, 1  # a superset of the history-free layout
+                manifest["layout"] = found["layout"]
             self.producer = found.pop("producer", "transformers")
             if found != manifest:
                 raise ValueError(

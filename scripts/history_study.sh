@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The paper's pairs (c) and (d) on this CPU, at a small scale (issue 27, part 6): new drafters of the shipped shape
+# trained from scratch on the same rows, one core per arm, from a feature cache of every position (the layout the
+# history-aware models read: `dlite-hf features --all-positions`, 8.1 KB a token).
+#   A      stable stage, history-free (the baseline of both pairs)
+#   W<N>   stable stage, a sliding window of the target's last N positions before each block's context (pair d)
+#   B      teacher (full history), KL warm-up to it, then stable: a quarter, a quarter and a half of BUDGET seconds
+#          of training (pair c; its baseline is arm A with the same BUDGET)
+# Checkpoints every SAVE_STEPS are kept for the curve (benchmarks/ood_tau.py replays them, windows included).
+#   ROWS=rows.jsonl CACHE=features-all ARM=A STEPS=600 CORE=0 RUN=runs/A bash scripts/history_study.sh
+# env: ROWS, CACHE, ARM, RUN (required); STEPS or BUDGET (seconds of training; B: BUDGET only); CORE=0, LR=1e-3,
+#      MAX_LENGTH=1024,
+#      SAVE_STEPS=100, ANCHORS=32 (blocks per row and step; a window of N costs about N / 14 times a block)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DLITE=${DLITE:-.venv/bin/dlite-hf}
+: "${ROWS:?set ROWS}" "${CACHE:?set CACHE}" "${ARM:?set ARM to A, W<N> or B}" "${RUN:?set RUN}"
+CORE=${CORE:-0} LR=${LR:-1e-3} MAX_LENGTH=${MAX_LENGTH:-1024} SAVE_STEPS=${SAVE_STEPS:-100} ANCHORS=${ANCHORS:-32}
+case $CORE in '' | *[!0-9]*) echo "CORE=$CORE is invalid: expected a core number (0 or 1 here)." >&2 && exit 2 ;; esac
+case $ARM in
+A | B | W[1-9] | W[1-9]*[0-9]) ;;
+*) echo "ARM=$ARM is invalid: expected A, W<N> (a window of N > 0 positions) or B." >&2 && exit 2 ;;
+esac
+SHAPE=(--drafter_hidden_size 256 --drafter_heads 4 --drafter_kv_heads 2 --drafter_intermediate_size 768
+  --drafter_layers 5 --num_tapped_layers 6 --head_rank 128 --draft_vocab_size 4096)
+COMMON=(--target smollm2-135m --data "$ROWS" --threads 1 --max_length "$MAX_LENGTH" --per_device_train_batch_size 8
+  --num_anchors "$ANCHORS" --feature_cache_dir "$CACHE" --target_dtype bfloat16 --learning_rate "$LR"
+  --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 --logging_steps 10 --save_steps "$SAVE_STEPS"
+  --save_total_limit 20 --dataloader_num_workers 0 --seed 0 --disable_tqdm true --vocab_chunk_size 4096 --bf16 true
+  --use_cpu true --report_to none)
+train() {  # train OUTPUT ARGS...: one dlite-hf train on CORE, its log beside its folder
+  local out=$1
+  shift
+  taskset -c "$CORE" "$DLITE" train "${COMMON[@]}" "$@" --output_dir "$out" > "$out.log" 2>&1
+}
+if [ -n "${STEPS:-}" ]; then
+  LENGTH=(--max_steps "$STEPS")
+elif [ -n "${BUDGET:-}" ]; then  # by time: the cosine follows the budget's elapsed seconds (pair c's baseline)
+  LENGTH=(--max_steps 100000 --max_train_seconds "$BUDGET")
+elif [ "$ARM" != B ]; then
+  echo "set STEPS (or BUDGET, seconds) for arm $ARM" >&2 && exit 2
+fi
+case $ARM in
+A) train "$RUN" --stage stable "${SHAPE[@]}" "${LENGTH[@]}" ;;
+W*) train "$RUN" --stage stable "${SHAPE[@]}" --sliding_window "${ARM#W}" "${LENGTH[@]}" ;;
+B)
+  : "${BUDGET:?set BUDGET (seconds of training, the same as the baseline A) for arm B}"
+  q=$((BUDGET / 4))
+  train "$RUN-teacher" --stage teacher --history_window -1 "${SHAPE[@]}" --max_steps 100000 --max_train_seconds "$q"
+  train "$RUN-warmup" --stage warmup --teacher_path "$RUN-teacher" --max_steps 100000 --max_train_seconds "$q"
+  train "$RUN" --stage stable --init "$RUN-warmup" --max_steps 100000 --max_train_seconds "$((BUDGET - 2 * q))"
+  ;;
+esac
