@@ -402,3 +402,22 @@ def test_a_target_placed_by_device_map_is_left_where_it_is(tiny_setup, tmp_path)
     )
     assert trainer.target is placed
     trainer.train()  # and training runs on it
+
+
+@pytest.mark.parametrize("stage", ["teacher", "warmup"])
+def test_history_stages_read_a_feature_cache_beside_a_bfloat16_target(tiny_setup, tmp_path, stage):
+    """The cache returns float32 states; the full-vocabulary p^T of the teacher and warm-up stages goes through a
+    bfloat16 target's lm_head all the same (it raised a dtype mismatch), with the same loss written and read."""
+    import copy
+
+    target, dataset = tiny_setup
+    target = copy.deepcopy(target).to(torch.bfloat16)
+    model = make_drafter(target, seed=1, history_window=-1 if stage == "teacher" else 0)
+    teacher = make_drafter(target, seed=2, history_window=-1) if stage == "warmup" else None
+    args = _args(tmp_path, stage, feature_cache_dir=str(tmp_path / "cache"))
+    trainer = DLiteTrainer(model=model, target=target, args=args, train_dataset=dataset, teacher=teacher)
+    assert not trainer.feature_cache.history_free
+    batch = trainer.data_collator([dataset[i] for i in range(4)])
+    with torch.no_grad():
+        written, read = (trainer.compute_loss(model, batch) for _ in range(2))
+    assert torch.isfinite(written) and torch.equal(written, read)

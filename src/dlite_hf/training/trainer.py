@@ -220,6 +220,7 @@ class DLiteTrainer(Trainer):
             "valid": labels.ne(-100).flatten(0, 1),
         }
         with torch.no_grad(), torch.autocast(device_type=input_ids.device.type, enabled=False):
+            target_rows = target_rows.to(lm_head.weight.dtype)  # cached features are float32, the target may not be
             if not compact:
                 gathered["target_logits"] = lm_head(target_rows).float()
             else:
