@@ -22,6 +22,7 @@ def main() -> None:
     parser.add_argument("--round-cost", default=None)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--name", default="smollm2-135m-ood")
+    parser.add_argument("--xlabel", default="fine-tuning steps from the shipped drafter (8 rows each)")
     args = parser.parse_args()
 
     import matplotlib
@@ -38,13 +39,17 @@ def main() -> None:
             arm, steps = name.split("@")
             arms.setdefault(arm, []).append((int(steps), entry))
     out = Path(args.out_dir)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for axis, key, title in ((axes[0], "mean_tau_ood", "out of domain"), (axes[1], "mean_tau_in_domain", "in domain")):
+    panels = [("mean_tau_ood", "mean tau, out of domain"), ("mean_tau_in_domain", "mean tau, in domain")]
+    points_all = [entry for points in arms.values() for _, entry in points]
+    if points_all and all(entry.get("first_accepted_ood") is not None for entry in points_all):
+        panels.append(("first_accepted_ood", "first draft accepted, out of domain"))  # summarise's share of rounds
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    for axis, (key, title) in zip(axes, panels):
         for arm, points in sorted(arms.items()):
             points = sorted(points) if base is None else [(0, base), *sorted(points)]
             axis.plot([p[0] for p in points], [p[1][key] for p in points], marker="o", label=arm)
-        axis.set_title(f"mean tau, {title} (K every round)")
-        axis.set_xlabel("fine-tuning steps from the shipped drafter (8 rows each)")
+        axis.set_title(f"{title} (K every round)", fontsize=10)
+        axis.set_xlabel(args.xlabel)
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("tau (tokens per target forward)")
     axes[0].legend()

@@ -176,3 +176,20 @@ def test_the_serving_table_is_the_vllm_bench_run() -> None:
     table = module.readme_table(results)
     assert table.count("\n") == 8 and "| code, c = 1 |" in table and ", c = 64 |" in table
     assert table in (REPO / "README.md").read_text()
+
+
+def test_the_training_logs_history_pairs_table_is_the_result_file() -> None:
+    """docs/training-log.md, pairs (c) and (d): tau and the first-draft share (`summarise`'s) of each drafter."""
+    rows = {
+        **{f"{arm}, {steps:,}": f"{arm}@{steps}" for arm in ("A", "W128") for steps in (350, 700, 1050, 1400)},
+        "B: teacher only (full history)": "B-teacher",
+        "B: after the warm-up": "B-warmup",
+        "B: teacher, warm-up, stable": "B",
+        "A1500: stable alone": "A1500",
+    }
+    drafters = json.loads((RESULTS / "smollm2-135m-history-study.json").read_text())["drafters"]
+    for label, name in rows.items():
+        entry = drafters[name]
+        expected = [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
+        expected.append(f"{entry['first_accepted_ood']:.1%} / {entry['first_accepted_in_domain']:.1%}")
+        assert _row(label, "docs/training-log.md")[2:] == expected, (label, expected)
