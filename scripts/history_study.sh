@@ -10,7 +10,7 @@
 #   ROWS=rows.jsonl CACHE=features-all ARM=A STEPS=600 CORE=0 RUN=runs/A bash scripts/history_study.sh
 # env: ROWS, CACHE, ARM, RUN (required); STEPS or BUDGET (seconds of training; B: BUDGET only); CORE=0, LR=1e-3,
 #      MAX_LENGTH=1024,
-#      SAVE_STEPS=100, ANCHORS=32 (blocks per row and step; a window of N costs about N / 14 times a block)
+#      SAVE_STEPS=100, TRAIN_ARGS (more train flags, last wins: e.g. "--seed 1", "--no_sequential_head"), ANCHORS=32 (blocks per row and step; a window of N costs about N / 14 times a block)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLITE=${DLITE:-.venv/bin/dlite-hf}
@@ -31,7 +31,7 @@ COMMON=(--target smollm2-135m --data "$ROWS" --threads 1 --max_length "$MAX_LENG
 train() {  # train OUTPUT ARGS...: one dlite-hf train on CORE, its log beside its folder
   local out=$1
   shift
-  taskset -c "$CORE" "$DLITE" train "${COMMON[@]}" "$@" --output_dir "$out" > "$out.log" 2>&1
+  taskset -c "$CORE" "$DLITE" train "${COMMON[@]}" "$@" ${TRAIN_ARGS:-} --output_dir "$out" > "$out.log" 2>&1
 }
 if [ -n "${STEPS:-}" ]; then
   LENGTH=(--max_steps "$STEPS")

@@ -36,6 +36,8 @@ def test_each_arm_trains_the_shipped_shape_on_the_shared_cache(tmp_path):
     assert result.returncode == 0 and "--sliding_window" not in calls[0] and "--num_anchors 32" in calls[0]
     result, calls = _run(tmp_path, ARM="A", BUDGET="1500")  # pair (c)'s baseline: by time, like arm B
     assert result.returncode == 0 and "--max_steps 100000 --max_train_seconds 1500" in calls[0]
+    result, calls = _run(tmp_path, ARM="A", STEPS="9", TRAIN_ARGS="--seed 1 --no_sequential_head")
+    assert result.returncode == 0 and calls[0].endswith(f"--seed 1 --no_sequential_head --output_dir {tmp_path}/run")
 
 
 def test_the_two_stage_arm_splits_the_budget_a_quarter_a_quarter_and_the_rest(tmp_path):

@@ -186,6 +186,10 @@ def test_the_training_logs_history_pairs_table_is_the_result_file() -> None:
         "B: after the warm-up": "B-warmup",
         "B: teacher, warm-up, stable": "B",
         "A1500: stable alone": "A1500",
+        "A, seed 1, 700": "A-seed1@700",
+        "A, seed 1, 1,400": "A-seed1@1400",
+        "A without the sequential head, 700": "A-nohead@700",
+        "A without the sequential head, 1,400": "A-nohead@1400",
     }
     drafters = json.loads((RESULTS / "smollm2-135m-history-study.json").read_text())["drafters"]
     for label, name in rows.items():
