@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .drafting import DraftRules, HybridRule, Proposal, select_proposal
+from .drafting import DraftRules, HybridRule, Proposal, history_inputs, select_proposal
 from .generation_stats import DLiteGenerationStats
 from .options import DECODING_OPTIONS, check_lookup_tokens, check_option
 from .suffix_index import DraftSession
@@ -98,20 +98,7 @@ class AcceptedHistory:
         context, past = self.states[:, -1], self.states[:, :-1]
         if self.window > 0:
             past = past[:, -self.window :]
-        if past.shape[1] > 0:
-            span = past.shape[1]
-            history = (
-                past.to(device),
-                torch.ones(1, span, dtype=torch.bool, device=device),
-                -torch.arange(span, 0, -1, device=device)[None],
-            )
-        else:  # no past position yet: a one-position dummy, masked
-            history = (
-                context.new_zeros(1, 1, *context.shape[1:]).to(device),
-                torch.zeros(1, 1, dtype=torch.bool, device=device),
-                -torch.ones(1, 1, dtype=torch.long, device=device),
-            )
-        return context.to(device), history
+        return context.to(device), history_inputs(past, device)
 
 
 def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, input_ids: torch.Tensor, kwargs):

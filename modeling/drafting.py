@@ -27,7 +27,10 @@ import torch
 
 from .options import check_threshold
 
-__all__ = ["BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "row_lengths", "select_proposal"]
+__all__ = [
+    "BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "history_inputs", "row_lengths",
+    "select_proposal",
+]  # fmt: skip
 
 
 class BlockDrafter(Protocol):
@@ -42,6 +45,24 @@ class BlockDrafter(Protocol):
         self, block: torch.Tensor, prev_ids: torch.Tensor, state: Any, restrict: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """One step of the sequential head: `(logits [N, V], normed hidden, new state)`."""
+
+
+def history_inputs(past: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(history_states, history_valid, history_positions)` of one round for a history drafter: the tapped states
+    `[1, W, L, H_t]` of the committed positions before the round's context (already cut to its window), all valid,
+    at local positions -W..-1; with no past position yet, one masked dummy row."""
+    span = past.shape[1]
+    if span == 0:
+        return (
+            past.new_zeros(1, 1, *past.shape[2:]).to(device),
+            torch.zeros(1, 1, dtype=torch.bool, device=device),
+            -torch.ones(1, 1, dtype=torch.long, device=device),
+        )
+    return (
+        past.to(device),
+        torch.ones(1, span, dtype=torch.bool, device=device),
+        -torch.arange(span, 0, -1, device=device)[None],
+    )
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from typing import Any
 
 __all__ = ["greedy_texts", "replay_tau", "replay_text", "summarise"]
 
+HISTORY_KEYS = ("history_states", "history_valid", "history_positions")  # `DLiteForSpeculation.draft`'s keywords
+
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
     """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` that drafts
@@ -35,6 +37,8 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
     """
     import torch
 
+    from ..modeling.drafting import history_inputs
+
     if prompt_length < 2 or prompt_length > len(tokens):
         raise ValueError(f"prompt_length must be in 2..{len(tokens)} (the text's length), got {prompt_length}.")
     if prompt_length == len(tokens):
@@ -42,12 +46,16 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
     window = getattr(getattr(drafter, "config", None), "history_window", 0)
     position, forwards, accepted = prompt_length + 1, 1, []  # the prefill commits tokens[prompt_length]
     while position < len(tokens):
+        history = {}
+        if window:  # the committed positions before the context (position - 2), the last `window` of them
+            past = states[:, max(0, position - 2 - window) if window > 0 else 0 : position - 2]
+            history = dict(zip(HISTORY_KEYS, history_inputs(past, states.device)))
         drafts, _ = drafter.draft(
             states[:, position - 2],
             torch.tensor([tokens[position - 1]], device=states.device),
             confidence_threshold=0.0,
             skip_threshold=0.0,
-            **(_history(states, position - 2, window) if window else {}),
+            **history,
         )
         run = 0
         for draft, actual in zip(drafts[0].tolist(), tokens[position:]):
@@ -59,27 +67,6 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
         position += run + 1
         forwards += 1
     return len(tokens) - prompt_length, forwards, accepted
-
-
-def _history(states: Any, context: int, window: int) -> dict[str, Any]:
-    """The history inputs of a round whose context is position ``context``: the states of the positions before it
-    (the last ``window`` when ``window > 0``), all valid, at local positions -span..-1; with none yet, one masked
-    dummy row. The same inputs as ``AcceptedHistory.draft_inputs`` during ``generate``."""
-    import torch
-
-    past = states[:, :context] if window < 0 else states[:, max(0, context - window) : context]
-    span = past.shape[1]
-    if span == 0:
-        return {
-            "history_states": states.new_zeros(1, 1, *states.shape[2:]),
-            "history_valid": torch.zeros(1, 1, dtype=torch.bool, device=states.device),
-            "history_positions": -torch.ones(1, 1, dtype=torch.long, device=states.device),
-        }
-    return {
-        "history_states": past,
-        "history_valid": torch.ones(1, span, dtype=torch.bool, device=states.device),
-        "history_positions": -torch.arange(span, 0, -1, device=states.device)[None],
-    }
 
 
 def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_tokens: int) -> Iterable[dict]:
