@@ -12,10 +12,11 @@ WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
 : "${ROWS:?set ROWS to the training rows (JSONL)}"
 TAG=${TAG:-scratch} EPOCHS=${EPOCHS:-2} LR=${LR:-1e-3}
 ARMS=${ARMS:-w256 w576}
+source scripts/drafter_shapes.sh
 declare -A SHAPES=(
-  [w256]=""  # the shipped drafter's shape (train_at_scale.sh's SHAPE)
-  [w576]="--drafter_hidden_size 576 --drafter_heads 9 --drafter_kv_heads 3 --drafter_intermediate_size 1536"
-  [l7]="--drafter_layers 7"
+  [w256]=""  # the shipped drafter's shape (train_at_scale.sh builds SHIPPED_SHAPE, then ARCH)
+  [w576]="${WIDTH_576[*]}"
+  [l7]="${LAYERS_7[*]}"
   [nohead]="--no_sequential_head"  # the head ablation at this scale
 )
 DRAFTERS="shipped=drafters/dlite-smollm2-135m"

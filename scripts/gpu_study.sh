@@ -77,8 +77,8 @@ study)
     --lr_scheduler_type cosine --warmup_steps 50 --weight_decay 0.0 --logging_steps 25 --max_steps 100000
     --eval_fraction 0.01 --eval_strategy steps --eval_steps "${EVAL_STEPS:-100}" --per_device_eval_batch_size 32
     --save_strategy steps --save_steps 200 --save_total_limit 1)
-  arch=(--drafter_hidden_size 256 --drafter_layers 5 --drafter_heads 4 --drafter_kv_heads 2
-    --drafter_intermediate_size 768 --head_rank 128 --num_draft_tokens 7 --num_tapped_layers 6 --draft_vocab_size 4096)
+  source scripts/drafter_shapes.sh
+  arch=("${SHIPPED_SHAPE[@]}")
   scratch=("${common[@]}" --per_device_train_batch_size "${BS:-32}" --learning_rate 1e-3)
   mkdir -p "$W/runs" "$OUT/logs"
   run() {  # run NAME ARGS...: one dlite-hf train, its log kept
@@ -102,10 +102,9 @@ study)
     C) run C "${scratch[@]}" "${arch[@]}" --sliding_window 128 --max_train_seconds "$T" & ;;
     D) run D "${scratch[@]}" "${arch[@]}" --sliding_window 512 --max_train_seconds "$T" & ;;
     E) run E "${scratch[@]}" "${arch[@]}" --no_sequential_head --max_train_seconds "$T" & ;;
-    F) run F "${scratch[@]}" "${arch[@]}" --drafter_hidden_size 576 --drafter_heads 9 --drafter_kv_heads 3 \
-      --drafter_intermediate_size 1536 --max_train_seconds "$T" & ;;
-    G) run G "${scratch[@]}" "${arch[@]}" --drafter_layers 7 --max_train_seconds "$T" & ;;
-    H) run H "${scratch[@]}" "${arch[@]}" --num_tapped_layers 12 --max_train_seconds "$T" & ;;
+    F) run F "${scratch[@]}" "${arch[@]}" "${WIDTH_576[@]}" --max_train_seconds "$T" & ;;
+    G) run G "${scratch[@]}" "${arch[@]}" "${LAYERS_7[@]}" --max_train_seconds "$T" & ;;
+    H) run H "${scratch[@]}" "${arch[@]}" "${TAPS_12[@]}" --max_train_seconds "$T" & ;;
     *) echo "unknown arm $arm" >&2 && exit 2 ;;
     esac
     pids[$arm]=$!

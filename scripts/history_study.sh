@@ -21,8 +21,7 @@ case $ARM in
 A | B | W[1-9] | W[1-9]*[0-9]) ;;
 *) echo "ARM=$ARM is invalid: expected A, W<N> (a window of N > 0 positions) or B." >&2 && exit 2 ;;
 esac
-SHAPE=(--drafter_hidden_size 256 --drafter_heads 4 --drafter_kv_heads 2 --drafter_intermediate_size 768
-  --drafter_layers 5 --num_tapped_layers 6 --head_rank 128 --draft_vocab_size 4096)
+source scripts/drafter_shapes.sh  # SHIPPED_SHAPE; TRAIN_ARGS may follow it with a variant's flags
 COMMON=(--target smollm2-135m --data "$ROWS" --threads 1 --max_length "$MAX_LENGTH" --per_device_train_batch_size 8
   --num_anchors "$ANCHORS" --feature_cache_dir "$CACHE" --target_dtype bfloat16 --learning_rate "$LR"
   --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 --logging_steps 10 --save_steps "$SAVE_STEPS"
@@ -41,12 +40,12 @@ elif [ "$ARM" != B ]; then
   echo "set STEPS (or BUDGET, seconds) for arm $ARM" >&2 && exit 2
 fi
 case $ARM in
-A) train "$RUN" --stage stable "${SHAPE[@]}" "${LENGTH[@]}" ;;
-W*) train "$RUN" --stage stable "${SHAPE[@]}" --sliding_window "${ARM#W}" "${LENGTH[@]}" ;;
+A) train "$RUN" --stage stable "${SHIPPED_SHAPE[@]}" "${LENGTH[@]}" ;;
+W*) train "$RUN" --stage stable "${SHIPPED_SHAPE[@]}" --sliding_window "${ARM#W}" "${LENGTH[@]}" ;;
 B)
   : "${BUDGET:?set BUDGET (seconds of training, the same as the baseline A) for arm B}"
   q=$((BUDGET / 4))
-  train "$RUN-teacher" --stage teacher --history_window -1 "${SHAPE[@]}" --max_steps 100000 --max_train_seconds "$q"
+  train "$RUN-teacher" --stage teacher --history_window -1 "${SHIPPED_SHAPE[@]}" --max_steps 100000 --max_train_seconds "$q"
   train "$RUN-warmup" --stage warmup --teacher_path "$RUN-teacher" --max_steps 100000 --max_train_seconds "$q"
   train "$RUN" --stage stable --init "$RUN-warmup" --max_steps 100000 --max_train_seconds "$((BUDGET - 2 * q))"
   ;;

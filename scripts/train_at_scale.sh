@@ -23,10 +23,8 @@ SAVE_STEPS=${SAVE_STEPS:-100} SAVE_LIMIT=${SAVE_LIMIT:-2}
 LENGTH=(--num_train_epochs "$EPOCHS"); if [ -n "${STEPS:-}" ]; then LENGTH=(--max_steps "$STEPS"); fi
 CACHE=${CACHE:-$WORK/features/stride$STRIDE-$MAX_LENGTH}
 INIT=${INIT-drafters/dlite-smollm2-135m}
-# the shipped drafter's shape, for new drafters; ARCH's flags come after these and override them
-SHAPE=(--drafter_hidden_size 256 --drafter_heads 4 --drafter_kv_heads 2 --drafter_intermediate_size 768
-  --drafter_layers 5 --num_tapped_layers 6 --head_rank 128 --draft_vocab_size 4096)
-if [ -n "$INIT" ]; then START=(--init "$INIT"); else read -r -a EXTRA <<< "${ARCH:-}"; START=("${SHAPE[@]}" ${EXTRA[@]+"${EXTRA[@]}"}); fi
+source scripts/drafter_shapes.sh  # new drafters: the shipped shape, then ARCH's flags, which override it
+if [ -n "$INIT" ]; then START=(--init "$INIT"); else read -r -a EXTRA <<< "${ARCH:-}"; START=("${SHIPPED_SHAPE[@]}" ${EXTRA[@]+"${EXTRA[@]}"}); fi
 VLLM_CPU_OMP_THREADS_BIND=$CORE taskset -c "$CORE" "$DLITE" features --rows "$ROWS" --cache "$CACHE" \
   --drafter drafters/dlite-smollm2-135m --anchor-stride "$STRIDE" --max-length "$MAX_LENGTH"
 taskset -c "$CORE" "$DLITE" train --stage stable "${START[@]}" --target smollm2-135m \
