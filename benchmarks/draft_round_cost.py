@@ -1,11 +1,14 @@
 """Cost of one drafting round (K = 7) on SmolLM2-135M, full vocabulary vs a draft vocabulary slice.
 
 Usage: .venv/bin/python benchmarks/draft_round_cost.py [--threads 1] [--repeats 10] [--vocab-sizes full,8192,4096]
-    [--drafters name=folder,...] [--dtype float32|bfloat16] [--out FILE.json]
+    [--drafters name=folder,...] [--dtype float32|bfloat16] [--verify-context N] [--out FILE.json]
 Prints milliseconds per `draft()` call (median of repeats) for each draft vocabulary size, with the shipped
 drafter's architecture and random weights (the cost does not depend on the weights), or, with --drafters, for each
 saved drafter as it is (its width, depth, head and draft vocabulary: the capacity study's x axis). Every round
 drafts all K tokens (no early stop, no skip: what tau at K every round is measured with).
+--verify-context N also times, interleaved with the rounds, the target's forward over 1 token (a plain decode
+step) and over K + 1 tokens (a verification) on a cache of N positions, with the packed attention the benchmarks
+use (`dlite_hf.attention`): the costs a drafter's tau must pay for (`target_ms`).
 """
 
 from __future__ import annotations
@@ -29,11 +32,17 @@ def main() -> None:
     parser.add_argument("--vocab-sizes", default="full,8192,4096", help="comma-separated; full = no draft vocabulary")
     parser.add_argument("--drafters", default=None, help="name=folder,...: time these saved drafters instead")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--verify-context", type=int, default=0, help="also time the target's forwards (0: no)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    target = AutoModelForCausalLM.from_pretrained(fetch_model("smollm2-135m", progress=False), dtype=dtype).eval()
+    if args.verify_context < 0:
+        raise SystemExit(f"--verify-context {args.verify_context}: expected a length >= 1 (0: no target timing).")
+    attention = dlite_hf.attention.register() if args.verify_context else None
+    target = AutoModelForCausalLM.from_pretrained(
+        fetch_model("smollm2-135m", progress=False), dtype=dtype, attn_implementation=attention
+    ).eval()
     anchor = torch.tensor([5])
     machine = environment_info()["machine"]
     result = {"threads": args.threads, "dtype": args.dtype, "repeats": args.repeats, "machine": machine}
@@ -60,11 +69,44 @@ def main() -> None:
             times.append((time.perf_counter() - start) * 1000)
         result["ms_per_round"][size] = statistics.median(times)
         print(f"{size}: {statistics.median(times):.1f} ms per round (threads={args.threads})")
+        if args.verify_context:  # after each drafter, so target and drafter times share the machine's state
+            for tokens, ms in _target_forward_ms(target, args.verify_context, drafter.config.num_draft_tokens + 1,
+                                                 args.repeats).items():  # fmt: skip
+                result.setdefault("target_ms", {}).setdefault(str(tokens), []).append(ms)
+    if args.verify_context:
+        result["verify_context"] = args.verify_context
+        result["target_ms"] = {tokens: statistics.median(values) for tokens, values in result["target_ms"].items()}
+        print(f"target forward on {args.verify_context} cached positions: {result['target_ms']} ms")
     if args.out:
         import json
 
         with open(args.out, "w") as handle:
             json.dump(result, handle, indent=1)
+
+
+@torch.no_grad()
+def _target_forward_ms(target, context: int, verify_tokens: int, repeats: int) -> dict[int, float]:
+    """Median ms of the target's forward over 1 and over `verify_tokens` new tokens on a cache of `context` positions
+    (the cache is cropped back after each call, so every call sees the same length)."""
+    from transformers import DynamicCache
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, target.config.vocab_size, (1, context + verify_tokens), generator=generator)
+    cache = DynamicCache(config=target.config)
+    target(input_ids=ids[:, :context], cache=cache, use_cache=True)
+    medians = {}
+    for tokens in (1, verify_tokens):
+        new = ids[:, context : context + tokens]
+        position = torch.arange(context, context + tokens).unsqueeze(0)
+        times = []
+        for i in range(repeats + 2):
+            start = time.perf_counter()
+            target(input_ids=new, cache=cache, position_ids=position, use_cache=True)
+            if i >= 2:  # two warm-up calls
+                times.append((time.perf_counter() - start) * 1000)
+            cache.crop(-tokens)  # transformers 5.24 crops by a negative count of tokens to drop
+        medians[tokens] = statistics.median(times)
+    return medians
 
 
 def _shipped_shape(target, size: str):

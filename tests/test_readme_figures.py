@@ -178,6 +178,19 @@ def test_the_serving_table_is_the_vllm_bench_run() -> None:
     assert table in (REPO / "README.md").read_text()
 
 
+def _check_study_rows(result: str, rows: dict[str, str]) -> dict:
+    """Each training-log row `label` (after its steps and training-seconds cells) holds the held-out tau, out of
+    domain and in domain, and the first-draft share (`summarise`'s) of drafter `rows[label]` in `result`; returns the
+    result's drafters."""
+    drafters = json.loads((RESULTS / result).read_text())["drafters"]
+    for label, name in rows.items():
+        entry = drafters[name]
+        expected = [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
+        expected.append(f"{entry['first_accepted_ood']:.1%} / {entry['first_accepted_in_domain']:.1%}")
+        assert _row(label, "docs/training-log.md")[2:] == expected, (label, expected)
+    return drafters
+
+
 def test_the_training_logs_history_pairs_table_is_the_result_file() -> None:
     """docs/training-log.md, pairs (c) and (d): tau and the first-draft share (`summarise`'s) of each drafter."""
     rows = {
@@ -191,9 +204,29 @@ def test_the_training_logs_history_pairs_table_is_the_result_file() -> None:
         "A without the sequential head, 700": "A-nohead@700",
         "A without the sequential head, 1,400": "A-nohead@1400",
     }
-    drafters = json.loads((RESULTS / "smollm2-135m-history-study.json").read_text())["drafters"]
-    for label, name in rows.items():
-        entry = drafters[name]
-        expected = [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
-        expected.append(f"{entry['first_accepted_ood']:.1%} / {entry['first_accepted_in_domain']:.1%}")
-        assert _row(label, "docs/training-log.md")[2:] == expected, (label, expected)
+    _check_study_rows("smollm2-135m-history-study.json", rows)
+
+
+def test_the_training_logs_capacity_study_tables_are_the_result_files(repo_script) -> None:
+    """docs/training-log.md, the capacity study: tau and first-draft share of each drafter, and each final drafter's
+    ms per round with the speedup `plot_capacity.predicted_speedup` derives from it and the target's timed forwards."""
+    arms = ("A", "l7", "t12", "w576")
+    rows = {f"{arm}, {steps:,}": f"{arm}@{steps}" for arm in arms for steps in (350, 700, 1050)}
+    rows |= {f"{arm}, 1,400": arm for arm in arms}
+    rows |= {"A, seed 1, 1,400": "A-seed1@1400", "A1500": "A1500", "t12-1500": "t12-1500", "w576-1500": "w576-1500"}
+    drafters = _check_study_rows("smollm2-135m-capacity-study.json", rows)
+    plot = repo_script("benchmarks/plot_capacity.py")
+    assert plot.predicted_speedup(2.0, 10.0, {"1": 60.0, "8": 70.0}) == pytest.approx(1.5)  # 2 x 60 / (70 + 10)
+    cost = json.loads((RESULTS / "smollm2-135m-capacity-study-round-cost-bf16.json").read_text())
+    labels = {"A": "A (the shipped shape)", "l7": "l7 (7 layers)", "t12": "t12 (12 tapped layers)",
+              "w576": "w576 (width 576)"}  # fmt: skip
+    by_time = {"A": "A1500", "t12": "t12-1500", "w576": "w576-1500"}  # the same shape, 1,500 s of training
+
+    def speedups(name: str, ms: float) -> str:
+        return " / ".join(f"{plot.predicted_speedup(drafters[name][key], ms, cost['target_ms']):.2f}x"
+                          for key in ("mean_tau_ood", "mean_tau_in_domain"))  # fmt: skip
+
+    for arm, label in labels.items():
+        ms = cost["ms_per_round"][arm]
+        expected = [f"{ms:.1f}", speedups(arm, ms), speedups(by_time[arm], ms) if arm in by_time else ""]
+        assert _row(label, "docs/training-log.md")[1:] == expected, (label, expected)
