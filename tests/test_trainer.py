@@ -264,6 +264,37 @@ def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
     assert "lse" in load_file(str(path))
 
 
+def test_two_runs_writing_one_cache_entry_at_once_both_succeed(tiny_setup, tmp_path, monkeypatch):
+    """Runs sharing a cache read the same rows in the same seeded order, so two may add the vocabulary stats to one
+    entry at once. Here the second run writes the entry between the first's write and its rename; with one shared
+    temporary name that rename raised FileNotFoundError (the second run had renamed the file away)."""
+    import safetensors.torch
+    from safetensors.torch import load_file
+
+    from dlite_hf.training import features
+    from dlite_hf.training.features import FeatureCache
+
+    target, dataset = tiny_setup
+    first, second = (FeatureCache(str(tmp_path / "cache"), "tiny", [0, 1]) for _ in range(2))
+    ids = torch.tensor([dataset[0]["input_ids"]])
+    key = first.key(ids[0])
+    entry = {"states": torch.zeros(3, 2, 4), "final": torch.ones(3, 4)}
+    real_save = safetensors.torch.save_file
+    interleaved = []
+
+    def save_then_let_the_other_run_write(tensors, filename, *args, **kwargs):
+        real_save(tensors, filename, *args, **kwargs)
+        if not interleaved:  # the other run's whole write lands here, once
+            interleaved.append(filename)
+            second._write(key, entry)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_then_let_the_other_run_write)
+    monkeypatch.setattr(features.threading, "get_ident", lambda: len(interleaved))  # two "processes"
+    first._write(key, entry)
+    assert interleaved and torch.equal(load_file(str(first._path(key)))["final"], entry["final"])
+    assert not list(first._path(key).parent.glob("*.tmp"))
+
+
 def test_history_free_feature_cache_keeps_only_what_blocks_read(tiny_setup, tmp_path):
     """Final states from the first label minus one, tapped states at the strided anchors' contexts: equal to the
     target's forward there, and a batch whose anchors the layout did not keep is refused."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import torch
 from torch import nn
 
@@ -174,7 +177,9 @@ class FeatureCache:
 
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        # one temporary file per process: runs sharing a cache may write the same entry at once (the same rows in
+        # the same seeded order), and a shared name let one run rename the other's half-written file away
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         save_file(entry, str(tmp))
         tmp.replace(path)  # atomic: a killed run leaves either the old entry or the new one
 
