@@ -7,6 +7,8 @@
 #   B      teacher (full history), KL warm-up to it, then stable: a quarter, a quarter and a half of BUDGET seconds
 #          of training (pair c; its baseline is arm A with the same BUDGET)
 # Checkpoints every SAVE_STEPS are kept for the curve (benchmarks/ood_tau.py replays them, windows included).
+# The capacity study's arms are arm A with a variant of scripts/drafter_shapes.sh in TRAIN_ARGS (last wins), e.g.
+#   TRAIN_ARGS="--drafter_layers 7"; another cache layout takes its own flags there too ("--anchor_stride 4").
 #   ROWS=rows.jsonl CACHE=features-all ARM=A STEPS=600 CORE=0 RUN=runs/A bash scripts/history_study.sh
 # env: ROWS, CACHE, ARM, RUN (required); STEPS or BUDGET (seconds of training; B: BUDGET only); CORE=0, LR=1e-3,
 #      MAX_LENGTH=1024,

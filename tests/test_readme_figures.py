@@ -214,6 +214,7 @@ def test_the_training_logs_capacity_study_tables_are_the_result_files(repo_scrip
     rows = {f"{arm}, {steps:,}": f"{arm}@{steps}" for arm in arms for steps in (350, 700, 1050)}
     rows |= {f"{arm}, 1,400": arm for arm in arms}
     rows |= {"A, seed 1, 1,400": "A-seed1@1400", "A1500": "A1500", "t12-1500": "t12-1500", "w576-1500": "w576-1500"}
+    rows |= {"scaleA: the shipped shape, 19,973 rows": "scaleA", "scaleW576: width 576, 19,973 rows": "scaleW576"}
     drafters = _check_study_rows("smollm2-135m-capacity-study.json", rows)
     plot = repo_script("benchmarks/plot_capacity.py")
     assert plot.predicted_speedup(2.0, 10.0, {"1": 60.0, "8": 70.0}) == pytest.approx(1.5)  # 2 x 60 / (70 + 10)
