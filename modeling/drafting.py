@@ -13,7 +13,8 @@ many tokens a round proposes, and, for hybrid drafting, whether the round drafts
 
 transformers' `generate()` (`candidate_generators.py`), the vLLM plugin (`vllm_plugin/`) and the hybrid simulator
 (`benchmarks/simulate_hybrid.py`) all call these. Nothing here imports `transformers.generation` or vLLM; the drafter
-is anything with DLite's block interface (`encode_block`, `head`, `head_step`).
+is anything with DLite's block interface (`encode_block`, `head`, `draft_step`, `draft_columns`,
+`expand_draft_logits`).
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ class BlockDrafter(Protocol):
     def encode_block(self, context_states: torch.Tensor, anchor_ids: torch.Tensor, *history: Any) -> torch.Tensor:
         """`[N, K, H]` backbone outputs of the K draft positions."""
 
-    def head_step(
-        self, block: torch.Tensor, prev_ids: torch.Tensor, state: Any, restrict: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """One step of the sequential head: `(logits [N, V], normed hidden, new state)`."""
+    def draft_step(self, block: torch.Tensor, prev_ids: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """One step of the sequential head: `(float32 logits [N, C] over draft_columns(), new state)`."""
+
+    def draft_columns(self) -> torch.Tensor | None:
+        """`[C]` the token id of each logits column (the draft vocabulary), or None: the whole vocabulary."""
+
+    def expand_draft_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """`[..., C]` column logits -> `[..., V]`, -inf outside the draft vocabulary."""
 
 
 def history_inputs(past: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -120,6 +125,11 @@ def draft_tokens(
     drafts 1..n, already drawn and proposed; the skip looks at the first position's top probability before
     anything is drawn (a skip on the *sampled* first draft would bias q; `tests/test_sampling.py`).
 
+    A drafter with a draft vocabulary scores its V_draft columns only (`draft_step`); each step's logits are widened to
+    V (-inf elsewhere) for the processors, the rules and q, so the probabilities are those `row_lengths` recomputes.
+    Without processors the greedy choice is the argmax over the columns: the same token (the columns are sorted ids,
+    so a tie goes to the lowest id either way).
+
     Args:
         history: `(history_states, history_valid, history_positions)` for history-modelling drafters, else None.
 
@@ -129,12 +139,15 @@ def draft_tokens(
     threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
     block = drafter.encode_block(context_states, anchor_ids, *(history or ()))
     state = drafter.head.init_state(block[:, 0]) if drafter.head is not None else None
+    columns = drafter.draft_columns()
+    columns = columns.to(block.device) if columns is not None and logits_processor is None else None
     prev = anchor_ids
     tokens, all_logits = [], []
     confidence = None  # [N] joint probability of the drafts so far
     unsure = False  # every row's confidence has fallen below the threshold: stop at the next allowed length
     for i in range(num_tokens):
-        logits, _, state = drafter.head_step(block[:, i], prev, state, restrict=True)
+        scores, state = drafter.draft_step(block[:, i], prev, state)
+        logits = drafter.expand_draft_logits(scores)
         if logits_processor is not None:
             seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
             logits = logits_processor(seen, logits)
@@ -144,7 +157,7 @@ def draft_tokens(
         if do_sample:
             prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         else:
-            prev = logits.argmax(dim=-1)
+            prev = columns[scores.argmax(dim=-1)] if columns is not None else logits.argmax(dim=-1)
         if threshold > 0 or skip > 0:
             chosen = probs.gather(-1, prev[:, None])[:, 0]
             confidence = chosen if confidence is None else confidence * chosen
