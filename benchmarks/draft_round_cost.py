@@ -1,12 +1,14 @@
 """Cost of one drafting round (K = 7) on SmolLM2-135M, full vocabulary vs a draft vocabulary slice.
 
 Usage: .venv/bin/python benchmarks/draft_round_cost.py [--threads 1] [--repeats 10] [--vocab-sizes full,8192,4096]
-    [--drafters name=folder,...] [--own-code] [--rounds N] [--dtype float32|bfloat16] [--verify-context N]
+    [--drafters name=folder,...] [--own-code] [--rounds N] [--rules-on] [--dtype float32|bfloat16] [--verify-context N]
     [--out FILE.json]
 Prints milliseconds per `draft()` call (median of repeats) for each draft vocabulary size, with the shipped
 drafter's architecture and random weights (the cost does not depend on the weights), or, with --drafters, for each
 saved drafter as it is (its width, depth, head and draft vocabulary: the capacity study's x axis). Every round
-drafts all K tokens (no early stop, no skip: what tau at K every round is measured with).
+drafts all K tokens (no early stop, no skip: what tau at K every round is measured with); --rules-on sets both
+thresholds to 1e-12, so each step also pays for the rules' probabilities (as the shipped adaptive rules do) without
+ever stopping.
 --own-code loads each --drafters folder with the modeling code it carries (as `trust_remote_code` would), not the
 package's: a folder of a `git worktree` at another commit then times that commit's drafting round, in the same
 process, and --rounds N interleaves N passes over the drafters (how the fused head was measured against the round
@@ -38,6 +40,7 @@ def main() -> None:
     parser.add_argument("--vocab-sizes", default="full,8192,4096", help="comma-separated; full = no draft vocabulary")
     parser.add_argument("--drafters", default=None, help="name=folder,...: time these saved drafters instead")
     parser.add_argument("--own-code", action="store_true", help="load --drafters folders with their own code")
+    parser.add_argument("--rules-on", action="store_true", help="thresholds of 1e-12: computed every step, never met")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--verify-context", type=int, default=0, help="also time the target's forwards (0: no)")
     parser.add_argument("--out", default=None)
@@ -56,6 +59,9 @@ def main() -> None:
     machine = environment_info()["machine"]
     result = {"threads": args.threads, "dtype": args.dtype, "repeats": args.repeats, "machine": machine}
     passes: dict[str, list[float]] = {}
+    threshold = 1e-12 if args.rules_on else 0.0
+    rules = {"confidence_threshold": threshold, "skip_threshold": threshold}
+    result["rules_on"] = args.rules_on
     if args.drafters:
         items = [item.split("=", 1) for item in args.drafters.split(",") if item]
         if not all(len(item) == 2 and item[0] for item in items):
@@ -75,11 +81,11 @@ def main() -> None:
         drafter = build().to(dtype).eval().bind_target(target)
         context = torch.randn(1, len(drafter.config.target_layer_ids), target.config.hidden_size, dtype=dtype)
         for _ in range(3):
-            drafter.draft(context, anchor, confidence_threshold=0.0, skip_threshold=0.0)
+            drafter.draft(context, anchor, **rules)
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
-            drafter.draft(context, anchor, confidence_threshold=0.0, skip_threshold=0.0)
+            drafter.draft(context, anchor, **rules)
             times.append((time.perf_counter() - start) * 1000)
         passes.setdefault(size, []).append(statistics.median(times))
         print(f"{size}: {statistics.median(times):.1f} ms per round (threads={args.threads})")

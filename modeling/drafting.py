@@ -30,7 +30,7 @@ from .options import check_threshold
 
 __all__ = [
     "BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "history_inputs", "row_lengths",
-    "select_proposal",
+    "rule_distribution", "select_proposal",
 ]  # fmt: skip
 
 
@@ -104,6 +104,18 @@ class DraftRules:
         )
 
 
+def rule_distribution(logits: torch.Tensor, columns: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The probabilities a round's rules and samples use: `softmax(logits)` `[..., V]`, or over the draft columns alone
+    (`[..., C]`, and the columns returned) when every other token's logit is -inf, as the drafter's own logits are:
+    the same distribution (those tokens have probability exactly 0) at a fraction of the work. `draft_tokens` and
+    `row_lengths` both call it, so a row's rules see the same bits in a round and when its length is read back."""
+    if columns is not None:
+        kept = logits.index_select(-1, columns)
+        if int((~torch.isneginf(logits)).sum()) == int((~torch.isneginf(kept)).sum()):
+            return torch.softmax(kept, dim=-1), columns
+    return torch.softmax(logits, dim=-1), None
+
+
 @torch.no_grad()
 def draft_tokens(
     drafter: BlockDrafter,
@@ -125,10 +137,11 @@ def draft_tokens(
     drafts 1..n, already drawn and proposed; the skip looks at the first position's top probability before
     anything is drawn (a skip on the *sampled* first draft would bias q; `tests/test_sampling.py`).
 
-    A drafter with a draft vocabulary scores its V_draft columns only (`draft_step`); each step's logits are widened to
-    V (-inf elsewhere) for the processors, the rules and q, so the probabilities are those `row_lengths` recomputes.
-    Without processors the greedy choice is the argmax over the columns: the same token (the columns are sorted ids,
-    so a tie goes to the lowest id either way).
+    A drafter with a draft vocabulary scores its C columns only (`draft_step`). Without processors a round stays on
+    them (argmax, softmax and sampling over C entries, not V) and widens its logits to V (-inf elsewhere) once, on
+    return; processors read token ids, so with them each step is widened first. Either way the rules' probabilities
+    come from `rule_distribution`, which `row_lengths` calls too. The choices are those over V: the columns are sorted
+    ids, so an argmax tie goes to the lowest id either way, and tokens outside the columns have probability 0.
 
     Args:
         history: `(history_states, history_valid, history_positions)` for history-modelling drafters, else None.
@@ -140,36 +153,52 @@ def draft_tokens(
     block = drafter.encode_block(context_states, anchor_ids, *(history or ()))
     state = drafter.head.init_state(block[:, 0]) if drafter.head is not None else None
     columns = drafter.draft_columns()
-    columns = columns.to(block.device) if columns is not None and logits_processor is None else None
+    columns = columns.to(block.device) if columns is not None else None
+    compact = columns is not None and logits_processor is None  # stay on the columns, widen on return
+    need_probs = do_sample or threshold > 0 or skip > 0
     prev = anchor_ids
     tokens, all_logits = [], []
     confidence = None  # [N] joint probability of the drafts so far
     unsure = False  # every row's confidence has fallen below the threshold: stop at the next allowed length
     for i in range(num_tokens):
-        scores, state = drafter.draft_step(block[:, i], prev, state)
-        logits = drafter.expand_draft_logits(scores)
-        if logits_processor is not None:
-            seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
-            logits = logits_processor(seen, logits)
-        probs = torch.softmax(logits, dim=-1) if do_sample or threshold > 0 or skip > 0 else None
+        logits, state = drafter.draft_step(block[:, i], prev, state)
+        support = columns if compact else None  # what an index into `probs` (and greedy's into `logits`) names
+        if not compact:
+            logits = drafter.expand_draft_logits(logits)
+            if logits_processor is not None:
+                seen = torch.cat([prefix_ids, *[t[:, None] for t in tokens]], dim=1) if tokens else prefix_ids
+                logits = logits_processor(seen, logits)
+        probs = None
+        if need_probs and compact:  # the columns' own logits: rule_distribution's first case, without its check
+            probs = torch.softmax(logits, dim=-1)
+        elif need_probs:
+            probs, support = rule_distribution(logits, columns)
         if i == 0 and skip > 0 and bool((probs.max(dim=-1).values < skip).all()):  # q alone, nothing drawn yet
-            return anchor_ids.new_empty(anchor_ids.shape[0], 0), logits.new_empty(logits.shape[0], 0, logits.shape[-1])
+            empty = logits.new_empty(logits.shape[0], 0, logits.shape[-1])
+            empty = drafter.expand_draft_logits(empty) if compact else empty
+            return anchor_ids.new_empty(anchor_ids.shape[0], 0), empty
         if do_sample:
-            prev = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            pick = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # an index into the support
+            prev = support[pick] if support is not None else pick
         else:
-            prev = columns[scores.argmax(dim=-1)] if columns is not None else logits.argmax(dim=-1)
-        if threshold > 0 or skip > 0:
-            chosen = probs.gather(-1, prev[:, None])[:, 0]
+            prev = logits.argmax(dim=-1)
+            pick = prev if support is None or compact else torch.searchsorted(support, prev)
+            prev = columns[prev] if compact else prev
+        if need_probs:
+            chosen = probs.gather(-1, pick[:, None])[:, 0]
             confidence = chosen if confidence is None else confidence * chosen
         tokens.append(prev)
         all_logits.append(logits)
         unsure = unsure or (threshold > 0 and bool((confidence < threshold).all()))
         if unsure and (lengths is None or len(tokens) in lengths):
             break
-    return torch.stack(tokens, 1), torch.stack(all_logits, 1)
+    logits = torch.stack(all_logits, 1)
+    return torch.stack(tokens, 1), drafter.expand_draft_logits(logits) if compact else logits
 
 
-def row_lengths(tokens: torch.Tensor, logits: torch.Tensor, rules: DraftRules) -> list[int]:
+def row_lengths(
+    tokens: torch.Tensor, logits: torch.Tensor, rules: DraftRules, columns: torch.Tensor | None = None
+) -> list[int]:
     """Each row's draft count under `rules` had it been drafted alone, from a batched round's output.
 
     A batched round (`draft_tokens` over N rows) stops only once every row is unsure, so a row may carry drafts past
@@ -182,16 +211,25 @@ def row_lengths(tokens: torch.Tensor, logits: torch.Tensor, rules: DraftRules) -
     Args:
         tokens: `[N, n]` drafts; logits: `[N, n, V]` the processed logits they were drawn from (both as
             `draft_tokens` returns them).
+        columns: the drafter's draft columns (`draft_columns()`), so each position's probabilities are computed as
+            the round computed them (`rule_distribution`, position by position).
     """
     rows, n = tokens.shape
     threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
     if n == 0 or (threshold <= 0 and skip <= 0):
         return [n] * rows
-    probs = torch.softmax(logits, dim=-1)
-    joint = probs.gather(-1, tokens[..., None])[..., 0].cumprod(dim=1)  # [N, n], the loop's running product
+    columns = columns.to(logits.device) if columns is not None else None
+    chosen, top = [], []
+    for position in range(n):  # as the round did: one decision per position over the batch
+        probs, support = rule_distribution(logits[:, position], columns)
+        drafted = tokens[:, position].contiguous()
+        index = drafted if support is None else torch.searchsorted(support, drafted)
+        chosen.append(probs.gather(-1, index[:, None])[:, 0])
+        top.append(probs.max(dim=-1).values)
+    joint = torch.stack(chosen, 1).cumprod(dim=1)  # [N, n], the round's running product
     out = []
     for row in range(rows):
-        if skip > 0 and float(probs[row, 0].max()) < skip:
+        if skip > 0 and float(top[0][row]) < skip:
             out.append(0)
             continue
         below = (joint[row] < threshold).nonzero().flatten() if threshold > 0 else joint.new_empty(0)

@@ -608,7 +608,8 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         """For a batched `draft()` output, each row's draft count had it been drafted alone (the same rules and
         defaults as `draft`; `drafting.row_lengths`). An engine that verifies each request's own draft, as vLLM
         does, proposes that many: a batch then proposes what each request alone would."""
-        return row_lengths(tokens, logits, DraftRules.from_config(self.config, confidence_threshold, skip_threshold))
+        rules = DraftRules.from_config(self.config, confidence_threshold, skip_threshold)
+        return row_lengths(tokens, logits, rules, self.draft_columns())
 
     @staticmethod
     def draft_session(min_match: int | None = None) -> DraftSession:

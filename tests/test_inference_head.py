@@ -1,11 +1,14 @@
-"""The drafting round's head (`draft_step`): the draft vocabulary's lm_head rows fused with `out_proj`, cached until a
-weight changes, and the same function as the training head (`head_step`) up to rounding."""
+"""The drafting round on a draft vocabulary: its head (`draft_step`, the vocabulary's lm_head rows fused with
+`out_proj`, cached until a weight changes, the training head's function up to rounding), and a round that stays on
+the vocabulary's columns when no processor needs the full one (`rule_distribution`, the same choices and rules)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from tiny_models import make_drafter, make_tiny_target
+
+from dlite_hf.modeling.drafting import rule_distribution
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +108,51 @@ def test_a_greedy_round_drafts_the_argmax_of_its_widened_logits(target):
     assert tokens.shape == (6, drafter.config.num_draft_tokens)
     assert torch.equal(tokens, logits.argmax(-1))
     assert bool(torch.isin(tokens, drafter.draft_columns()).all())
+
+
+def test_rule_distribution_is_the_softmax_on_its_support():
+    generator = torch.Generator().manual_seed(2)
+    columns = torch.tensor([1, 4, 5, 9])
+    logits = torch.full((3, 12), float("-inf"))
+    logits[:, columns] = torch.randn(3, 4, generator=generator) * 3
+    probs, support = rule_distribution(logits, columns)
+    assert torch.equal(support, columns) and probs.shape == (3, 4)
+    torch.testing.assert_close(probs, torch.softmax(logits, -1)[:, columns], rtol=0, atol=1e-7)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3))
+
+    logits[1, 0] = 2.0  # a processor gave a token outside the columns a chance: the whole vocabulary then
+    probs, support = rule_distribution(logits, columns)
+    assert support is None and probs.shape == (3, 12) and float(probs[1, 0]) > 0
+    probs, support = rule_distribution(logits, None)  # a drafter without a draft vocabulary
+    assert support is None and torch.equal(probs, torch.softmax(logits, -1))
+
+
+@pytest.mark.parametrize("rules", [(0.0, 0.0), (0.5, 0.0), (0.0, 0.5), (0.3, 0.4)])
+def test_a_round_on_the_columns_drafts_what_the_widened_round_drafts(target, rules):
+    """Without processors the round stays on the columns; an identity processor makes it widen every step first.
+    Both must give the same tokens, the same q and the same per-row lengths, with the rules' thresholds chosen
+    between the rows' own probabilities so that rows stop at different counts."""
+    drafter = make_drafter(target, seed=9, draft_vocab_size=40).bind_target(target)
+    with torch.no_grad():
+        drafter.norm.weight.mul_(8.0)  # spread the probabilities over a wide range
+    generator = torch.Generator().manual_seed(3)
+    context = torch.randn(8, drafter.config.num_tapped_layers, drafter.config.target_hidden_size, generator=generator)
+    anchors = torch.randint(1, drafter.config.vocab_size, (8,), generator=generator)
+    prefix = anchors[:, None]
+    with torch.no_grad():
+        tokens, logits = drafter.draft(context, anchors, confidence_threshold=0.0, skip_threshold=0.0)
+        top = torch.softmax(logits[:, 0], -1).max(-1).values.sort().values
+        between = float(top[3] + top[4]) / 2
+        stop, skip = (between if rules[0] else 0.0), (between * rules[1] / 0.5 if rules[1] else 0.0)
+        compact = drafter.draft(context, anchors, confidence_threshold=stop, skip_threshold=skip)
+        widened = drafter.draft(
+            context, anchors, confidence_threshold=stop, skip_threshold=skip,
+            logits_processor=lambda ids, scores: scores, prefix_ids=prefix,
+        )  # fmt: skip
+        assert torch.equal(compact[0], widened[0]) and torch.equal(compact[1], widened[1])
+        lengths = drafter.draft_row_lengths(*compact, confidence_threshold=stop, skip_threshold=skip)
+        assert lengths == drafter.draft_row_lengths(*widened, confidence_threshold=stop, skip_threshold=skip)
+    assert len(set(lengths)) > 1 or rules == (0.0, 0.0)  # the thresholds split the rows
+    assert compact[1].shape[-1] == drafter.config.vocab_size
+    if rules == (0.0, 0.0):
+        assert torch.equal(compact[0], tokens)

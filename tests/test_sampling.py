@@ -183,6 +183,29 @@ def test_sampled_tokens_follow_the_target_distribution(peaked_pair, setting, mon
     assert_follows(counts, marginals, setting)
 
 
+@pytest.mark.parametrize("setting", ["t1", "t1_adaptive"])
+def test_a_draft_vocabulary_samples_follow_the_target_distribution(peaked_pair, setting, monkeypatch):
+    """With a draft vocabulary and no logits processor a round samples among its columns alone (`draft_tokens`
+    stays on them and widens q on return). The tokens must still follow the target, those outside the columns too:
+    q gives them 0, so only the residual resample can produce them."""
+    target, base = peaked_pair
+    drafter = copy.deepcopy(base).bind_target(target)
+    counts_by_id = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(6)).float()
+    columns = drafter.set_draft_vocab(counts_by_id, size=VOCAB // 2)
+    _, threshold, skip = ADAPTIVE_SETTINGS.get(setting, (setting, 0.0, 0.0))
+    monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
+    monkeypatch.setattr(drafter.config, "draft_skip_threshold", skip)
+    settings = SETTINGS["t1"]
+    marginals = exact_marginals(target, **settings)
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[columns] = False
+    assert float(marginals[1][outside].sum()) > 0.1  # the target often says what the drafter cannot draft
+
+    counts, totals = draw(target, drafter, N_SAMPLES, seed_base=50_000, **settings)
+    assert 0.1 < totals["accepted"] / totals["drafted"] < 0.9, totals
+    assert_follows(counts, marginals, f"{setting}, {VOCAB // 2} draft ids")
+
+
 def test_wrong_candidate_logits_are_detected(peaked_pair, monkeypatch):
     """Power: if the candidate logits are not those the drafts were sampled from, the same test rejects."""
     target, drafter = peaked_pair
