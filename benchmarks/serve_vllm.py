@@ -147,12 +147,11 @@ def use_suffix_decoding(path: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), os.environ.get("PYTHONPATH")) if p)
 
 
-def load_engine(method: str, target: str, dtype: str, max_seqs: int, memory: float):
-    """The method's engine and its `SpecDecodeTally`."""
+def load_engine(spec: dict | None, target: str, dtype: str, max_seqs: int, memory: float):
+    """An engine with speculative config `spec` (None: plain) and its `SpecDecodeTally`."""
     from dlite_hf_vllm.compat import SpecDecodeTally
     from vllm import EngineArgs, LLMEngine
 
-    spec = METHODS[method]
     args = EngineArgs(
         model=target, dtype=dtype, gpu_memory_utilization=memory, max_model_len=4096, max_num_seqs=max_seqs,
         seed=0, disable_log_stats=False, speculative_config=spec,
@@ -269,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds per cell, by concurrency (methods in a rotated order each round)")  # fmt: skip
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
+    variant_help = (
+        "one more method NAME: DLite (K = 7) from FOLDER, e.g. a git worktree's drafter folder (the plugin runs the "
+        "code a folder carries): another commit's round, side by side; repeatable"
+    )
+    parser.add_argument("--drafter-variant", action="append", default=[], metavar="NAME=FOLDER", help=variant_help)
     parser.add_argument("--suffix-path", type=Path, default=SUFFIX_PATH,
                         help="arctic_inference.suffix_decoding, from scripts/build_suffix_decoding.sh")  # fmt: skip
     args = parser.parse_args(argv)
@@ -289,10 +293,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompts is None:
         parser.error("--prompts is required (or --report RESULTS)")
     data = json.loads(args.prompts.read_text())
+    specs = dict(METHODS)
+    for variant in args.drafter_variant:
+        name, _, folder = variant.partition("=")
+        if not name or not folder or name in specs or not Path(folder, "config.json").is_file():
+            raise SystemExit(
+                f"--drafter-variant {variant!r}: expected NAME=FOLDER, NAME not one of {', '.join(specs)}, and "
+                "FOLDER a drafter folder (with its config.json)."
+            )
+        specs[name] = {"model": str(Path(folder).resolve()), "num_speculative_tokens": 7}
     methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in specs]
     if unknown or "plain" not in methods:
-        raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(METHODS)}.")
+        raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(specs)}.")
     try:
         levels = [int(c) for c in args.concurrency.split(",") if c]
     except ValueError:
@@ -312,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     engines, load_s = {}, {}
     for method in methods:
         begin = time.perf_counter()
-        engines[method] = load_engine(method, data["meta"]["target"], args.dtype, max(levels), args.memory)
+        engines[method] = load_engine(specs[method], data["meta"]["target"], args.dtype, max(levels), args.memory)
         run_workload(*engines[method], by_workload[workloads[0]][:2], 2, 16)  # warm-up
         load_s[method] = time.perf_counter() - begin
         print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)

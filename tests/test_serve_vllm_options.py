@@ -47,3 +47,18 @@ def test_results_are_written_whole_after_every_cell(tmp_path):
     assert json.loads(out.read_text())["meta"]["finished"] is True
     assert [p.name for p in tmp_path.iterdir()] == ["serve.json"]  # no temporary file left behind
     serve_vllm.write_results(None, {}, [])  # no --out: nothing written
+
+
+def test_a_drafter_variant_needs_a_new_name_and_a_drafter_folder(tmp_path):
+    prompts = tmp_path / "p.json"
+    prompts.write_text('{"meta": {"target": "t"}, "prompts": []}')
+    base = ["--prompts", str(prompts), "--methods", "plain", "--concurrency", "1"]
+    with pytest.raises(SystemExit, match=r"--drafter-variant 'dlite=.*NAME not one of plain, ngram"):
+        serve_vllm.main([*base, "--drafter-variant", f"dlite={tmp_path}"])  # a method's own name
+    with pytest.raises(SystemExit, match=r"FOLDER a drafter folder \(with its config.json\)"):
+        serve_vllm.main([*base, "--drafter-variant", f"before={tmp_path}"])  # no config.json there
+    with pytest.raises(SystemExit, match=r"expected NAME=FOLDER"):
+        serve_vllm.main([*base, "--drafter-variant", "before"])
+    (tmp_path / "config.json").write_text("{}")  # a folder now: the variant is a method --methods may name
+    with pytest.raises(SystemExit, match=r"--methods plain,typo: expected 'plain' and any of .*before"):
+        serve_vllm.main([*base[:3], "plain,typo", "--drafter-variant", f"before={tmp_path}"])
