@@ -52,8 +52,8 @@ def test_the_training_logs_out_of_domain_tau_table_is_the_result_file() -> None:
             + [f"{entry['mean_tau_in_domain']:.2f}"]
         ),
     )
-    # the README quotes the drafter shipped now (the weight-averaged one of smollm2-135m-rebal.json)
-    shipped = json.loads((RESULTS / "smollm2-135m-rebal.json").read_text())["drafters"]["wise0.5-v4096"]
+    # the README quotes the drafter shipped now (the weight-averaged one of smollm2-135m-scale34k.json)
+    shipped = json.loads((RESULTS / "smollm2-135m-scale34k.json").read_text())["drafters"]["all39-wise0.7"]
     readme = " ".join((REPO / "README.md").read_text().split())
     quoted = f"greedy tau is {shipped['mean_tau_ood']:.2f} against {shipped['mean_tau_in_domain']:.2f} in domain"
     assert quoted in readme, quoted
@@ -79,11 +79,20 @@ def test_the_training_logs_rebalanced_study_table_is_the_result_file() -> None:
     _check_log_table(
         "smollm2-135m-rebal.json",
         rows,
-        lambda entry, tau: (
-            [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
-            + [_taus(tau, group) for group in groups]
-        ),
+        lambda entry, tau: _mean_cells(entry) + [_taus(tau, group) for group in groups],
     )
+
+
+# the workload columns of the data-scale tables: the README's workloads, out of domain, the mix's new domains
+WORKLOAD_GROUPS = (
+    ("chat", "code", "math", "tool", "agentic"),
+    ("long", "legal", "clinical"),
+    ("manpages", "reasoning", "policy_agent"),
+)
+
+
+def _mean_cells(entry: dict) -> list[str]:
+    return [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
 
 
 def test_the_training_logs_ten_million_token_table_is_the_result_file() -> None:
@@ -95,11 +104,6 @@ def test_the_training_logs_ten_million_token_table_is_the_result_file() -> None:
         "0.5 before + 0.5 all": "all37-wise",
         "0.5 before + 0.5 greedy-only": "greedy37-wise",
     }
-    groups = (
-        ("chat", "code", "math", "tool", "agentic"),
-        ("long", "legal", "clinical"),
-        ("manpages", "reasoning", "policy_agent"),
-    )
 
     def first_draft(entry: dict, out_of_domain: bool) -> str:
         ood = {"legal", "clinical", "long"}
@@ -110,14 +114,33 @@ def test_the_training_logs_ten_million_token_table_is_the_result_file() -> None:
         "smollm2-135m-scale24k.json",
         rows,
         lambda entry, tau: (
-            [f"{entry['mean_tau_ood']:.3f}", f"{entry['mean_tau_in_domain']:.3f}"]
-            + [_taus(tau, group) for group in groups]
+            _mean_cells(entry)
+            + [_taus(tau, group) for group in WORKLOAD_GROUPS]
             + [f"{first_draft(entry, True)} / {first_draft(entry, False)}"]
         ),
     )
 
 
-MAIN_RUN = "smollm2-135m-main-bf16-packed-r3"  # the README's main table
+def test_the_training_logs_every_row_table_is_the_result_file() -> None:
+    rows = {
+        "shipped until now (the 96 texts)": "shipped",
+        "all39, 1,500 steps": "all39-1500",
+        "all39, 3,116 steps": "all39",
+        "0.5 before + 0.5 all39": "all39-wise0.5",
+        "**0.3 before + 0.7 all39 (ships)**": "all39-wise0.7",
+    }
+    _check_log_table(
+        "smollm2-135m-scale34k.json",
+        rows,
+        lambda entry, tau: (
+            _mean_cells(entry)
+            + [_taus(tau, group) for group in WORKLOAD_GROUPS]
+            + [f"{entry['first_accepted_ood']:.1%} / {entry['first_accepted_in_domain']:.1%}"]
+        ),
+    )
+
+
+MAIN_RUN = "smollm2-135m-main-bf16-packed-r4"  # the README's main table
 OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/README.md)
 
 
@@ -236,3 +259,21 @@ def test_the_training_logs_capacity_study_tables_are_the_result_files(repo_scrip
         ms = cost["ms_per_round"][arm]
         expected = [f"{ms:.1f}", speedups(arm, ms), speedups(by_time[arm], ms) if arm in by_time else ""]
         assert _row(label, "docs/training-log.md")[1:] == expected, (label, expected)
+
+
+def test_the_round_comparison_in_vllm_is_the_bench_run() -> None:
+    """benchmarks/README.md: DLite in vLLM with this round and the round before, as serve-vllm-c1-round.json has it."""
+    results = json.loads((RESULTS / "serve-vllm-c1-round.json").read_text())["results"]
+    cell = {(r["workload"], r["method"]): r for r in results}
+    text = (REPO / "benchmarks" / "README.md").read_text()
+    section = text[text.index("### vLLM at c = 1: the drafting round") :].splitlines()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")][1:] for line in section
+            if line.startswith("| ") and not line.startswith("| workload")}  # fmt: skip
+    for workload in ("chat", "code", "math"):
+        expected = [f"{cell[workload, 'plain']['tokens_per_s']:.1f}"] + [
+            f"{cell[workload, m]['speedup']:.2f}x (tau {cell[workload, m]['tau']:.2f})"
+            if workload == "chat" and m == "dlite"
+            else f"{cell[workload, m]['speedup']:.2f}x ({cell[workload, m]['tau']:.2f})"
+            for m in ("dlite", "before")
+        ]
+        assert rows[workload] == expected, (workload, expected)
