@@ -181,9 +181,9 @@ def draft_tokens(
             pick = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # an index into the support
             prev = support[pick] if support is not None else pick
         else:
-            prev = logits.argmax(dim=-1)
-            pick = prev if support is None or compact else torch.searchsorted(support, prev)
-            prev = columns[prev] if compact else prev
+            choice = logits.argmax(dim=-1)  # an index into `logits`: a column when compact, else a token id
+            prev = columns[choice] if compact else choice
+            pick = choice if compact or support is None else torch.searchsorted(support, prev)
         if need_probs:
             chosen = probs.gather(-1, pick[:, None])[:, 0]
             confidence = chosen if confidence is None else confidence * chosen
@@ -212,16 +212,23 @@ def row_lengths(
         tokens: `[N, n]` drafts; logits: `[N, n, V]` the processed logits they were drawn from (both as
             `draft_tokens` returns them).
         columns: the drafter's draft columns (`draft_columns()`), so each position's probabilities are computed as
-            the round computed them (`rule_distribution`, position by position).
+            the round computed them (`rule_distribution`: once over all positions when every one is on the
+            columns, else position by position).
     """
     rows, n = tokens.shape
     threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
     if n == 0 or (threshold <= 0 and skip <= 0):
         return [n] * rows
     columns = columns.to(logits.device) if columns is not None else None
+    # one check over every position: the usual case, every position on the columns (as a round without processors)
+    all_probs, all_support = rule_distribution(logits, columns)
+    per_position = columns is not None and all_support is None  # a processor opened other tokens somewhere
     chosen, top = [], []
     for position in range(n):  # as the round did: one decision per position over the batch
-        probs, support = rule_distribution(logits[:, position], columns)
+        if per_position:
+            probs, support = rule_distribution(logits[:, position], columns)
+        else:
+            probs, support = all_probs[:, position], all_support
         drafted = tokens[:, position].contiguous()
         index = drafted if support is None else torch.searchsorted(support, drafted)
         chosen.append(probs.gather(-1, index[:, None])[:, 0])

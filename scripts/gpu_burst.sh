@@ -24,24 +24,12 @@ set -euo pipefail
 phase=${1:?usage: gpu_burst.sh env|regen|train|broad}
 W=${GPU_WORK:-/tmp/dlite_gpu_work}  # outside the checkout: the device tool re-syncs the checkout between calls
 OUT=${OUT:-$W/out}
-mkdir -p "$W" "$OUT"
-export DLITE_HF_CACHE=$W/cache PYTHONPATH=$W/pkg:$W/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# the package as installed: src/dlite_hf with modeling/ as dlite_hf.modeling (pyproject's package-dir)
-rm -rf "$W/pkg" && mkdir -p "$W/pkg" && cp -r src/dlite_hf "$W/pkg/" && cp -r modeling "$W/pkg/dlite_hf/modeling"
-DLITE=(python3 -m dlite_hf.cli)
-GGUF=$W/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
-T0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+source scripts/gpu_common.sh
 
 case $phase in
 env)
-  if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" ${WHEELS:-.gpu_a/*.whl}
-  mkdir -p "$W/gguf" && cp .gpu_a/gguf.part* "$W/gguf/"
-  python3 -c "import torch, transformers, gguf, regex, tokenizers, huggingface_hub, peft, accelerate as a;
-print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', 'transformers', transformers.__version__,
-      'tokenizers', tokenizers.__version__, 'hub', huggingface_hub.__version__, 'peft', peft.__version__, 'accelerate', a.__version__)
-import dlite_hf, dlite_hf.training.trainer; print('dlite_hf', dlite_hf.__version__)"
+  # shellcheck disable=SC2086
+  gpu_env ${WHEELS:-.gpu_a/*.whl}
   ;;
 regen)
   cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"

@@ -23,8 +23,6 @@ set -euo pipefail
 phase=${1:?usage: gpu_study.sh prepare|env|study}
 W=${GPU_WORK:-/tmp/dlite_gpu_study}
 OUT=${OUT:-$W/out}
-T0=$(date +%s)
-stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
 
 if [ "$phase" = prepare ]; then
   # here, on the CPU machine: GGUF_FILE, WHEELS (transformers 5.24.0, gguf, regex for cp312), ROWS (data/regen.jsonl
@@ -45,23 +43,13 @@ EOF
   exit 0
 fi
 
-mkdir -p "$W" "$OUT"
-export DLITE_HF_CACHE=$W/cache PYTHONPATH=$W/pkg:$W/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+source scripts/gpu_common.sh
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True OMP_NUM_THREADS=1
-rm -rf "$W/pkg" && mkdir -p "$W/pkg" && cp -r src/dlite_hf "$W/pkg/" && cp -r modeling "$W/pkg/dlite_hf/modeling"
-DLITE=(python3 -m dlite_hf.cli)
-GGUF=$W/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 
 case $phase in
 env)
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" ${WHEELS_GLOB:-.gpu_a/*.whl}
-  mkdir -p "$W/gguf" && cp .gpu_a/gguf.part* "$W/gguf/"
-  python3 -c "import torch, transformers, gguf, regex, tokenizers, accelerate as a
-print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', 'transformers', transformers.__version__,
-      'tokenizers', tokenizers.__version__, 'accelerate', a.__version__)
-import dlite_hf, dlite_hf.training.trainer; print('dlite_hf', dlite_hf.__version__)"
-  nproc
+  # shellcheck disable=SC2086
+  gpu_env ${WHEELS_GLOB:-.gpu_a/*.whl}
   ;;
 study)
   cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"

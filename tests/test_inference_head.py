@@ -156,3 +156,40 @@ def test_a_round_on_the_columns_drafts_what_the_widened_round_drafts(target, rul
     assert compact[1].shape[-1] == drafter.config.vocab_size
     if rules == (0.0, 0.0):
         assert torch.equal(compact[0], tokens)
+
+
+def test_row_lengths_follow_the_round_when_a_processor_opens_one_step_beyond_the_columns(target):
+    """A processor that gives a token outside the draft columns a chance at the second step only: the round computes
+    that step's rules over the vocabulary and every other step over the columns. `row_lengths` must read each position
+    back as the round did (its one check over all positions fails, so it decides position by position), and so give
+    each row the count it drafts alone."""
+    drafter = make_drafter(target, seed=9, draft_vocab_size=40).bind_target(target)
+    with torch.no_grad():
+        drafter.norm.weight.mul_(8.0)
+    others = torch.isin(torch.arange(drafter.config.vocab_size), drafter.draft_columns(), invert=True)
+    outside = int(others.nonzero()[0])  # a token outside the draft columns
+    generator = torch.Generator().manual_seed(5)
+    context = torch.randn(8, drafter.config.num_tapped_layers, drafter.config.target_hidden_size, generator=generator)
+    anchors = torch.randint(1, drafter.config.vocab_size, (8,), generator=generator)
+
+    def open_second_step(ids, scores):
+        if ids.shape[1] == 2:  # the prefix (one token) and one draft: the second step
+            scores = scores.clone()
+            scores[:, outside] = scores.max(-1).values - 3.0
+        return scores
+
+    def run(rows, **rules):
+        return drafter.draft(
+            context[rows], anchors[rows], logits_processor=open_second_step, prefix_ids=anchors[rows, None], **rules
+        )
+
+    with torch.no_grad():
+        tokens, logits = run(slice(None), confidence_threshold=0.0, skip_threshold=0.0)
+        assert bool(torch.isfinite(logits[:, 1, outside]).all()) and bool(torch.isneginf(logits[:, 0, outside]).all())
+        joint = logits.softmax(-1).gather(-1, tokens[..., None])[..., 0].cumprod(-1)
+        ordered = joint[:, 2].sort().values
+        rules = {"confidence_threshold": float(ordered[3] + ordered[4]) / 2, "skip_threshold": 0.0}
+        tokens, logits = run(slice(None), **rules)
+        kept = drafter.draft_row_lengths(tokens, logits, **rules)
+        alone = [run(slice(r, r + 1), **rules)[0].shape[1] for r in range(8)]
+    assert kept == alone and len(set(kept)) > 1

@@ -103,9 +103,9 @@ class FeatureTap:
 
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # the process's own name: two workers never share one
         save_file({name: tensor.contiguous() for name, tensor in entry.items()}, str(tmp))
-        tmp.replace(path)
+        tmp.replace(path)  # atomic: a killed worker leaves the old entry or the new one, never half of one
         self.written += 1
 
 

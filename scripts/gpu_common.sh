@@ -1,0 +1,23 @@
+# Sourced by scripts/gpu_burst.sh and scripts/gpu_study.sh (set W and OUT first): the work folder outside the
+# checkout (the device tool re-syncs the checkout between calls), the package as installed (src/dlite_hf with
+# modeling/ as dlite_hf.modeling, pyproject's package-dir), the GGUF's path, a timestamped log line, and `gpu_env`,
+# the env phase both scripts share.
+mkdir -p "$W" "$OUT"
+export DLITE_HF_CACHE=$W/cache PYTHONPATH=$W/pkg:$W/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+rm -rf "$W/pkg" && mkdir -p "$W/pkg" && cp -r src/dlite_hf "$W/pkg/" && cp -r modeling "$W/pkg/dlite_hf/modeling"
+DLITE=(python3 -m dlite_hf.cli)
+GGUF=$W/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+T0=${T0:-$(date +%s)}
+stamp() { echo "[$(($(date +%s) - T0)) s] $*"; }
+
+# gpu_env WHEEL...: the GPU, the wheels installed into $W/site, GGUF part 1 put aside, the versions that import
+gpu_env() {
+  if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true; fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" "$@"
+  mkdir -p "$W/gguf" && cp .gpu_a/gguf.part* "$W/gguf/"
+  python3 -c "import torch, transformers, gguf, regex, tokenizers, accelerate as a
+print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', 'transformers', transformers.__version__,
+      'tokenizers', tokenizers.__version__, 'accelerate', a.__version__)
+import dlite_hf, dlite_hf.training.trainer; print('dlite_hf', dlite_hf.__version__)"
+  nproc
+}
