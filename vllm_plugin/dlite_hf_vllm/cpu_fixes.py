@@ -61,7 +61,9 @@ def install() -> bool:
 
         if not current_platform.is_cpu():
             return False
-        import vllm._C  # noqa: F401  (the C++ ops the fallback calls)
+        # the C++ ops the fallback calls, from the library built for this CPU (_C, _C_AVX512 or _C_AVX2): importing
+        # vllm._C itself on a CPU without AVX-512 loads a second library beside _C_AVX2 and aborts the process
+        current_platform.import_kernels()
         from vllm.utils import cpu_triton_utils
     except ImportError:
         return False
