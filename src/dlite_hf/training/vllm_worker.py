@@ -6,13 +6,16 @@ vLLM pins an older transformers than dlite-hf, so it runs in `.venv-vllm` (`make
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_vllm_python", "require_python", "run_worker"]
+__all__ = ["default_vllm_python", "require_python", "run_worker", "stop_process_group"]
 
 
 def default_vllm_python() -> Path:
@@ -37,14 +40,58 @@ def require_python(python: str | Path | None, alternative: str) -> Path:
 
 def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> dict[str, Any]:
     """Run a worker (its progress goes to this process's stdout and stderr) and return its summary. Raises
-    `RuntimeError` saying that `kept` (what it wrote before stopping) stays and that the same command resumes."""
+    `RuntimeError` saying that `kept` (what it wrote before stopping) stays and that the same command resumes.
+
+    The worker runs in a process group of its own, and vLLM's engine processes (renamed `VLLM::EngineCore`,
+    `VLLM::Worker`) join it. However this call ends (the worker's exit, an exception, Ctrl-C, or a SIGTERM or SIGHUP
+    to this process), the whole group is stopped: a killed run leaves no engine behind holding the cores and its
+    share of memory (vLLM's engine processes outlive their parent otherwise)."""
     summary_path.unlink(missing_ok=True)
-    result = subprocess.run(command, check=False)
-    if result.returncode != 0:
+    process = subprocess.Popen(command, start_new_session=True)
+    with _exit_on_termination():
+        try:
+            returncode = process.wait()
+        finally:
+            stop_process_group(process)
+    if returncode != 0:
         raise RuntimeError(
-            f"The vLLM {name} exited with status {result.returncode} (command: {' '.join(command)}); its log is "
+            f"The vLLM {name} exited with status {returncode} (command: {' '.join(command)}); its log is "
             f"above. {kept} written before it stopped are kept; run the same command again to resume."
         )
     summary = json.loads(summary_path.read_text())
     summary_path.unlink(missing_ok=True)
     return summary
+
+
+def stop_process_group(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to `process`'s group (it leads one: `start_new_session=True`), SIGKILL after `grace_s` if the leader
+    has not exited; also after a clean exit, for processes it left in its group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@contextlib.contextmanager
+def _exit_on_termination():
+    """SIGTERM and SIGHUP raise `SystemExit` while inside (so that `finally` blocks run), as SIGINT raises
+    `KeyboardInterrupt`; the previous handlers come back on exit. Signal handlers belong to the main thread: in
+    another thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
