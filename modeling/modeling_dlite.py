@@ -28,6 +28,9 @@ from .integration import install_generate_hook
 from .options import check_threshold
 from .suffix_index import DraftSession
 
+# a windowed batch's blocks run in at most this many groups, each cut to the longest history one of its blocks reads
+WINDOW_GROUPS = 4
+
 
 class DLitePreTrainedModel(PreTrainedModel):
     config_class = DLiteConfig
@@ -329,30 +332,79 @@ class DLiteForSpeculation(DLitePreTrainedModel):
         k = config.num_draft_tokens
         if sequence_states is not None:
             return self._encode_blocks_shared_history(hidden, positions, sequence_states, context_positions)
-        attention_mask = None
-        device = hidden.device
-        if config.history_window != 0:
-            if history_states is None or history_valid is None or history_positions is None:
-                raise ValueError(
-                    f"This drafter has history_window={config.history_window} and needs history_states, "
-                    "history_valid and history_positions (see gather_history)."
+        if config.history_window == 0:
+            return self._run_backbone(hidden, positions, None)[:, -k:]
+        if history_states is None or history_valid is None or history_positions is None:
+            raise ValueError(
+                f"This drafter has history_window={config.history_window} and needs history_states, "
+                "history_valid and history_positions (see gather_history)."
+            )
+        return self._encode_blocks_windowed(hidden, positions, history_states, history_valid, history_positions)
+
+    def _encode_blocks_windowed(
+        self,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        history_states: torch.Tensor,
+        history_valid: torch.Tensor,
+        history_positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """`encode_block` for blocks that each read their own history rows (a sliding window, or full history without
+        `sequence_states`). A history row that is invalid (before the sequence's start) is masked as a key, so the
+        leading invalid columns can be cut from a block with no change to its result. Blocks are grouped by how many
+        they lead with, and each group runs with only the columns some block of it reads: a window of 512 over
+        contexts shorter than 512 then costs what they hold, not 512 rows each."""
+        num_blocks = hidden.shape[0]
+        leading = (~history_valid.bool()).long().cumprod(dim=1).sum(dim=1)  # [N] columns before the first valid
+        order = leading.argsort(descending=True, stable=True)  # fewest history rows first
+        groups = order.split(max(1, -(-num_blocks // WINDOW_GROUPS)))
+        parts = []
+        for group in groups:
+            # keep one column at least: a group with no past at all keeps one masked dummy row
+            drop = min(int(leading[group].min().item()), history_valid.shape[1] - 1)
+            parts.append(
+                self._encode_group_windowed(
+                    hidden[group],
+                    positions[group],
+                    history_states[group, drop:],
+                    history_valid[group, drop:],
+                    history_positions[group, drop:],
                 )
-            history = self._project_history(history_states)
-            span = history.shape[1]
-            hidden = torch.cat([history, hidden], dim=1)
-            positions = torch.cat([history_positions.to(device), positions], dim=1)
-            total = hidden.shape[1]
-            is_block = torch.arange(total, device=device) >= span  # [Q]
-            key_history_ok = torch.cat(
-                [history_valid.to(device), torch.ones(num_blocks, total - span, dtype=torch.bool, device=device)], 1
-            )  # [N, Kv]
-            causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
-            allowed = (is_block[:, None] & is_block[None, :]) | (
-                ~is_block[None, :] & (is_block[:, None] | causal)
-            )  # [Q, Kv]
-            allowed = allowed[None] & key_history_ok[:, None, :]
-            allowed = allowed | torch.eye(total, dtype=torch.bool, device=device)[None]  # padded rows see themselves
-            attention_mask = allowed[:, None]  # [N, 1, Q, Kv]
+            )
+        out = torch.cat(parts, dim=0)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(num_blocks, device=order.device)
+        return out[inverse.to(out.device)]
+
+    def _encode_group_windowed(
+        self,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        history_states: torch.Tensor,
+        history_valid: torch.Tensor,
+        history_positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """One pass over blocks that each read their own history rows: `[history, block]` rows per block, history
+        rows causal among themselves, block rows bidirectional over their block and every valid history row."""
+        k = self.config.num_draft_tokens
+        num_blocks = hidden.shape[0]
+        device = hidden.device
+        history = self._project_history(history_states)
+        span = history.shape[1]
+        hidden = torch.cat([history, hidden], dim=1)
+        positions = torch.cat([history_positions.to(device), positions], dim=1)
+        total = hidden.shape[1]
+        is_block = torch.arange(total, device=device) >= span  # [Q]
+        key_history_ok = torch.cat(
+            [history_valid.to(device), torch.ones(num_blocks, total - span, dtype=torch.bool, device=device)], 1
+        )  # [N, Kv]
+        causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
+        allowed = (is_block[:, None] & is_block[None, :]) | (
+            ~is_block[None, :] & (is_block[:, None] | causal)
+        )  # [Q, Kv]
+        allowed = allowed[None] & key_history_ok[:, None, :]
+        allowed = allowed | torch.eye(total, dtype=torch.bool, device=device)[None]  # padded rows see themselves
+        attention_mask = allowed[:, None]  # [N, 1, Q, Kv]
         return self._run_backbone(hidden, positions, attention_mask)[:, -k:]
 
     def _block_rows(self, context_states: torch.Tensor, anchor_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

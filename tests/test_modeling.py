@@ -466,6 +466,51 @@ def test_shared_history_pass_equals_one_history_copy_per_block(target):
         window(context, anchor_ids, drafts, sequence_states=states, context_positions=anchor_pos - 1)
 
 
+def test_windowed_blocks_cut_to_their_own_history_give_the_uncut_result(target, monkeypatch):
+    """A windowed batch runs in groups of blocks, each cut to the longest history one of its blocks reads (an invalid
+    history row is only ever a masked key): the same logits and gradients as one uncut pass over the whole window,
+    for far fewer backbone rows when most contexts are shorter than the window."""
+    from dlite_hf.modeling import modeling_dlite
+
+    drafter = make_drafter(target, seed=4, history_window=12).bind_target(target)
+    ids = torch.randint(1, V, (2, 20), generator=torch.Generator().manual_seed(5))
+    states = _tapped_states(target, ids, drafter.config.target_layer_ids)  # [2, 20, L, H_t]
+    # contexts 0 (no past at all), 1, 2, ... and one of 15 > 12 (a full window, so one group means no cut)
+    anchor_pos = torch.tensor([[1, 2, 3, 4, 6, 16], [2, 3, 5, 7, 9, 4]])
+    rows = torch.arange(2)[:, None]
+    context = states[rows, anchor_pos - 1].flatten(0, 1)
+    anchor_ids = ids[rows, anchor_pos].flatten()
+    drafts = torch.randint(1, V, (12, drafter.config.num_draft_tokens), generator=torch.Generator().manual_seed(6))
+    history = dict(
+        zip(("history_states", "history_valid", "history_positions"), gather_history(states, anchor_pos - 1, 12))
+    )
+    seen = []
+    backbone = drafter._run_backbone
+
+    def counting(hidden, *args):
+        seen.append(hidden.shape[0] * hidden.shape[1])
+        return backbone(hidden, *args)
+
+    monkeypatch.setattr(drafter, "_run_backbone", counting)
+    drafter.train()
+    results = []
+    for groups in (1, modeling_dlite.WINDOW_GROUPS):
+        monkeypatch.setattr(modeling_dlite, "WINDOW_GROUPS", groups)
+        seen.clear()
+        drafter.zero_grad()
+        logits = drafter(context, anchor_ids, drafts, **history).logits
+        logits.logsumexp(-1).sum().backward()
+        grads = {n: p.grad.clone() for n, p in drafter.named_parameters() if p.grad is not None}
+        results.append((logits.detach(), grads, sum(seen)))
+    (uncut, uncut_grads, uncut_rows), (cut, cut_grads, cut_rows) = results
+    rows_per_block = 12 + drafter.config.num_tapped_layers + 1 + drafter.config.num_draft_tokens
+    assert uncut_rows == 12 * rows_per_block and cut_rows < 0.75 * uncut_rows
+    torch.testing.assert_close(cut, uncut, atol=1e-5, rtol=1e-5)
+    assert uncut_grads.keys() == cut_grads.keys() and "history_proj.weight" in cut_grads
+    for name in cut_grads:
+        torch.testing.assert_close(cut_grads[name], uncut_grads[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
 def test_gather_history_windows():
     states = torch.arange(2 * 6, dtype=torch.float32).reshape(2, 6, 1, 1)  # value = 6 * b + t
     hist, valid, pos = gather_history(states, torch.tensor([[0, 3], [5, 2]]), 2)
