@@ -28,7 +28,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 def test_check_dtype_names_what_it_accepts():
     assert [check_dtype(name) for name in DTYPE_CHOICES] == list(DTYPE_CHOICES)
-    with pytest.raises(ValueError, match=r"--dtype='fp8' is not a supported dtype: expected one of float32"):
+    with pytest.raises(ValueError, match=r"--dtype='fp8' is not a supported dtype: expected one of fastest, float32"):
         check_dtype("fp8", shown="--dtype")
     with pytest.raises(ValueError, match="no near-tie epsilon for dtype 'int8'"):
         epsilon_for("int8")
@@ -247,31 +247,69 @@ def test_the_checker_fails_a_verification_that_accepts_wrong_drafts(bf16_pair):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_the_default_mode_is_the_one_the_committed_benchmark_measured_fastest():
-    """`make run` and the demo default to DEFAULT_DTYPE with DEFAULT_ATTENTION: of the main benchmark's modes (each
-    pair of dtypes run side by side, one core each), that mode's fastest method has the highest tokens/s over every
-    workload, among the modes measured on the same machine (tokens/s of two CPUs are not comparable: the runs
-    record their machine, and the development machine's CPU changed between sessions)."""
-    from dlite_hf.defaults import DEFAULT_ATTENTION
+def test_fastest_resolves_by_whether_the_machine_computes_bfloat16_natively(monkeypatch):
+    from dlite_hf import defaults
+
+    assert DEFAULT_DTYPE == "fastest"
+    for name in ("float32", "bfloat16", "float16", "auto"):
+        assert defaults.resolve_dtype(name) == name  # an explicit choice is kept on any machine
+    for native, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        assert defaults.native_bfloat16() is native
+        assert defaults.resolve_dtype("fastest") == expected
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)  # AMX alone counts too
+    assert defaults.resolve_dtype("fastest") == "bfloat16"
+    with pytest.raises(ValueError, match="'fp8' is not a supported dtype.*fastest: bfloat16 where"):
+        defaults.resolve_dtype("fp8")
+
+
+def test_the_default_mode_is_the_one_the_committed_benchmarks_measured_fastest(monkeypatch):
+    """`make run` and the demo default to `fastest` with DEFAULT_ATTENTION. On each machine whose results say whether
+    it computes bfloat16 natively, the mode `fastest` resolves to there is the one whose fastest method has the
+    highest tokens/s over every workload, among the modes measured on that machine (tokens/s of two CPUs are not
+    comparable). A record says it with `bf16_native`, or with `amx_bf16` true; a record from before those fields
+    counts as native when its CPU model is recorded with AMX elsewhere (the Intel Xeon: every session on it had AMX,
+    docs/benchmark-machines.md). The first AMD EPYC's runs recorded neither, and another EPYC here has no native
+    bfloat16, so those runs are left out rather than guessed."""
+    from dlite_hf import defaults
 
     runs = {
-        ("float32", "sdpa"): "smollm2-135m-main.json",
-        ("bfloat16", "sdpa"): "smollm2-135m-main-bf16.json",
-        ("float32", "packed_gqa"): "smollm2-135m-main-packed.json",
-        ("bfloat16", "packed_gqa"): "smollm2-135m-main-bf16-packed.json",
-    }
-    by_machine: dict[str, dict[tuple[str, str], float]] = {}
-    for (dtype, attention), name in runs.items():
-        result = json.loads((RESULTS / name).read_text())
-        assert result["meta"]["dtype"] == dtype and result["ok"] is True
-        recorded = result["meta"].get("attention") or "sdpa"  # runs before the field existed used sdpa
-        assert (recorded == "sdpa") == (attention == "sdpa"), (name, recorded)
-        best = max(r["tok_s"] for r in result["summary"] if r["workload"] == "all")
-        by_machine.setdefault(result["meta"]["machine"]["cpu"], {})[dtype, attention] = best
-    default = (DEFAULT_DTYPE, DEFAULT_ATTENTION)
-    compared = [modes for modes in by_machine.values() if default in modes and len(modes) > 1]
-    assert compared, f"the default mode {default} is not compared with another mode on one machine: {by_machine}"
-    for modes in compared:
+        ("float32", "sdpa"): ["smollm2-135m-main.json"],
+        ("bfloat16", "sdpa"): ["smollm2-135m-main-bf16.json"],
+        ("float32", "packed_gqa"): [
+            "smollm2-135m-main-packed.json", "smollm2-135m-main-packed-r2.json",
+            "smollm2-135m-dtype-fp32-packed-avx2.json",
+        ],
+        ("bfloat16", "packed_gqa"): [
+            "smollm2-135m-main-bf16-packed.json", "smollm2-135m-main-bf16-packed-r2.json",
+            "smollm2-135m-main-bf16-packed-r3.json", "smollm2-135m-dtype-bf16-packed-avx2.json",
+        ],
+    }  # fmt: skip
+    records = []
+    for (dtype, attention), names in runs.items():
+        for name in names:
+            result = json.loads((RESULTS / name).read_text())
+            assert result["meta"]["dtype"] == dtype and result["ok"] is True
+            recorded = result["meta"].get("attention") or "sdpa"  # runs before the field existed used sdpa
+            assert (recorded == "sdpa") == (attention == "sdpa"), (name, recorded)
+            best = max(r["tok_s"] for r in result["summary"] if r["workload"] == "all")
+            records.append((result["meta"]["machine"], (dtype, attention), best))
+    with_amx = {machine["cpu"] for machine, _, _ in records if machine.get("amx_bf16") is True}
+    by_machine: dict[tuple[str, bool], dict[tuple[str, str], float]] = {}
+    for machine, mode, best in records:
+        native = machine.get("bf16_native")
+        if native is None and machine.get("amx_bf16") is not False:
+            native = True if machine.get("amx_bf16") or machine["cpu"] in with_amx else None
+        if native is None:
+            continue
+        modes = by_machine.setdefault((machine["cpu"], native), {})
+        modes[mode] = max(best, modes.get(mode, 0.0))
+    assert {native for _, native in by_machine} == {True, False}, by_machine  # both kinds of CPU are measured
+    for (_, native), modes in by_machine.items():
+        monkeypatch.setattr(defaults, "native_bfloat16", lambda device="cpu", native=native: native)
+        default = (defaults.resolve_dtype(defaults.DEFAULT_DTYPE), defaults.DEFAULT_ATTENTION)  # on that machine
+        assert default in modes and len(modes) > 1, by_machine
         assert max(modes, key=modes.get) == default, by_machine
 
 

@@ -277,3 +277,40 @@ def test_the_round_comparison_in_vllm_is_the_bench_run() -> None:
             for m in ("dlite", "before")
         ]
         assert rows[workload] == expected, (workload, expected)
+
+
+def test_the_readme_figures_for_a_cpu_without_native_bfloat16_are_the_result_files() -> None:
+    """The paragraph on a CPU without native bfloat16 quotes the two side-by-side runs there and the matmul check."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    runs = {}
+    for dtype in ("fp32", "bf16"):
+        result = json.loads((RESULTS / f"smollm2-135m-dtype-{dtype}-packed-avx2.json").read_text())
+        assert result["meta"]["machine"]["bf16_native"] is False and result["ok"] is True
+        runs[dtype] = {(r["workload"], r["method"]): r for r in result["summary"]}
+    matmul = json.loads((RESULTS / "matmul-dtypes-avx2.json").read_text())
+    gflops = matmul["shapes"]["prefill, 512 rows x MLP up"]["gflop_per_s"]
+    assert matmul["machine"]["bf16_native"] is False and matmul["fastest_resolves_to"] == "float32"
+    fp32, bf16 = runs["fp32"], runs["bf16"]
+    speed = {w: f"{fp32[w, 'dlite']['speedup']:.2f}x" for w in ("all", "chat", "code", "math", "tool")}
+    verify = fp32["chat", "dlite"]["target_ms_per_round"] / fp32["chat", "plain"]["target_ms_per_round"]
+    expected = [
+        f"({gflops['bfloat16']:.1f} GFLOP/s against {gflops['float32']:.1f} in float32",
+        f"(DLite {bf16['all', 'dlite']['speedup']:.2f}x, the hybrid {bf16['all', 'hybrid']['speedup']:.2f}x;",
+        f"DLite alone is {speed['all']} plain over chat, code, math and tool",
+        f"(code {speed['code']}, math {speed['math']}, tool {speed['tool']}) but {speed['chat']} on chat",
+        f"costs {verify:.2f}x a one-token step",
+    ]
+    for text in expected:
+        assert text in readme, text
+    for dtype in ("fp32", "bf16"):  # in bfloat16 every drafting method is slower than plain; in float32 DLite is not
+        assert all(r["speedup"] < 1 for k, r in runs[dtype].items() if k[1] != "plain") == (dtype == "bf16")
+
+
+def test_the_training_logs_window_cut_table_is_the_result_file() -> None:
+    windows = json.loads((RESULTS / "smollm2-135m-window-step-cost-avx2.json").read_text())["windows"]
+    for window, entry in windows.items():
+        assert _row(window, "docs/training-log.md") == [
+            f"{entry['uncut_s_per_step']:.2f}", f"{entry['cut_s_per_step']:.2f}", f"{entry['speedup']:.2f}x",
+            f"{entry['backbone_rows_ratio']:.2f}",
+        ]  # fmt: skip
+    assert windows["512"]["backbone_rows_ratio"] < 1 and windows["512"]["speedup"] > 1

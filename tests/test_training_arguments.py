@@ -121,3 +121,20 @@ def test_hf_argument_parser_rejects_unknown_stage(tmp_path):
     parser = HfArgumentParser(DLiteTrainingArguments)
     with pytest.raises(SystemExit):
         parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--stage", "pretrain"])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_without_native_bfloat16_warns_and_says_how_to_train_in_float32(
+    tmp_path, monkeypatch, caplog, native
+):
+    from dlite_hf.training import arguments
+
+    monkeypatch.setattr(arguments, "native_bfloat16", lambda device="cpu": native)
+    with caplog.at_level("WARNING", logger=arguments.__name__):
+        args = DLiteTrainingArguments(output_dir=str(tmp_path), stage="stable", bf16=True, use_cpu=True)
+        DLiteTrainingArguments(output_dir=str(tmp_path), stage="stable", bf16=False, use_cpu=True)
+    assert args.bf16 is True  # what was asked is kept
+    warned = [r.getMessage() for r in caplog.records if "without native bfloat16" in r.getMessage()]
+    assert len(warned) == (0 if native else 1)
+    if warned:
+        assert "--bf16 false" in warned[0]

@@ -7,6 +7,7 @@ when a drafter is first created or loaded. Heavier parts (training, benchmarks, 
 
 from transformers import AutoConfig, AutoModel
 
+from .defaults import resolve_dtype
 from .modeling.candidate_generators import DLiteCandidateGenerator, HybridCandidateGenerator
 from .modeling.configuration_dlite import DLiteConfig
 from .modeling.generation_stats import DLiteGenerationStats
@@ -35,6 +36,7 @@ __all__ = [
     "DraftSession",
     "__version__",
     "install_generate_hook",
+    "resolve_dtype",
     *_LAZY,
 ]
 

@@ -16,20 +16,45 @@ __all__ = [
     "check_attention",
     "check_dtype",
     "default_drafter_dir",
+    "native_bfloat16",
+    "resolve_dtype",
 ]
 
 DEFAULT_TARGET = "smollm2-135m"
 """The registry name of the default target (see :data:`dlite_hf.assets.MODELS`)."""
 
-DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")
-"""What `--dtype` accepts everywhere: a torch floating dtype, or `auto` (the checkpoint's own `config.dtype`)."""
+DTYPE_CHOICES = ("fastest", "float32", "bfloat16", "float16", "auto")
+"""What `--dtype` accepts everywhere: `fastest` (see :func:`resolve_dtype`), a torch floating dtype, or `auto` (the
+checkpoint's own `config.dtype`)."""
 
-DEFAULT_DTYPE = "bfloat16"
-"""The dtype `dlite-hf compare`, `make run` and the demo serve in: the mode measured fastest end to end on the
-development machine (the main benchmark in four modes, `benchmarks/results/smollm2-135m-main*.json`;
-`tests/test_dtypes.py` checks that the committed results still say so, with :data:`DEFAULT_ATTENTION`). bfloat16
-greedy decoding is near-tie-exact (every divergence from plain bfloat16 greedy is a float32-verified near-tie); pass
-`--dtype float32` for the token-exact mode."""
+DEFAULT_DTYPE = "fastest"
+"""The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively,
+float32 elsewhere (:func:`resolve_dtype`). Measured in both modes on both kinds of CPU
+(`benchmarks/results/smollm2-135m-main*.json`, `smollm2-135m-dtype-*.json`; `tests/test_dtypes.py` checks that the
+committed results still say so): with native bfloat16 (AVX512-BF16, AMX) it is the faster mode end to end; without
+(AVX2), bfloat16 matrix products are emulated, tens of times slower than float32, and every method is slower in it,
+DLite most. bfloat16 greedy decoding is near-tie-exact (every divergence from plain bfloat16 greedy is a
+float32-verified near-tie); float32 is the token-exact mode."""
+
+
+def native_bfloat16(device: str = "cpu") -> bool:
+    """Whether `device` computes bfloat16 matrix products natively: a CUDA device that supports bfloat16, or a CPU
+    with AVX512-BF16 or AMX (what torch's CPU kernels use for bfloat16; without them they emulate it)."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in probes)
+
+
+def resolve_dtype(name: str, device: str = "cpu") -> str:
+    """`name` itself, except `fastest`: `bfloat16` where `device` computes it natively, else `float32`."""
+    check_dtype(name)
+    if name != "fastest":
+        return name
+    return "bfloat16" if native_bfloat16(device) else "float32"
+
 
 ATTENTION_CHOICES = ("sdpa", "packed_gqa")
 """What `--attention` accepts: transformers' `sdpa`, or `packed_gqa` (`dlite_hf.attention`: the same SDPA kernel
@@ -47,7 +72,9 @@ def _check_choice(kind: str, name: str, choices: tuple[str, ...], hint: str, sho
 
 def check_dtype(name: str, shown: str = "dtype") -> str:
     """Return `name` if it is one of :data:`DTYPE_CHOICES`; raise `ValueError` saying what was given otherwise."""
-    return _check_choice("dtype", name, DTYPE_CHOICES, "auto: the checkpoint's own dtype, from its config.json", shown)
+    return _check_choice(
+        "dtype", name, DTYPE_CHOICES, "fastest: bfloat16 where the machine computes it natively, else float32", shown
+    )
 
 
 def check_attention(name: str, shown: str = "attention") -> str:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..defaults import SHIPPED_DRAFTER_NOTE, check_attention, check_dtype, repo_root
+from ..defaults import SHIPPED_DRAFTER_NOTE, check_attention, check_dtype, repo_root, resolve_dtype
 from .download import fetch_model
 from .registry import DRAFTERS, DRAFTERS_ENV, MODELS, AssetError, cache_dir
 
@@ -65,13 +65,15 @@ def load_target(
 ) -> tuple[Any, Any]:
     """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
     top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
-    the token-exact mode); `attention`: one of :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`:
-    :mod:`dlite_hf.attention`); `device_map`: accelerate's placement (`"auto"`, a dict), passed to from_pretrained.
+    the token-exact mode; `fastest`: this machine's, :func:`dlite_hf.defaults.resolve_dtype`); `attention`: one of
+    :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`: :mod:`dlite_hf.attention`); `device_map`:
+    accelerate's placement (`"auto"`, a dict), passed to from_pretrained.
     The one loader of the CLI, the benchmark and the demo."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    check_dtype(dtype)
+    on_gpu = device_map is not None and str(device_map) != "cpu" and torch.cuda.is_available()
+    dtype = resolve_dtype(dtype, "cuda" if on_gpu else "cpu")  # `fastest`: this machine's; other names as they are
     check_attention(attention)
     placement = {"device_map": device_map} if device_map is not None else {}
     model = AutoModelForCausalLM.from_pretrained(

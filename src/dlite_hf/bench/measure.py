@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from ..defaults import native_bfloat16
 from ..neartie import NearTieChecker, NearTieReport
 from .methods import BenchMethod
 
@@ -94,7 +95,7 @@ def environment_info() -> dict[str, Any]:
     from .. import __version__
 
     cpu = platform.processor() or ""
-    amx = None
+    amx = avx512_bf16 = None
     try:
         info = Path("/proc/cpuinfo").read_text().splitlines()
         for line in info:
@@ -103,6 +104,7 @@ def environment_info() -> dict[str, Any]:
                 break
         flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
         amx = "amx_bf16" in flags  # bfloat16 matmuls in hardware: it moves every bfloat16 ratio here
+        avx512_bf16 = "avx512_bf16" in flags
     except OSError:
         pass
     memory_gb = None
@@ -117,6 +119,9 @@ def environment_info() -> dict[str, Any]:
             "platform": platform.platform(),
             "cpu": cpu,
             "amx_bf16": amx,
+            "avx512_bf16": avx512_bf16,
+            # what `--dtype fastest` resolves by: without native bfloat16, torch emulates its matrix products
+            "bf16_native": native_bfloat16("cpu"),
             "cpu_count": os.cpu_count(),
             "memory_gb": memory_gb,
             "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

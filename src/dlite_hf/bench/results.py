@@ -64,6 +64,9 @@ class Machine(Part):
 
     platform: str | None = None
     cpu: str | None = None
+    amx_bf16: bool | None = None
+    avx512_bf16: bool | None = None
+    bf16_native: bool | None = None  # what `--dtype fastest` resolves by (runs before 2026-12-05 lack it)
     cpu_count: int | None = None
     memory_gb: float | None = None
     load_average_at_start: list[float] | None = None

@@ -231,8 +231,9 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         "--dtype",
         default=DEFAULT_DTYPE,
         choices=DTYPE_CHOICES,
-        help=f"both models' dtype (default {DEFAULT_DTYPE}, measured fastest here: README, Results). float32 is "
-        "token-exact; in bfloat16/float16 each divergence from plain must be a float32-verified near-tie",
+        help=f"both models' dtype (default {DEFAULT_DTYPE}: bfloat16 where this machine computes it natively, else "
+        "float32; measured: README, Results). float32 is token-exact; in bfloat16/float16 each divergence from plain "
+        "must be a float32-verified near-tie",
     )
     compare.add_argument(
         "--attention",

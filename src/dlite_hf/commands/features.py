@@ -14,8 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..defaults import DEFAULT_TARGET
+from ..defaults import DEFAULT_TARGET, resolve_dtype
 from .common import parse_shard
+
+
+def _vllm_dtype(name: str) -> str:
+    """`--dtype` for vLLM: `fastest` resolved for the device vLLM will pick (a CUDA GPU when there is one)."""
+    import torch
+
+    return resolve_dtype(name, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def cmd_features(args: argparse.Namespace) -> int:
@@ -41,7 +48,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     try:
         result = features_vllm(
             target_dir, target_name, args.drafter, list(drafter.target_layer_ids), args.rows, args.cache,
-            anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=args.dtype,
+            anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=_vllm_dtype(args.dtype),
             max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, shard=shard,
             all_positions=args.all_positions,
         )  # fmt: skip
@@ -62,7 +69,13 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--anchor-stride", type=int, default=4, help="train's --anchor_stride (>= 1)")
     parser.add_argument("--max-length", type=int, default=1024, help="train's --max_length")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument(
+        "--dtype",
+        default="fastest",
+        choices=["fastest", "bfloat16", "float16", "float32"],
+        help="the target's dtype in vLLM (fastest: bfloat16 where this machine computes it natively, else float32; "
+        "a cache holds one dtype's features)",
+    )
     parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences vLLM prefills at once")
     parser.add_argument(
         "--shard", default="0/1", help="I/N: every N-th row from the I-th, so N workers (one core each) fill one cache"

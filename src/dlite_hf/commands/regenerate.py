@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES
+from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, resolve_dtype
 from .common import parse_shard, set_threads
 
 
@@ -124,7 +124,10 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, shipped: frozenset
         raise SystemExit(
             f"--device {args.device!r} with --engine vllm: vLLM picks its own device; leave --device out."
         )
-    dtype = "bfloat16" if args.dtype == "auto" else args.dtype
+    import torch
+
+    on_gpu = torch.cuda.is_available()  # where vLLM runs
+    dtype = "bfloat16" if args.dtype == "auto" else resolve_dtype(args.dtype, "cuda" if on_gpu else "cpu")
     model_dir = resolve_model(args.target)
     samples = args.samples if args.samples else (1 if args.do_sample else 0)
     try:
@@ -201,6 +204,7 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
         "--dtype",
         default="float32",
         choices=DTYPE_CHOICES,
-        help="target weights' dtype while generating (auto: the checkpoint's)",
+        help="target weights' dtype while generating (auto: the checkpoint's; fastest: bfloat16 where this machine "
+        "computes it natively, else float32)",
     )
     regen.set_defaults(func=cmd_regenerate)

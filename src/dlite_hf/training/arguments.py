@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainingArguments
 
+from ..defaults import native_bfloat16
 from .losses import DEFAULT_CHUNK_SIZE, POSITION_WEIGHT_FORMS
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["LORA_DEFAULT_TARGETS", "STAGES", "DLiteTrainingArguments"]
 
@@ -237,6 +241,12 @@ class DLiteTrainingArguments(TrainingArguments):
     def __post_init__(self) -> None:
         self._validate_dlite()
         super().__post_init__()
+        if self.bf16 and self.device.type == "cpu" and not native_bfloat16("cpu"):
+            logger.warning(
+                "bf16=True on a CPU without native bfloat16 (no AVX512-BF16 or AMX): torch emulates bfloat16 matrix "
+                "products here, tens of times slower than float32 (benchmarks/results/smollm2-135m-dtype-*-avx2.json)."
+                " Training goes on in bfloat16 as asked; pass --bf16 false to train in float32 on this machine."
+            )
 
     def _validate_dlite(self) -> None:
         """Raise ``ValueError`` naming the field, the value and what is allowed."""
