@@ -74,6 +74,9 @@ def test_load_target_and_demo_models_honour_the_dtype(smollm2_dir):
     model, _ = load_target(smollm2_dir, dtype="bfloat16")
     assert model.dtype == torch.bfloat16
     assert load_target(smollm2_dir, dtype="auto")[0].dtype == torch.float32  # the converted checkpoint's own
+    from dlite_hf.defaults import resolve_dtype
+
+    assert load_target(smollm2_dir, dtype="fastest")[0].dtype == getattr(torch, resolve_dtype("fastest"))
     with pytest.raises(ValueError, match="'fp8' is not a supported dtype"):
         load_target(smollm2_dir, dtype="fp8")
     models = load_models(str(smollm2_dir), dtype="bfloat16")

@@ -116,3 +116,27 @@ def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):
         main([*base, str(folder), "--anchor-stride", "0"])
     with pytest.raises(SystemExit, match=r"--shard '1/1' is invalid: expected I/N with 0 <= I < N"):
         main([*base, str(folder), "--shard", "1/1"])
+
+
+@pytest.mark.parametrize(("native", "flag", "expected"), [
+    (True, None, "bfloat16"), (False, None, "float32"), (False, "bfloat16", "bfloat16"), (True, "float32", "float32"),
+])  # fmt: skip
+def test_the_cli_runs_vllm_in_the_machines_fastest_dtype_unless_told(tmp_path, monkeypatch, native, flag, expected):
+    """`--dtype fastest` (the default): bfloat16 where the machine computes it natively, float32 where vLLM would
+    emulate it; an explicit `--dtype` is passed as given."""
+    from tiny_models import make_drafter, make_tiny_target
+
+    from dlite_hf import defaults
+    from dlite_hf.cli import main
+    from dlite_hf.training import features_vllm as module
+
+    target = make_tiny_target()
+    target.save_pretrained(tmp_path / "target")
+    make_drafter(target).save_pretrained(tmp_path / "drafter")
+    seen = {}
+    monkeypatch.setattr(defaults, "native_bfloat16", lambda device="cpu": native)
+    monkeypatch.setattr(module, "features_vllm", lambda *args, **kwargs: seen.update(kwargs) or {"written": 0})
+    argv = ["features", "--rows", str(tmp_path / "rows.jsonl"), "--cache", str(tmp_path / "c"), "--drafter",
+            str(tmp_path / "drafter"), "--target", str(tmp_path / "target")]  # fmt: skip
+    assert main([*argv, *(["--dtype", flag] if flag else [])]) == 0
+    assert seen["dtype"] == expected
