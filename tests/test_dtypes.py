@@ -254,6 +254,7 @@ def test_fastest_resolves_by_whether_the_machine_computes_bfloat16_natively(monk
     from dlite_hf import defaults
 
     assert DEFAULT_DTYPE == "fastest"
+    assert all(callable(getattr(torch.cpu, probe, None)) for probe in defaults.BF16_PROBES)  # private torch API
     for name in ("float32", "bfloat16", "float16", "auto"):
         assert defaults.resolve_dtype(name) == name  # an explicit choice is kept on any machine
     for native, expected in ((True, "bfloat16"), (False, "float32")):

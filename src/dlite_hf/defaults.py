@@ -37,6 +37,11 @@ DLite most. bfloat16 greedy decoding is near-tie-exact (every divergence from pl
 float32-verified near-tie); float32 is the token-exact mode."""
 
 
+BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+"""torch's CPU capability checks `native_bfloat16` asks (private API: `tests/test_dtypes.py` checks they exist, so a
+torch without them fails a test instead of resolving `fastest` to float32 everywhere)."""
+
+
 def native_bfloat16(device: str = "cpu") -> bool:
     """Whether `device` computes bfloat16 matrix products natively: a CUDA device that supports bfloat16, or a CPU
     with AVX512-BF16 or AMX (what torch's CPU kernels use for bfloat16; without them they emulate it)."""
@@ -44,8 +49,7 @@ def native_bfloat16(device: str = "cpu") -> bool:
 
     if str(device).startswith("cuda"):
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in probes)
+    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in BF16_PROBES)
 
 
 def resolve_dtype(name: str, device: str = "cpu") -> str:
