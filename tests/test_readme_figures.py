@@ -314,3 +314,23 @@ def test_the_training_logs_window_cut_table_is_the_result_file() -> None:
             f"{entry['backbone_rows_ratio']:.2f}",
         ]  # fmt: skip
     assert windows["512"]["backbone_rows_ratio"] < 1 and windows["512"]["speedup"] > 1
+
+
+def test_the_machines_tables_for_a_cpu_without_native_bfloat16_are_the_result_files() -> None:
+    shapes = json.loads((RESULTS / "matmul-dtypes-avx2.json").read_text())["shapes"]
+    for label, key in (("512 x 576 x 1536 (a prefill's MLP)", "prefill, 512 rows x MLP up"),
+                       ("1 x 576 x 1536 (a one-token step's)", "one-token step, MLP up")):  # fmt: skip
+        gflops = shapes[key]["gflop_per_s"]
+        expected = [f"{gflops[d]:.1f}" for d in ("float32", "bfloat16", "float16")]
+        assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
+    for label, dtype, workload in (("float32, all four", "fp32", "all"), ("float32, chat", "fp32", "chat"),
+                                   ("bfloat16, all four", "bf16", "all")):  # fmt: skip
+        summary = json.loads((RESULTS / f"smollm2-135m-dtype-{dtype}-packed-avx2.json").read_text())["summary"]
+        rows = {r["method"]: r for r in summary if r["workload"] == workload}
+        verify = rows["dlite"]["target_ms_per_round"] / rows["plain"]["target_ms_per_round"]
+        expected = (
+            [f"{rows['plain']['tok_s']:.2f}"]
+            + [f"{rows[m]['speedup']:.2f}x" for m in ("prompt_lookup", "dlite", "hybrid")]
+            + [f"{verify:.2f}x"]
+        )
+        assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
