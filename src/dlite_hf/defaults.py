@@ -30,7 +30,7 @@ checkpoint's own `config.dtype`)."""
 DEFAULT_DTYPE = "fastest"
 """The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively,
 float32 elsewhere (:func:`resolve_dtype`). Measured in both modes on both kinds of CPU
-(`benchmarks/results/smollm2-135m-main*.json`, `smollm2-135m-dtype-*.json`; `tests/test_dtypes.py` checks that the
+(`benchmarks/results/smollm2-135m-main*.json`, `smollm2-135m-dtype-*-avx2.json`; `tests/test_dtypes.py` checks that the
 committed results still say so): with native bfloat16 (AVX512-BF16, AMX) it is the faster mode end to end; without
 (AVX2), bfloat16 matrix products are emulated, tens of times slower than float32, and every method is slower in it,
 DLite most. bfloat16 greedy decoding is near-tie-exact (every divergence from plain bfloat16 greedy is a

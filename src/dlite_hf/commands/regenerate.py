@@ -94,7 +94,8 @@ def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str]
             f"--samples {args.samples} needs --engine vllm (--engine transformers draws one sample per prompt with "
             "--do-sample)."
         )
-    target, tokenizer, _ = open_target(args.target, dtype=args.dtype)
+    dtype = resolve_dtype(args.dtype, "cuda" if str(device).startswith("cuda") else "cpu")  # fastest: that device's
+    target, tokenizer, _ = open_target(args.target, dtype=dtype)
     target = target.to(device)
     result = regenerate(
         target,
