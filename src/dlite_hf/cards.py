@@ -71,6 +71,8 @@ def _usage_load(base_model: str, repo_id: str, dtype: str | None, attention: str
     else:
         lines.append("import dlite_hf  # or pass trust_remote_code=True below, without installing dlite-hf")
     lines += ["from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer", ""]
+    if dtype == "bfloat16":  # the Results' mode; on a CPU that emulates bfloat16 it is the slow one
+        lines.append("# bfloat16 on a GPU or a CPU with AVX512-BF16 or AMX; elsewhere torch.float32 is faster")
     if attention == "packed_gqa":
         lines += [
             "# dlite_hf.attention: SDPA with grouped-query heads packed into rows, the attention of the Results",
