@@ -12,12 +12,13 @@
 #   ROWS=rows.jsonl CACHE=features-all ARM=A STEPS=600 CORE=0 RUN=runs/A bash scripts/history_study.sh
 # env: ROWS, CACHE, ARM, RUN (required); STEPS or BUDGET (seconds of training; B: BUDGET only); CORE=0, LR=1e-3,
 #      MAX_LENGTH=1024,
-#      SAVE_STEPS=100, TRAIN_ARGS (more train flags, last wins: e.g. "--seed 1", "--no_sequential_head"), ANCHORS=32 (blocks per row and step; a window of N costs about N / 14 times a block)
+#      SAVE_STEPS=100, BF16=true (false: float32, for a CPU without native bfloat16), TRAIN_ARGS (more train flags, last wins: e.g. "--seed 1", "--no_sequential_head"), ANCHORS=32 (blocks per row and step; a window of N costs about N / 14 times a block)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLITE=${DLITE:-.venv/bin/dlite-hf}
 : "${ROWS:?set ROWS}" "${CACHE:?set CACHE}" "${ARM:?set ARM to A, W<N> or B}" "${RUN:?set RUN}"
 CORE=${CORE:-0} LR=${LR:-1e-3} MAX_LENGTH=${MAX_LENGTH:-1024} SAVE_STEPS=${SAVE_STEPS:-100} ANCHORS=${ANCHORS:-32}
+BF16=${BF16:-true}  # the study's autocast; false on a CPU that emulates bfloat16 (docs/benchmark-machines.md)
 case $CORE in '' | *[!0-9]*) echo "CORE=$CORE is invalid: expected a core number (0 or 1 here)." >&2 && exit 2 ;; esac
 case $ARM in
 A | B | W[1-9] | W[1-9]*[0-9]) ;;
@@ -27,7 +28,7 @@ source scripts/drafter_shapes.sh  # SHIPPED_SHAPE; TRAIN_ARGS may follow it with
 COMMON=(--target smollm2-135m --data "$ROWS" --threads 1 --max_length "$MAX_LENGTH" --per_device_train_batch_size 8
   --num_anchors "$ANCHORS" --feature_cache_dir "$CACHE" --target_dtype bfloat16 --learning_rate "$LR"
   --lr_scheduler_type cosine --warmup_steps 20 --weight_decay 0.0 --logging_steps 10 --save_steps "$SAVE_STEPS"
-  --save_total_limit 20 --dataloader_num_workers 0 --seed 0 --disable_tqdm true --vocab_chunk_size 4096 --bf16 true
+  --save_total_limit 20 --dataloader_num_workers 0 --seed 0 --disable_tqdm true --vocab_chunk_size 4096 --bf16 "$BF16"
   --use_cpu true --report_to none)
 train() {  # train OUTPUT ARGS...: one dlite-hf train on CORE, its log beside its folder
   local out=$1

@@ -36,6 +36,9 @@ def test_each_arm_trains_the_shipped_shape_on_the_shared_cache(tmp_path):
     assert result.returncode == 0 and "--sliding_window" not in calls[0] and "--num_anchors 32" in calls[0]
     result, calls = _run(tmp_path, ARM="A", BUDGET="1500")  # pair (c)'s baseline: by time, like arm B
     assert result.returncode == 0 and "--max_steps 100000 --max_train_seconds 1500" in calls[0]
+    assert "--bf16 true" in calls[0]  # the study's autocast by default; BF16=false trains in float32
+    result, calls = _run(tmp_path, ARM="A", STEPS="9", BF16="false")
+    assert result.returncode == 0 and "--bf16 false" in calls[0] and "--bf16 true" not in calls[0]
     result, calls = _run(tmp_path, ARM="A", STEPS="9", TRAIN_ARGS="--seed 1 --no_sequential_head")
     assert result.returncode == 0 and calls[0].endswith(f"--seed 1 --no_sequential_head --output_dir {tmp_path}/run")
 
