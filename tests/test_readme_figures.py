@@ -334,3 +334,14 @@ def test_the_machines_tables_for_a_cpu_without_native_bfloat16_are_the_result_fi
             + [f"{verify:.2f}x"]
         )
         assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
+
+
+def test_the_shipped_drafters_held_out_tau_replays_the_same_on_another_cpu() -> None:
+    """The 96 held-out texts rebuilt from the wheels on an AVX2 machine, and the shipped drafter replayed over them,
+    give the rounds the Xeon gave (float32 on both): the same accepted count in every round of every text."""
+    here = json.loads((RESULTS / "smollm2-135m-replay-avx2.json").read_text())["drafters"]["shipped"]
+    there = json.loads((RESULTS / "smollm2-135m-scale34k.json").read_text())["drafters"]["all39-wise0.7"]
+    assert here["tau_by_workload"] == there["tau_by_workload"] and len(here["rows"]) == 96
+    rounds = {row["id"]: row["accepted"] for row in there["rows"]}
+    assert all(rounds[row["id"]] == row["accepted"] for row in here["rows"])
+    assert f"{here['mean_tau_ood']:.3f} / {here['mean_tau_in_domain']:.3f}" == "1.440 / 1.961"
