@@ -393,3 +393,15 @@ def test_a_bad_mode_in_the_environment_is_refused_at_start(monkeypatch, env, val
     monkeypatch.setenv(env, value)
     with pytest.raises(SystemExit, match=rf"{env}='{value}' is invalid: expected one of"):
         parse_app_args(argv=[])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_page_says_why_fastest_chose_its_dtype(monkeypatch, native):
+    from dlite_hf import defaults
+    from dlite_hf.demo import DemoModels, describe_models
+
+    monkeypatch.setattr(defaults, "native_bfloat16", lambda device="cpu": native)
+    line = describe_models(DemoModels(dtype="fastest", attention="sdpa"))
+    reason = "computes bfloat16 natively" if native else "has no native bfloat16"
+    assert "`--dtype fastest`" in line and reason in line
+    assert "--dtype fastest" not in describe_models(DemoModels(dtype="float32", attention="sdpa"))

@@ -213,9 +213,19 @@ def describe_models(models: DemoModels) -> str:
             f"R = {config.head_rank}, {models.drafter.num_parameters() / 1e6:.1f}M parameters; "
             f"{_training_record(models.drafter_path)})"
         )
-    lines.append(f"**Mode** {dtype_mode(models)}; attention `{models.attention}`")
+    chosen = " (`--dtype fastest`: " + _fastest_reason() + ")" if models.dtype == "fastest" else ""
+    lines.append(f"**Mode** {dtype_mode(models)}{chosen}; attention `{models.attention}`")
     lines.append(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU cores")
     return " · ".join(lines)
+
+
+def _fastest_reason() -> str:
+    """Why `--dtype fastest` chose what it chose on this machine."""
+    from ..defaults import native_bfloat16
+
+    if native_bfloat16("cpu"):
+        return "this CPU computes bfloat16 natively (AVX512-BF16 or AMX)"
+    return "this CPU has no native bfloat16 (no AVX512-BF16 or AMX), where float32 is the faster mode"
 
 
 def dtype_mode(models: DemoModels) -> str:
