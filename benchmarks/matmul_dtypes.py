@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1 or args.repeats < 1:
         parser.error(f"--threads {args.threads} / --repeats {args.repeats}: expected at least 1 each.")
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from dlite_hf.bench.measure import environment_info
     from dlite_hf.defaults import resolve_dtype
 

@@ -14,15 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..defaults import DEFAULT_TARGET, resolve_dtype
+from ..defaults import DEFAULT_TARGET
 from .common import parse_shard
-
-
-def _vllm_dtype(name: str) -> str:
-    """`--dtype` for vLLM: `fastest` resolved for the device vLLM will pick (a CUDA GPU when there is one)."""
-    import torch
-
-    return resolve_dtype(name, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def cmd_features(args: argparse.Namespace) -> int:
@@ -30,6 +23,7 @@ def cmd_features(args: argparse.Namespace) -> int:
 
     from ..assets import resolve_model
     from ..training.features_vllm import features_vllm
+    from ..training.vllm_worker import vllm_dtype
 
     for name in ("anchor_stride", "max_length", "max_num_seqs"):
         value = getattr(args, name)
@@ -48,7 +42,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     try:
         result = features_vllm(
             target_dir, target_name, args.drafter, list(drafter.target_layer_ids), args.rows, args.cache,
-            anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=_vllm_dtype(args.dtype),
+            anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=vllm_dtype(args.dtype),
             max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, shard=shard,
             all_positions=args.all_positions,
         )  # fmt: skip

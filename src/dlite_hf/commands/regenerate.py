@@ -125,10 +125,9 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, shipped: frozenset
         raise SystemExit(
             f"--device {args.device!r} with --engine vllm: vLLM picks its own device; leave --device out."
         )
-    import torch
+    from ..training.vllm_worker import vllm_dtype
 
-    on_gpu = torch.cuda.is_available()  # where vLLM runs
-    dtype = "bfloat16" if args.dtype == "auto" else resolve_dtype(args.dtype, "cuda" if on_gpu else "cpu")
+    dtype = "bfloat16" if args.dtype == "auto" else vllm_dtype(args.dtype)
     model_dir = resolve_model(args.target)
     samples = args.samples if args.samples else (1 if args.do_sample else 0)
     try:

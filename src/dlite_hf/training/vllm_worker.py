@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_vllm_python", "require_python", "run_worker", "stop_process_group"]
+__all__ = ["default_vllm_python", "require_python", "run_worker", "stop_process_group", "vllm_dtype"]
 
 
 def default_vllm_python() -> Path:
@@ -24,6 +24,15 @@ def default_vllm_python() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
+
+
+def vllm_dtype(name: str) -> str:
+    """A `--dtype` for vLLM, `fastest` resolved for the device vLLM picks (a CUDA GPU when there is one)."""
+    import torch
+
+    from ..defaults import resolve_dtype
+
+    return resolve_dtype(name, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def require_python(python: str | Path | None, alternative: str) -> Path:
