@@ -7,7 +7,8 @@ many tokens a round proposes, and, for hybrid drafting, whether the round drafts
 * :class:`DraftRules` and :func:`draft_tokens`: the drafter's adaptive round (stop early below a joint confidence,
   skip a round whose most likely first draft is unsure); :func:`row_lengths`: where each row of a batched round
   would have stopped had it been drafted alone (an engine that verifies each request's own draft length, as vLLM
-  does, proposes that many);
+  does, proposes that many), through :func:`rule_probabilities` and :func:`lengths_under_rules`, which the rules'
+  replay (`benchmarks/simulate_rules.py`) calls too;
 * :class:`HybridRule` and :func:`select_proposal`: the choice between a continuation retrieved from the suffix index
   and the drafter's round (and the fallback to a short retrieved match when the drafter proposes nothing).
 
@@ -29,8 +30,8 @@ import torch
 from .options import check_threshold
 
 __all__ = [
-    "BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "history_inputs", "row_lengths",
-    "rule_distribution", "select_proposal",
+    "BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "history_inputs", "lengths_under_rules",
+    "row_lengths", "rule_distribution", "rule_probabilities", "select_proposal",
 ]  # fmt: skip
 
 
@@ -203,27 +204,34 @@ def row_lengths(
 
     A batched round (`draft_tokens` over N rows) stops only once every row is unsure, so a row may carry drafts past
     its own stop. Rows are drafted independently, so a row's first n drafts in the batch are its drafts alone, and
-    its own rule (the skip on the first position's top probability; the confidence stop after the draft whose
-    joint probability fell below the threshold, at the next allowed length) is read off its logits here. A batch
-    of one gives `[tokens.shape[1]]`. Both rules look only at drafts already drawn, so truncating a sampled row
-    keeps speculative sampling exact, as in `draft_tokens`.
+    its own rule is read off its logits here (`rule_probabilities`, then `lengths_under_rules`). A batch of one gives
+    `[tokens.shape[1]]`. Both rules look only at drafts already drawn, so truncating a sampled row keeps speculative
+    sampling exact, as in `draft_tokens`.
 
     Args:
         tokens: `[N, n]` drafts; logits: `[N, n, V]` the processed logits they were drawn from (both as
             `draft_tokens` returns them).
         columns: the drafter's draft columns (`draft_columns()`), so each position's probabilities are computed as
-            the round computed them (`rule_distribution`: once over all positions when every one is on the
-            columns, else position by position).
+            the round computed them.
     """
     rows, n = tokens.shape
-    threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
-    if n == 0 or (threshold <= 0 and skip <= 0):
+    if n == 0 or (rules.confidence_threshold <= 0 and rules.skip_threshold <= 0):
         return [n] * rows
+    chosen, first_top = rule_probabilities(tokens, logits, columns)
+    return lengths_under_rules(chosen, first_top, rules)
+
+
+def rule_probabilities(
+    tokens: torch.Tensor, logits: torch.Tensor, columns: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the rules of a round read: each draft's probability `[N, n]` and each row's top first-position
+    probability `[N]`, computed as the round computed them (`rule_distribution`: once over all positions when every
+    one is on the columns, as in a round without processors, else position by position). `n >= 1`."""
+    n = tokens.shape[1]
     columns = columns.to(logits.device) if columns is not None else None
-    # one check over every position: the usual case, every position on the columns (as a round without processors)
     all_probs, all_support = rule_distribution(logits, columns)
     per_position = columns is not None and all_support is None  # a processor opened other tokens somewhere
-    chosen, top = [], []
+    chosen, first_top = [], None
     for position in range(n):  # as the round did: one decision per position over the batch
         if per_position:
             probs, support = rule_distribution(logits[:, position], columns)
@@ -232,20 +240,33 @@ def row_lengths(
         drafted = tokens[:, position].contiguous()
         index = drafted if support is None else torch.searchsorted(support, drafted)
         chosen.append(probs.gather(-1, index[:, None])[:, 0])
-        top.append(probs.max(dim=-1).values)
-    joint = torch.stack(chosen, 1).cumprod(dim=1)  # [N, n], the round's running product
+        if position == 0:
+            first_top = probs.max(dim=-1).values
+    return torch.stack(chosen, 1), first_top
+
+
+def lengths_under_rules(chosen: torch.Tensor, first_top: torch.Tensor, rules: DraftRules) -> list[int]:
+    """Where each row's round stops under `rules`, from what `rule_probabilities` reads (`[N, n]` and `[N]`): 0 when
+    the skip rule holds (the first position's top probability below `skip_threshold`), else the first allowed length
+    at or after the draft whose joint probability fell below `confidence_threshold` (n when none did or none is
+    allowed). The same decisions as `draft_tokens` makes while drafting; `benchmarks/simulate_rules.py` replays
+    rules with it."""
+    rows, n = chosen.shape
+    threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths
+    joint = chosen.cumprod(dim=1)  # [N, n], the round's running product
+    skipped = (first_top < skip).tolist() if skip > 0 else [False] * rows
+    unsure = (joint < threshold) if threshold > 0 else torch.zeros_like(joint, dtype=torch.bool)
+    # the draft count at which each row became unsure (n + 1: never)
+    first = torch.where(unsure.any(dim=1), unsure.int().argmax(dim=1) + 1, n + 1).tolist()
     out = []
     for row in range(rows):
-        if skip > 0 and float(top[0][row]) < skip:
+        if skipped[row]:
             out.append(0)
-            continue
-        below = (joint[row] < threshold).nonzero().flatten() if threshold > 0 else joint.new_empty(0)
-        if not len(below):
+        elif first[row] > n:
             out.append(n)
-            continue
-        first = int(below[0]) + 1  # the draft count at which the row became unsure
-        allowed = [c for c in (range(first, n + 1) if lengths is None else lengths) if first <= c <= n]
-        out.append(min(allowed) if allowed else n)
+        else:
+            allowed = [c for c in (range(first[row], n + 1) if lengths is None else lengths) if first[row] <= c <= n]
+            out.append(min(allowed) if allowed else n)
     return out
 
 

@@ -345,3 +345,23 @@ def test_the_shipped_drafters_held_out_tau_replays_the_same_on_another_cpu() -> 
     rounds = {row["id"]: row["accepted"] for row in there["rows"]}
     assert all(rounds[row["id"]] == row["accepted"] for row in here["rows"])
     assert f"{here['mean_tau_ood']:.3f} / {here['mean_tau_in_domain']:.3f}" == "1.440 / 1.961"
+
+
+def test_the_machines_rules_table_is_the_result_file() -> None:
+    """The replay of the adaptive rules on the AVX2 CPU: the shipped rule, the grid's best and K every round."""
+    result = json.loads((RESULTS / "smollm2-135m-rules-avx2.json").read_text())
+    assert result["environment"]["machine"]["bf16_native"] is False and len(result["rules"]) == 196
+    assert result["best"] == result["rules"][0] and result["decoded_tokens"] == 3501
+    for label, key in (("shipped (0.3, 0.5, 3+7)", "shipped"), ("best of the grid (0.4, 0.4, 3+7)", "best"),
+                       ("K every round", "k_every_round")):  # fmt: skip
+        entry = result[key]
+        expected = [f"{entry[d]['speedup_est']:.2f}x" for d in ("reasoning", "manpages", "all")]
+        assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
+    assert result["shipped"]["rule"] == {"draft_confidence_threshold": 0.3, "draft_skip_threshold": 0.5,
+                                         "draft_lengths": [3, 7]}  # fmt: skip
+    assert result["best"]["rule"]["draft_confidence_threshold"] == 0.4
+    assert result["best"]["all"]["speedup_est"] / result["shipped"]["all"]["speedup_est"] < 1.01
+    ms = result["drafter_ms"]["skipped_round"]
+    assert f"({ms:.1f} ms, against a {result['forward_ms']['512']['1']:.0f} ms one-token step)" in " ".join(
+        (REPO / "docs/benchmark-machines.md").read_text().split()
+    )
