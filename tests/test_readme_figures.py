@@ -365,3 +365,27 @@ def test_the_machines_rules_table_is_the_result_file() -> None:
     assert f"({ms:.1f} ms, against a {result['forward_ms']['512']['1']:.0f} ms one-token step)" in " ".join(
         (REPO / "docs/benchmark-machines.md").read_text().split()
     )
+
+
+def test_the_machines_hybrid_fallback_table_is_the_result_files() -> None:
+    """The hybrid's fallback on the AVX2 CPU: its replay with that CPU's costs and two evaluation runs per value."""
+    replay = json.loads((RESULTS / "smollm2-135m-hybrid-rules-avx2.json").read_text())
+    assert replay["cost_mode"] == "float32, packed_gqa"
+    rules = {
+        r["rule"]["fallback"]: r
+        for r in replay["rules"]
+        if (r["rule"]["min_match"], r["rule"]["lookup_tokens"], r["rule"]["length_factor"]) == (4, 32, 2.0)
+    }
+    for label, fallback in (("1 (shipped)", 1), ("3", 3)):
+        runs = []
+        for run in (1, 2):
+            result = json.loads((RESULTS / f"smollm2-135m-hybrid-fallback{fallback}-avx2-r{run}.json").read_text())
+            assert result["ok"] and f"--lookup-fallback-min-match {fallback}" in result["meta"]["command"]
+            runs.append({r["workload"]: r["speedup"] for r in result["summary"] if r["method"] == "hybrid"})
+        expected = [
+            f"{rules[fallback]['all']['speedup_est']:.2f}x",
+            f"{rules[fallback]['chat']['speedup_est']:.2f}x",
+            " / ".join(f"{run['all']:.2f}x" for run in runs),
+            " / ".join(f"{run['chat']:.2f}x" for run in runs),
+        ]
+        assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
