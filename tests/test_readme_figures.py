@@ -295,7 +295,7 @@ def test_the_readme_figures_for_a_cpu_without_native_bfloat16_are_the_result_fil
     verify = fp32["chat", "dlite"]["target_ms_per_round"] / fp32["chat", "plain"]["target_ms_per_round"]
     expected = [
         f"({gflops['bfloat16']:.1f} GFLOP/s against {gflops['float32']:.1f} in float32",
-        f"(DLite {bf16['all', 'dlite']['speedup']:.2f}x, the hybrid {bf16['all', 'hybrid']['speedup']:.2f}x;",
+        f"(DLite {bf16['all', 'dlite']['speedup']:.2f}x, the hybrid {bf16['all', 'hybrid']['speedup']:.2f}x)",
         f"DLite alone is {speed['all']} plain over chat, code, math and tool",
         f"(code {speed['code']}, math {speed['math']}, tool {speed['tool']}) but {speed['chat']} on chat",
         f"costs {verify:.2f}x a one-token step",
@@ -389,3 +389,18 @@ def test_the_machines_hybrid_fallback_table_is_the_result_files() -> None:
             " / ".join(f"{run['chat']:.2f}x" for run in runs),
         ]
         assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
+
+
+def test_the_serving_run_on_a_cpu_without_native_bfloat16_is_the_result_file(repo_script) -> None:
+    """docs/benchmark-machines.md holds `serve_vllm.py --report` of the AVX2 float32 run; the README quotes its
+    ranges."""
+    serve = repo_script("benchmarks/serve_vllm.py")
+    result = json.loads((RESULTS / "serve-vllm-c1-fp32-avx2.json").read_text())
+    assert result["meta"]["dtype"] == "float32"
+    assert serve.report(result["results"]) in (REPO / "docs" / "benchmark-machines.md").read_text()
+    speedups = {m: [r["speedup"] for r in result["results"] if r["method"] == m] for m in ("dlite", "hybrid")}
+    readme = " ".join((REPO / "README.md").read_text().split())
+    text = "DLite is {:.2f}-{:.2f}x plain vLLM and the hybrid {:.2f}-{:.2f}x".format(
+        min(speedups["dlite"]), max(speedups["dlite"]), min(speedups["hybrid"]), max(speedups["hybrid"])
+    )
+    assert text in readme, text
