@@ -26,10 +26,14 @@ time.sleep(300)
 """
 
 # the dlite-hf side: run_worker as features_vllm and regenerate_vllm call it
+# The parent takes SIGINT as an interactive run does: a job a non-interactive shell puts in the background starts with
+# SIGINT ignored, and Python then leaves it ignored (no KeyboardInterrupt), which would make the SIGINT case hang
 PARENT = """
+import signal
 import sys
 from pathlib import Path
 from dlite_hf.training.vllm_worker import run_worker
+signal.signal(signal.SIGINT, signal.default_int_handler)
 print(run_worker([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]], Path(sys.argv[3]),
                  "stand-in worker", "Entries"), flush=True)
 """
