@@ -59,6 +59,8 @@ def parse_grid(spec: str):
             if len(parts) not in (2, 3):
                 raise ValueError("expected 2 or 3 fields")
             lengths = tuple(int(n) for n in parts[2].split("+")) if len(parts) == 3 else None
+            if lengths is not None and min(lengths) < 1:
+                raise ValueError("draft lengths are counts of at least 1")
             rules.append(DraftRules(float(parts[0]), float(parts[1]), lengths))
         except ValueError as error:
             raise SystemExit(
@@ -121,12 +123,11 @@ def drafter_cost(n: int, skip_s: float, step_s: float) -> float:
     return skip_s + max(0, n - 1) * step_s
 
 
-def replay(
-    turns: list[Turn], rules, lengths_by_turn, costs, skip_s: float, step_s: float, trace: bool = False
-) -> dict:
-    """Tau and estimated decode speedup of `rules` over `turns`: rounds from the first decoded token on, each
-    proposing what the rule keeps of the K drafts there (never past plain's end) and accepting their common prefix
-    with plain's output. `trace`: also the drafts each round proposed, in order (`drafted_per_round`)."""
+def replay(turns: list[Turn], lengths_by_turn, costs, skip_s: float, step_s: float, trace: bool = False) -> dict:
+    """Tau and estimated decode speedup of a rule over `turns`, given where it stops at every position
+    (`lengths_by_turn[id(turn)]`, from `lengths_under_rules`): rounds from the first decoded token on, each proposing
+    that many of the K drafts there (never past plain's end) and accepting their common prefix with plain's output.
+    `trace`: also the drafts each round proposed, in order (`drafted_per_round`)."""
     from simulate_hybrid import _cost
 
     tokens = forwards = 0
@@ -315,8 +316,8 @@ def main() -> None:
             "name": rule_name(rules),
         }
         for domain in domains:
-            row[domain] = replay([t for t in turns if t.domain == domain], rules, lengths, costs, skip_s, step_s)
-        row["all"] = replay(turns, rules, lengths, costs, skip_s, step_s)
+            row[domain] = replay([t for t in turns if t.domain == domain], lengths, costs, skip_s, step_s)
+        row["all"] = replay(turns, lengths, costs, skip_s, step_s)
         results.append(row)
     ranked = sorted(results, key=lambda r: -r["all"]["speedup_est"])
     labels = [*domains, "all"]
