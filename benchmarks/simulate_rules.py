@@ -128,6 +128,7 @@ def replay(turns: list[Turn], lengths_by_turn, costs, skip_s: float, step_s: flo
     (`lengths_by_turn[id(turn)]`, from `lengths_under_rules`): rounds from the first decoded token on, each proposing
     that many of the K drafts there (never past plain's end) and accepting their common prefix with plain's output.
     `trace`: also the drafts each round proposed, in order (`drafted_per_round`)."""
+    from simulate_hybrid import _context_key as context_key
     from simulate_hybrid import _cost
 
     tokens = forwards = 0
@@ -161,10 +162,6 @@ def replay(turns: list[Turn], lengths_by_turn, costs, skip_s: float, step_s: flo
         "decoded_tokens": tokens,
         **({"drafted_per_round": per_round} if trace else {}),
     }
-
-
-def context_key(turn: Turn) -> int:
-    return 512 * max(1, round(len(turn.ids) / 512))
 
 
 def unseen_prompts(domains: str, exclude: str, seed: int, max_prompt_tokens: int, tokenizer) -> list[dict]:
@@ -233,6 +230,7 @@ def measure_drafter_round(target, drafter, turns: list[Turn], repeats: int = 30)
 
 def collect(args) -> tuple[list[Turn], dict, float, float]:
     import torch
+    from simulate_hybrid import _context_key as context_key
     from simulate_hybrid import _forward_costs
 
     from dlite_hf import DLiteForSpeculation

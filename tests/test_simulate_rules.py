@@ -98,7 +98,7 @@ def test_the_replay_runs_the_rounds_generate_runs(smollm2, repo_script):
             out = plain[0, ids.shape[1] :].tolist()
             turn = simulate.Turn.measure(target, drafter, workload, prompt["id"], ids[0].tolist(), out)
             lengths = {id(turn): lengths_under_rules(torch.tensor(turn.chosen), torch.tensor(turn.first_top), rules)}
-            costs = {simulate.context_key(turn): {1: 1.0}}
+            costs = {repo_script("benchmarks/simulate_hybrid.py")._context_key(turn): {1: 1.0}}
             replayed = simulate.replay([turn], lengths, costs, 0.0, 0.0, trace=True)
             assert replayed["drafted_per_round"] == stats.drafted_per_forward[1:], prompt["id"]
             skipped += replayed["skipped_rounds"]
