@@ -115,6 +115,47 @@ def test_build_mix_writes_train_items_only_and_is_seeded(tmp_path: Path) -> None
         M.build_mix(tmp_path / "c", 1, 1, domains=["poetry"])
 
 
+def test_mix_weights_scale_a_domains_cap_and_bad_weights_are_refused(tmp_path: Path) -> None:
+    plain = M.build_mix(tmp_path / "a", 4, 0, seed=1, domains=("news", "reasoning"))
+    weighted = M.build_mix(tmp_path / "b", 4, 0, seed=1, domains=("news", "reasoning"), weights={"news": 2.5})
+    assert plain["domains"]["news"]["written"] == 4 and "weight" not in plain["domains"]["news"]
+    assert weighted["domains"]["news"]["written"] == 10 and weighted["domains"]["news"]["weight"] == 2.5
+    assert weighted["domains"]["reasoning"]["written"] == 4
+    with pytest.raises(ValueError, match="weight of 'news' is 0"):
+        M.build_mix(tmp_path / "c", 4, 0, domains=("news",), weights={"news": 0})
+    with pytest.raises(ValueError, match="Unknown domain 'poetry'"):
+        M.build_mix(tmp_path / "c", 4, 0, domains=("news",), weights={"poetry": 2})
+
+
+def test_coding_agent_sessions_grow_over_real_train_files_and_quote_real_lines() -> None:
+    from dlite_hf.data.coding_agent import SESSION_SYSTEM
+    from dlite_hf.data.stdlib import EVAL_STDLIB_MODULES, module_files
+
+    groups = D._groups("coding_agent")
+    assert len(groups) >= 300
+    files = dict(module_files())
+    for gid, items in groups[:40]:
+        module = gid.split("/", 1)[1]
+        assert module.split(".")[0] not in EVAL_STDLIB_MODULES and module in files
+        sizes = [sum(len(m["content"]) for m in p["messages"]) for p in items]
+        assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)  # each prompt extends the one before
+        for item in items:
+            assert item["messages"][0] == {"role": "system", "content": SESSION_SYSTEM}
+            assert item["messages"][-1]["role"] == "tool"
+            roles = [m["role"] for m in item["messages"][1:]]
+            assert all(a != b or a == "user" for a, b in zip(roles, roles[1:]))  # calls and results alternate
+        lines = files[module].read_text(encoding="utf-8").splitlines()
+        test_output = items[0]["messages"][-1]["content"]
+        quoted = [t for t in test_output.splitlines() if ".py:" in t and ": in " in t]
+        assert quoted
+        for frame in quoted:  # "path.py:N: in name", then the real source line N of that file
+            number = int(frame.split(".py:")[1].split(":")[0])
+            following = test_output.splitlines()[test_output.splitlines().index(frame) + 1]
+            assert following.strip() == lines[number - 1].strip()
+    longest = max(sum(len(m["content"]) for m in p["messages"]) for _, items in groups for p in items)
+    assert longest > 24000  # about 7k tokens: the long-context sessions the mix asks for
+
+
 def test_data_table_counts_rows_and_response_tokens_by_kind() -> None:
     rows = [
         {"id": "a", "workload": "news", "input_ids": [1] * 5, "loss_mask": [0, 0, 1, 1, 1]},

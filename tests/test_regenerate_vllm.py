@@ -147,7 +147,7 @@ def test_regenerate_vllm_locks_its_output(tmp_path):
     assert not out.with_suffix(".job.jsonl").exists()
 
 
-def _run_mix_script(tmp_path, fail_on=None):
+def _run_mix_script(tmp_path, fail_on=None, **extra_env):
     """`scripts/regenerate_mix.sh` with a stand-in for `dlite-hf` that logs each call (and fails on `fail_on`)."""
     import subprocess
 
@@ -159,6 +159,7 @@ def _run_mix_script(tmp_path, fail_on=None):
     (tmp_path / "work" / "mix").mkdir(parents=True, exist_ok=True)
     (tmp_path / "work" / "mix" / "mix.json").write_text("{}")
     env = {"PATH": "/usr/bin:/bin", "DLITE": str(fake), "DLITE_WORK": str(tmp_path / "work"), "WORKERS": "1"}
+    env.update(extra_env)
     script = Path(__file__).resolve().parents[1] / "scripts" / "regenerate_mix.sh"
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
     calls = log.read_text().splitlines() if log.exists() else []
@@ -176,3 +177,17 @@ def test_the_mix_script_skips_finished_stages_and_resumes_a_failed_one(tmp_path)
     assert "done before" in result.stdout
     result, calls = _run_mix_script(tmp_path)
     assert result.returncode == 0 and calls == []  # every stage finished: nothing is started again
+
+
+def test_the_mix_script_takes_another_target_its_own_folders_and_stages(tmp_path):
+    mix = tmp_path / "work" / "mix-q"
+    mix.mkdir(parents=True)
+    (mix / "mix.json").write_text("{}")
+    options = {"TARGET": "qwen2.5-coder-0.5b", "MIX": str(mix), "REGEN": str(tmp_path / "rq"), "DATASET": ""}
+    result, calls = _run_mix_script(tmp_path, STAGES="greedy:5 greedy", **options)
+    assert result.returncode == 0, result.stderr
+    assert len(calls) == 2 and all("--target qwen2.5-coder-0.5b" in c and "--skip-dataset" not in c for c in calls)
+    assert f"--prompts {mix}/prompts.jsonl --out {tmp_path}/rq/greedy.jsonl" in calls[0]
+    assert "--limit 5" in calls[0] and "--limit" not in calls[1]
+    result, calls = _run_mix_script(tmp_path, STAGES="greedy beam:3", **options)
+    assert result.returncode == 2 and "STAGES item beam:3: expected greedy or sampled" in result.stderr

@@ -27,7 +27,12 @@ def cmd_mix(args: argparse.Namespace) -> int:
                 raise ValueError("mix build needs --out DIR (where prompts.jsonl, texts.jsonl and mix.json go).")
             domains = [d for d in (args.domains or "").split(",") if d]
             summary = broad_mix.build_mix(
-                args.out, args.prompts_per_domain, args.texts_per_domain, seed=args.seed, domains=domains
+                args.out,
+                args.prompts_per_domain,
+                args.texts_per_domain,
+                seed=args.seed,
+                domains=domains,
+                weights=_parse_weights(args.weights),
             )
             print(json.dumps(summary, indent=2))
             return 0
@@ -38,6 +43,22 @@ def cmd_mix(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         raise SystemExit(f"dlite-hf mix {args.action}: {exc}") from exc
     return 0
+
+
+def _parse_weights(spec: str | None) -> dict[str, float]:
+    """`--weights code=3,coding_agent=2` as a dict; a malformed item is refused with an example."""
+    weights: dict[str, float] = {}
+    for item in (spec or "").split(","):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(
+                f"--weights item {item!r}: expected DOMAIN=FACTOR items separated by commas, e.g. code=3,math=0.5."
+            ) from None
+    return weights
 
 
 def cmd_label_text(args: argparse.Namespace) -> int:
@@ -75,6 +96,9 @@ def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
     mix.add_argument("--prompts-per-domain", type=int, default=500, help="build: prompts sampled per prompt domain")
     mix.add_argument("--texts-per-domain", type=int, default=500, help="build: items sampled per text domain")
     mix.add_argument("--domains", default=None, help="build: comma-separated domains (default: all)")
+    mix.add_argument(
+        "--weights", default=None, help="build: per-domain factors on the caps, e.g. code=3,coding_agent=2"
+    )
     mix.add_argument("--seed", type=int, default=0)
     mix.set_defaults(func=cmd_mix)
 

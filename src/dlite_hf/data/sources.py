@@ -176,7 +176,7 @@ _ALL: tuple[Source, ...] = (
            "MT-bench reference answers"),
     Source("stdlib_modules", ON_DISK, _STDLIB, "PSF-2.0 (the Python Software Foundation License)",
            _MIX_GROUPS.format(unit="modules") + "; " + _TEXT.format(domain="code_tasks"),
-           ("code_tasks", "text_code"),
+           ("code_tasks", "text_code", "coding_agent"),
            description=f"pure-Python modules, no tests, none the coding sessions read (python=={_PYTHON})"),
     Source("manpages", ON_DISK, "/usr/share/man/",
            "per page: each Debian package's /usr/share/doc/<package>/copyright",

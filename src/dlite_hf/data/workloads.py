@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .bfcl import bfcl_sessions as load_bfcl_sessions
+from .coding_agent import SESSION_SYSTEM
 from .common import EVAL_SIZE
 from .long_context import load_long
 from .prompts import load_prompts
@@ -70,17 +71,7 @@ WORKLOAD_CHOICES: tuple[str, ...] = (
 )
 LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts
 
-_CODING_SYSTEM = (
-    "You are a coding agent working in a Python repository. You act through these functions:\n"
-    "<tools>\n"
-    '{"name": "read_file", "description": "Read a source file of the repository.", "parameters": {"type": "object", '
-    '"properties": {"path": {"type": "string"}}, "required": ["path"]}}\n'
-    '{"name": "run_tests", "description": "Run the test suite with pytest and return its output.", "parameters": '
-    '{"type": "object", "properties": {"target": {"type": "string"}}, "required": ["target"]}}\n'
-    "</tools>\n"
-    "To call a function, reply with one <tool_call></tool_call> block per call, each holding a JSON object "
-    '{"name": <function name>, "arguments": <arguments object>}. Keep replies short: reason briefly, then act.'
-)
+_CODING_SYSTEM = SESSION_SYSTEM  # the bench's coding sessions and the mix's coding_agent domain: one agent
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Qwen2.5-Coder-0.5B-Instruct's training rows (issue 43): the broad mix, code and coding-agent sessions weighted up,
+# prompts up to 8k tokens, answered greedily by the target with vLLM. A resumable background job, as
+# scripts/regenerate_mix.sh (which it runs): kill it and run it again, and it goes on.
+#   nohup bash scripts/regenerate_qwen.sh > ~/.cache/dlite-hf/work/regen-qwen.log 2>&1 &
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
+export DLITE_WORK=$WORK
+export TARGET=${TARGET:-qwen2.5-coder-0.5b}
+export MIX=${MIX:-$WORK/mix-qwen}
+export REGEN=${REGEN:-$WORK/regen-qwen}
+export PER_DOMAIN=${PER_DOMAIN:-1000}
+export MIX_OPTIONS=${MIX_OPTIONS:---weights code=3,code_tasks=3,coding_agent=1}
+export MAX_NEW=${MAX_NEW:-512}
+export MAX_PROMPT=${MAX_PROMPT:-8192}
+export DATASET=${DATASET-}
+export STAGES=${STAGES:-greedy:3000 greedy}
+exec bash scripts/regenerate_mix.sh

@@ -1,0 +1,166 @@
+"""The mix's ``coding_agent`` domain: long multi-turn coding-agent sessions over standard-library modules.
+
+Each session is one group: a bug report about a train module (:func:`~dlite_hf.data.stdlib.module_files`, so never
+one the bench's coding sessions read), then the agent's tool calls and their results: the module's source, a pytest
+failure whose traceback frames are real lines of that file, the sources of the train modules it imports, and a
+follow-up request. Every point where the agent is to speak next is one prompt, so a session yields prompts whose
+context grows from about 2k to about 8k tokens (the target answers each with ``regenerate``; the agent's earlier
+turns are its tool calls, written here). Files are read with :mod:`ast` and never imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from .common import Prompt, hash_key, prompt, tool_call, user
+from .stdlib import module_files
+
+__all__ = ["MAX_FILE_CHARS", "SESSION_SYSTEM", "coding_agent"]
+
+SESSION_SYSTEM = (
+    "You are a coding agent working in a Python repository. You act through these functions:\n"
+    "<tools>\n"
+    '{"name": "read_file", "description": "Read a source file of the repository.", "parameters": {"type": "object", '
+    '"properties": {"path": {"type": "string"}}, "required": ["path"]}}\n'
+    '{"name": "run_tests", "description": "Run the test suite with pytest and return its output.", "parameters": '
+    '{"type": "object", "properties": {"target": {"type": "string"}}, "required": ["target"]}}\n'
+    "</tools>\n"
+    "To call a function, reply with one <tool_call></tool_call> block per call, each holding a JSON object "
+    '{"name": <function name>, "arguments": <arguments object>}. Keep replies short: reason briefly, then act.'
+)
+MAX_FILE_CHARS = 12000  # about 3.5k tokens of code: two or three files make an 8k-token context
+_MIN_FUNCTIONS = 3
+_REQUESTS = (
+    "Users report wrong results from `{func}` in our vendored copy of `{module}`. Read the code, run the tests, find "
+    "the cause and propose a minimal fix.",
+    "`{func}` in the vendored `{module}` started raising on inputs that used to work. Investigate and fix it.",
+    "CI is red on the tests of `{module}` since the last merge; the failure is in `{func}`. Find out why and fix it.",
+)
+_ERRORS = (
+    "AssertionError: assert result == expected",
+    "TypeError: unsupported operand type(s) for +: 'NoneType' and 'int'",
+    "ValueError: invalid literal for int() with base 10: ''",
+    "IndexError: list index out of range",
+    "KeyError: 'name'",
+    "AttributeError: 'NoneType' object has no attribute 'group'",
+)
+_FOLLOW_UPS = (
+    "The tests still fail after your change. Write the complete patch as a unified diff.",
+    "Good. Now add a regression test for this case and show the full test function.",
+    "Explain the root cause in two sentences, then give the patch as a unified diff.",
+)
+
+
+def _functions(tree: ast.Module) -> list[tuple[str, int]]:
+    """(qualified name, line of the last code line) of the module's top-level functions and methods."""
+    out = []
+    for node in tree.body:
+        nodes = [(node, node.name)] if isinstance(node, ast.FunctionDef) else []
+        if isinstance(node, ast.ClassDef):
+            nodes = [(n, f"{node.name}.{n.name}") for n in node.body if isinstance(n, ast.FunctionDef)]
+        for fn, name in nodes:
+            if fn.end_lineno - fn.lineno >= 4 and not fn.name.startswith("__"):
+                out.append((name, fn.body[-1].lineno))
+    return out
+
+
+def _imports(tree: ast.Module, known: dict[str, Path]) -> list[str]:
+    """Train modules the module imports at the top level, in order of first import."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return [n for n in dict.fromkeys(names) if n in known]
+
+
+def _read_result(module: str, path: Path, text: str) -> str:
+    body = text[:MAX_FILE_CHARS]
+    if len(text) > MAX_FILE_CHARS:
+        body = body[: body.rfind("\n") + 1]
+    total = text.count("\n") + 1
+    shown = body.count("\n")
+    note = f" (showing lines 1-{shown} of {total})" if len(text) > MAX_FILE_CHARS else f" ({total} lines)"
+    return f"read_file(path={_repo_path(module, path)!r}){note}:\n```python\n{body.rstrip()}\n```"
+
+
+def _repo_path(module: str, path: Path) -> str:
+    return module.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
+
+
+def _test_output(module: str, path: Path, lines: list[str], frames: list[tuple[str, int]], error: str, attempt: int):
+    """Pytest-like output of a failing run whose traceback frames are real lines of the module's file."""
+    test = f"test_{module.replace('.', '_')}_{frames[0][0].split('.')[-1].strip('_')}"
+    passed, failed = 9 + attempt, 2 - min(attempt, 1)
+    out = [
+        "=" * 29 + " test session starts " + "=" * 30,
+        f"platform linux -- Python {'.'.join(map(str, sys.version_info[:3]))}, pytest-8.3.2, pluggy-1.5.0",
+        "rootdir: /workspace/service",
+        f"collected {passed + failed} items",
+        "",
+        f"tests/test_{module.split('.')[-1]}.py " + "." * 3 + "F" * failed + "." * (passed - 3) + " " * 16 + "[100%]",
+        "",
+        "=" * 35 + " FAILURES " + "=" * 35,
+        "_" * 28 + f" {test} " + "_" * 28,
+        "",
+    ]
+    for name, number in frames:
+        out += ["_ " * 40, "", f"{_repo_path(module, path)}:{number}: in {name.split('.')[-1]}"]
+        out.append(f"    {lines[number - 1].strip()}")
+    return "\n".join(
+        [*out, f"E   {error}", "", f"FAILED tests/test_{module.split('.')[-1]}.py::{test} - {error.split(':')[0]}",
+         "=" * 24 + f" {failed} failed, {passed} passed in 0.{41 + attempt}s " + "=" * 24]
+    )  # fmt: skip
+
+
+def _session(module: str, path: Path, known: dict[str, Path], version: str) -> list[Prompt]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    functions = _functions(tree)
+    if len(functions) < _MIN_FUNCTIONS:
+        return []
+    pick = int(hash_key(module), 16)
+    frames = [functions[(pick + i * 7) % len(functions)] for i in range(3)]
+    frames = list(dict.fromkeys(frames))
+    error = _ERRORS[pick % len(_ERRORS)]
+    lines = text.splitlines()
+    request = _REQUESTS[pick % len(_REQUESTS)].format(func=frames[0][0], module=module)
+    messages = [{"role": "system", "content": SESSION_SYSTEM}, user(request)]
+    source = f"python=={version}:Lib/{_repo_path(module, path)}"
+    prompts: list[Prompt] = []
+
+    def call(name: str, arguments: dict, result: str, speak: bool) -> None:
+        messages.append({"role": "assistant", "content": tool_call(name, arguments)})
+        messages.append({"role": "tool", "content": result})
+        if speak:  # the agent speaks next: one training prompt, the context so far
+            prompts.append(prompt(f"coding-agent/{module}/{len(prompts)}", "coding_agent", source, list(messages)))
+
+    call("read_file", {"path": _repo_path(module, path)}, _read_result(module, path, text), False)
+    target = f"tests/test_{module.split('.')[-1]}.py"
+    call("run_tests", {"target": target}, _test_output(module, path, lines, frames, error, 0), True)
+    for other in _imports(tree, known)[:2]:
+        other_path = known[other]
+        other_text = other_path.read_text(encoding="utf-8", errors="replace")
+        call("read_file", {"path": _repo_path(other, other_path)}, _read_result(other, other_path, other_text), True)
+    messages.append(user(_FOLLOW_UPS[pick % len(_FOLLOW_UPS)]))
+    call("run_tests", {"target": target}, _test_output(module, path, lines, frames, error, 1), True)
+    return prompts
+
+
+def coding_agent() -> list[tuple[str, list[Prompt]]]:
+    """The ``coding_agent`` domain: one group per module, the prompts of its session in order."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    files = module_files()
+    known = dict(files)
+    out = []
+    for module, path in files:
+        items = _session(module, path, known, version)
+        if items:
+            out.append((f"coding-agent/{module}", items))
+    return out
