@@ -1,5 +1,5 @@
 """The `dlite-hf` command line: assets, compare, regenerate, train, bench, card, draft-vocab, interpolate, mix,
-label-text.
+label-text, reliability.
 
 Each subcommand lives in its own module (`dlite_hf.commands`, `dlite_hf.bench.command`)
 and imports what it needs lazily, so `dlite-hf --help` is fast.
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands.features import add_features_parser
     from .commands.mix import add_mix_parsers
     from .commands.regenerate import add_regenerate_parser
+    from .commands.reliability import add_reliability_parser
 
     parser = argparse.ArgumentParser(prog="dlite-hf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_mix_parsers(sub)
     add_dataset_parser(sub)
     add_features_parser(sub)
+    add_reliability_parser(sub)
     sub.add_parser(
         "train", help="Train a stage (teacher | warmup | stable); see `dlite-hf train --help`.", add_help=False
     )

@@ -1,0 +1,205 @@
+"""One randomised case, run plainly and drafted, and its verdict.
+
+A case passes when, for the same prompt and options:
+
+* both calls refuse (``refused_alike``), or only the drafted call refuses and its message names an option of the
+  case that it cannot honour (``refused_named``);
+* both complete, each output obeys the case's constraints (length, banned and suppressed tokens, n-gram bans,
+  minimum length, streamed tokens, one score per token), and then: greedy outputs are the same tokens
+  (``identical``), or, in bfloat16/float16, differ only at a float32-proven near-tie of the *processed* logits
+  (``near_tie``); sampled outputs are not compared (``sampled_ok``: their distributions are the chi-square tests'
+  job).
+
+Anything else is a ``failure`` with its reason: a crash, a drafted call that runs where plain refuses, a broken
+constraint, a greedy difference that is not a near-tie.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation.streamers import BaseStreamer
+
+from ..neartie import epsilon_for, first_difference, float32_reference
+from .cases import Case
+
+__all__ = ["PASSING", "Outcome", "classify", "run_case"]
+
+PASSING = ("identical", "near_tie", "refused_alike", "refused_named", "sampled_ok")
+_REFUSALS = (ValueError, NotImplementedError, TypeError)
+
+
+@dataclass
+class Outcome:
+    """The verdict on one case (``kind`` is one of :data:`PASSING` or ``failure``)."""
+
+    index: int
+    kind: str
+    reason: str = ""
+    workload: str = ""
+    new_tokens: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.kind in PASSING
+
+
+class _Collect(BaseStreamer):
+    """A streamer that keeps every token id it is given (the prompt first)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[list[int]] = []
+        self.ended = False
+
+    def put(self, value: torch.Tensor) -> None:
+        self.chunks.append(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        self.ended = True
+
+
+def _call(target, prompt: torch.Tensor, case: Case, tokenizer, drafter=None) -> tuple[Any, _Collect | None]:
+    """One call as the docs say to make it: the options in a ``GenerationConfig`` (the drafter's per-call options
+    too, for the drafted call), the tokenizer and streamer as arguments."""
+    options = dict(case.generation)
+    if drafter is not None:
+        options.update(case.drafter)
+    arguments: dict[str, Any] = {"attention_mask": torch.ones_like(prompt)}
+    if "stop_strings" in options:
+        arguments["tokenizer"] = tokenizer
+    streamer = _Collect() if case.streamer else None
+    if streamer is not None:
+        arguments["streamer"] = streamer
+    if drafter is not None:
+        arguments["assistant_model"] = drafter
+    if case.sampled:
+        torch.manual_seed(case.seed)
+    session = contextlib.nullcontext()
+    if drafter is not None and case.session is not None:
+        from .. import DraftSession
+
+        session = DraftSession(**case.session)
+    with session:
+        out = target.generate(prompt, generation_config=GenerationConfig(**options), **arguments)
+    return out, streamer
+
+
+def _sequences(out: Any) -> torch.Tensor:
+    return out if isinstance(out, torch.Tensor) else out.sequences
+
+
+def _violations(case: Case, prompt_length: int, out: Any, streamer: _Collect | None, vocab: int) -> list[str]:
+    """What an output breaks of the case's promises (empty when it keeps them all)."""
+    gen, seq = case.generation, _sequences(out)
+    new = seq[0, prompt_length:].tolist()
+    found = []
+    if len(new) > gen["max_new_tokens"] or not new:
+        found.append(f"{len(new)} new tokens for max_new_tokens={gen['max_new_tokens']}")
+    if any(not 0 <= t < vocab for t in new):
+        found.append("a token id outside the vocabulary")
+    banned = [w[0] for w in gen.get("bad_words_ids", []) if len(w) == 1] + list(gen.get("suppress_tokens", []))
+    if set(banned) & set(new):
+        found.append(f"banned or suppressed tokens {sorted(set(banned) & set(new))} in the output")
+    if gen.get("begin_suppress_tokens") and new[0] in gen["begin_suppress_tokens"]:
+        found.append(f"begin-suppressed token {new[0]} first")
+    size = gen.get("no_repeat_ngram_size")
+    if size:
+        full = seq[0].tolist()
+        for end in range(max(prompt_length, size - 1), len(full)):  # each new token's n-gram is new
+            gram, before = full[end - size + 1 : end + 1], full[:end]
+            if any(before[i : i + size] == gram for i in range(len(before) - size + 1)):
+                found.append(f"new token {end - prompt_length} repeats a {size}-gram (no_repeat_ngram_size={size})")
+                break
+    if streamer is not None:
+        streamed = [t for chunk in streamer.chunks[1:] for t in chunk]
+        if streamed != new or not streamer.ended:
+            found.append(f"streamed {len(streamed)} tokens (ended={streamer.ended}) for {len(new)} returned")
+    if gen.get("return_dict_in_generate"):
+        for name in ("scores", "logits"):
+            rows = getattr(out, name, None)
+            if gen.get(f"output_{name}") and (rows is None or len(rows) != len(new)):
+                found.append(f"{0 if rows is None else len(rows)} {name} for {len(new)} new tokens")
+    return found
+
+
+def _processed_gaps(target, case: Case, seq: torch.Tensor, start: int) -> torch.Tensor:
+    """float32 re-scoring of ``seq`` from ``start`` with the case's logits processors: per position, how far each
+    committed token sits below the processed maximum (inf where the processors banned it)."""
+    reference = float32_reference(target)
+    config, _ = target._prepare_generation_config(None, **{k: v for k, v in case.generation.items()})
+    processors = target._get_logits_processor(generation_config=config, input_ids_seq_length=start, device="cpu")
+    with torch.no_grad():
+        logits = reference(seq).logits[0, start - 1 : -1].float()
+    gaps = []
+    for j in range(logits.shape[0]):
+        row = processors(seq[:, : start + j], logits[j : j + 1].clone())[0]
+        gaps.append(float(row.max() - row[seq[0, start + j]]))
+    return torch.tensor(gaps)
+
+
+def classify(case: Case, plain: Any, drafted: Any) -> tuple[str, str]:
+    """(kind, reason) from the two calls' results: each an output or the exception it raised. Pure: the greedy
+    comparison of two completed outputs is :func:`run_case`'s."""
+    plain_error, drafted_error = isinstance(plain, Exception), isinstance(drafted, Exception)
+    if plain_error and drafted_error:
+        return "refused_alike", f"{type(plain).__name__} / {type(drafted).__name__}: {str(drafted)[:160]}"
+    if drafted_error:
+        names = [*case.generation, *case.drafter]
+        named = [n for n in names if n in str(drafted)]
+        if isinstance(drafted, _REFUSALS) and named:
+            return "refused_named", f"{type(drafted).__name__} naming {named[0]}: {str(drafted)[:160]}"
+        return "failure", f"the drafted call raised {type(drafted).__name__}: {drafted} (plain ran)"
+    if plain_error:
+        return "failure", f"the drafted call ran where plain raised {type(plain).__name__}: {plain}"
+    return "", ""
+
+
+def run_case(target, drafter, tokenizer, prompt: torch.Tensor, case: Case, workload: str = "") -> Outcome:
+    """Run ``case`` on ``prompt`` (``[1, n]``) plainly and with ``drafter``, and judge it (see the module doc)."""
+    results = []
+    for assistant in (None, drafter):
+        try:
+            results.append(_call(target, prompt, case, tokenizer, assistant))
+        except Exception as error:  # noqa: BLE001 - the verdict is about which calls raise, and what
+            results.append((error, None))
+    (plain, plain_stream), (drafted, drafted_stream) = results
+    kind, reason = classify(case, plain, drafted)
+    outcome = Outcome(case.index, kind, reason, workload)
+    if kind:
+        return outcome
+    start, vocab = prompt.shape[1], target.get_output_embeddings().weight.shape[0]
+    outcome.new_tokens = _sequences(drafted).shape[1] - start
+    for name, out, stream in (("plain", plain, plain_stream), ("drafted", drafted, drafted_stream)):
+        broken = _violations(case, start, out, stream, vocab)
+        if broken:
+            outcome.kind, outcome.reason = "failure", f"the {name} output: " + "; ".join(broken)
+            return outcome
+    if case.sampled:
+        outcome.kind = "sampled_ok"
+        return outcome
+    a, b = _sequences(plain)[0, start:].tolist(), _sequences(drafted)[0, start:].tolist()
+    divergence = first_difference(a, b)
+    if divergence is None:
+        outcome.kind = "identical"
+        return outcome
+    dtype = str(target.get_output_embeddings().weight.dtype).removeprefix("torch.")
+    epsilon = epsilon_for(dtype)
+    if dtype == "float32" or divergence == min(len(a), len(b)):
+        outcome.kind = "failure"
+        outcome.reason = f"greedy {dtype} outputs differ at new token {divergence} ({a[divergence : divergence + 3]} "
+        outcome.reason += f"plain, {b[divergence : divergence + 3]} drafted)"
+        return outcome
+    common = _sequences(drafted)[:, : start + divergence]
+    plain_gap = _processed_gaps(target, case, torch.cat([common, torch.tensor([[a[divergence]]])], 1), start)
+    drafted_gaps = _processed_gaps(target, case, _sequences(drafted), start)
+    worst = max(float(plain_gap[-1]), float(drafted_gaps[divergence:].max()))
+    if worst <= epsilon:
+        outcome.kind, outcome.reason = "near_tie", f"new token {divergence}: within {worst:.3f} of the float32 max"
+    else:
+        outcome.kind = "failure"
+        outcome.reason = f"{dtype} divergence at new token {divergence} is {worst:.3f} logits off (epsilon {epsilon})"
+    return outcome
