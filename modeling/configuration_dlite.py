@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
-from .options import (
+from .decoding_options import (
     THRESHOLD_MEANINGS,
     check_fallback_min_match,
     check_length_factor,
@@ -99,7 +99,8 @@ class DLiteConfig(PreTrainedConfig):
             Propose no drafts in a round whose most likely first draft has a drafter probability below this value
             (decided before anything is drawn, so sampling stays exact; greedy drafts that token): the target
             then decodes one token alone, which on hardware where a one-token forward is much cheaper than a
-            multi-token one (a CPU: 58 vs 94 ms for SmolLM2-135M, `benchmarks/verify_cost.py`) saves more than the
+            multi-token one (a CPU: 58 vs 94 ms for SmolLM2-135M, `benchmarks/verify_cost.py`, removed: `git show
+            2a88d8b:benchmarks/verify_cost.py`) saves more than the
             unlikely draft would earn. 0.0 never skips (the paper; right for GPUs, where verifying K + 1 tokens
             costs about as much as decoding one). Lossless for greedy and sampling.
         draft_lengths (`list[int]`, *optional*):
@@ -107,12 +108,13 @@ class DLiteConfig(PreTrainedConfig):
             falls below the threshold after `n` drafts keeps drafting up to the next listed length (K is always
             allowed). Verification costs depend on the block size in hardware-specific ways: on this project's
             CPU (MKL, 1 thread) a SmolLM2 forward over 4 tokens costs less than one over 2 or 3
-            (`benchmarks/verify_cost.py`), so `[3, 7]` lets a round verify 4 or 8 tokens only. `None`: any length.
+            (`benchmarks/verify_cost.py`, removed: `git show 2a88d8b:benchmarks/verify_cost.py`), so `[3, 7]` lets a
+            round verify 4 or 8 tokens only. `None`: any length.
         lookup_min_match (`int`, defaults to 4):
             Hybrid drafting only (`generate(..., prompt_lookup_num_tokens=N)` with this drafter): a round drafts the
             continuation retrieved from the suffix index of the context when the longest earlier occurrence of the
             context's suffix is at least this many tokens long, and asks the drafter otherwise. Chosen on a tuning
-            split (`benchmarks/simulate_hybrid.py`); a `DraftSession(min_match=...)` overrides it for its calls.
+            split (`dlite-hf bench replay hybrid`); a `DraftSession(min_match=...)` overrides it for its calls.
         lookup_length_factor (`float`, defaults to 2.0):
             Hybrid drafting only: a retrieved draft has at most this many tokens per matched token (a 5-token match
             drafts up to 10; always at most N and at least 1): a long match predicts a long copy, a short one is
@@ -120,7 +122,7 @@ class DLiteConfig(PreTrainedConfig):
         lookup_fallback_min_match (`int`, defaults to 0):
             Hybrid drafting only: in a round whose drafter proposes nothing (its first draft is below
             `draft_skip_threshold`), draft the retrieved continuation of a shorter match, of at least this many
-            tokens, instead of a one-token step. 0: off. Chosen on the tuning split (`benchmarks/simulate_hybrid.py`).
+            tokens, instead of a one-token step. 0: off. Chosen on the tuning split (`dlite-hf bench replay hybrid`).
         history_window (`int`, defaults to 0):
             0: DLite, history-free. N > 0: the block also attends to the target states of the N positions
             before its context (sliding-window ablation). -1: full history (the history-aware teacher).

@@ -8,12 +8,12 @@ many tokens a round proposes, and, for hybrid drafting, whether the round drafts
   skip a round whose most likely first draft is unsure); :func:`row_lengths`: where each row of a batched round
   would have stopped had it been drafted alone (an engine that verifies each request's own draft length, as vLLM
   does, proposes that many), through :func:`rule_probabilities` and :func:`lengths_under_rules`, which the rules'
-  replay (`benchmarks/simulate_rules.py`) calls too;
+  replay (`dlite-hf bench replay rules`) calls too;
 * :class:`HybridRule` and :func:`select_proposal`: the choice between a continuation retrieved from the suffix index
   and the drafter's round (and the fallback to a short retrieved match when the drafter proposes nothing).
 
 transformers' `generate()` (`candidate_generators.py`), the vLLM plugin (`vllm_plugin/`) and the hybrid simulator
-(`benchmarks/simulate_hybrid.py`) all call these. Nothing here imports `transformers.generation` or vLLM; the drafter
+(`dlite-hf bench replay hybrid`) all call these. Nothing here imports `transformers.generation` or vLLM; the drafter
 is anything with DLite's block interface (`encode_block`, `head`, `draft_step`, `draft_columns`,
 `expand_draft_logits`).
 """
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .options import check_threshold
+from .decoding_options import check_threshold
 
 __all__ = [
     "BlockDrafter", "DraftRules", "HybridRule", "Proposal", "draft_tokens", "history_inputs", "lengths_under_rules",
@@ -249,7 +249,7 @@ def lengths_under_rules(chosen: torch.Tensor, first_top: torch.Tensor, rules: Dr
     """Where each row's round stops under `rules`, from what `rule_probabilities` reads (`[N, n]` and `[N]`): 0 when
     the skip rule holds (the first position's top probability below `skip_threshold`), else the first allowed length
     at or after the draft whose joint probability fell below `confidence_threshold` (n when none did or none is
-    allowed). The same decisions as `draft_tokens` makes while drafting; `benchmarks/simulate_rules.py` replays
+    allowed). The same decisions as `draft_tokens` makes while drafting; `dlite-hf bench replay rules` replays
     rules with it."""
     rows, n = chosen.shape
     threshold, skip, lengths = rules.confidence_threshold, rules.skip_threshold, rules.draft_lengths

@@ -60,7 +60,7 @@ class DLiteGenerationStats:
         return self.rounds - self.lookup_rounds
 
     @property
-    def none_rounds(self) -> int:
+    def undrafted_forwards(self) -> int:
         """Forwards after the prefill that verified no draft (plain one-token steps: skipped, or no budget)."""
         return max(0, self.target_forwards - 1 - self.rounds)
 
@@ -87,7 +87,7 @@ class DLiteGenerationStats:
             "tau": self.tau,
             "acceptance_rate": self.acceptance_rate,
             "dlite_rounds": self.dlite_rounds,
-            "none_rounds": self.none_rounds,
+            "undrafted_forwards": self.undrafted_forwards,
             "dlite_drafted": self.dlite_drafted,
             "dlite_accepted": self.dlite_accepted,
         }

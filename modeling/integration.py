@@ -129,14 +129,17 @@ def install_generate_hook() -> bool:
             )
             return False
         originals = _originals()
-        _mark(GenerationMixin, _DECODING_METHOD, _assisted_decoding_wrapper(originals[_DECODING_METHOD]))
-        _mark(GenerationConfig, "get_generation_mode", _mode_check_wrapper(originals["get_generation_mode"]))
+        _install_wrapper(GenerationMixin, _DECODING_METHOD, _assisted_decoding_wrapper(originals[_DECODING_METHOD]))
+        _install_wrapper(
+            GenerationConfig, "get_generation_mode", _mode_check_wrapper(originals["get_generation_mode"])
+        )
         # last: the mark the fast path above looks for
-        _mark(GenerationMixin, _HOOKED_METHOD, _candidate_generator_wrapper(originals[_HOOKED_METHOD]))
+        _install_wrapper(GenerationMixin, _HOOKED_METHOD, _candidate_generator_wrapper(originals[_HOOKED_METHOD]))
     return True
 
 
-def _mark(owner: type, name: str, wrapper: Any) -> None:
+def _install_wrapper(owner: type, name: str, wrapper: Any) -> None:
+    """Set `wrapper` as `owner.name`, marked as dlite-hf's and pointing to the method it wraps."""
     wrapper._dlite_hook = True
     wrapper._dlite_original = wrapper.__wrapped__  # the unwrapped method, also when another copy wrapped it before
     setattr(owner, name, wrapper)
@@ -213,7 +216,7 @@ class _prefilled_call:
                     self.past = 0
                     return
                 calls = model.__dict__[_PREFILLED] = {}
-                model.prepare_inputs_for_generation = _shadow(model.prepare_inputs_for_generation, calls)
+                model.prepare_inputs_for_generation = _uncached_prefill(model.prepare_inputs_for_generation, calls)
             calls[me] = self.past
 
     def __exit__(self, *exc: object) -> None:
@@ -228,7 +231,10 @@ class _prefilled_call:
                 model.__dict__.pop("prepare_inputs_for_generation", None)
 
 
-def _shadow(prepare: Any, calls: dict[int, int]) -> Any:
+def _uncached_prefill(prepare: Any, calls: dict[int, int]) -> Any:
+    """`prepare` (the target's `prepare_inputs_for_generation`) whose first iteration, in a thread with a live
+    pre-filled DLite call (`calls`: thread id -> cached tokens), runs only the tokens the cache lacks."""
+
     def prepare_inputs_for_generation(input_ids, *args, **kwargs):
         past = calls.get(threading.get_ident())
         first = past and kwargs.get("is_first_iteration") and kwargs.get("next_sequence_length") is None and not args

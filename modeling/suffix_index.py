@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from .options import check_min_match
+from .decoding_options import check_min_match
 
 __all__ = ["DraftSession", "LookupMatch", "SuffixIndex"]
 

@@ -15,9 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from dlite_hf.rows import read_jsonl
+from dlite_hf.data.features.cache import FeatureCache
+from dlite_hf.jsonl import read_jsonl
 from dlite_hf.training.data import RegeneratedDataset
-from dlite_hf.training.features import FeatureCache
 
 
 def main() -> None:

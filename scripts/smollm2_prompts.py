@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dlite_hf.data import prompts as P
 from dlite_hf.data.mix import training_mix
-from dlite_hf.rows import write_jsonl
+from dlite_hf.jsonl import write_jsonl
 
 ROUND2_SOURCES = ("fiqa/", "truthfulqa/", "liveqa/", "stdlib/")  # added after round 1
 ROUND2 = (("chat", 200), ("code", 150), ("math", 100))

@@ -16,10 +16,10 @@ from dlite_hf.bench import runner as bench_runner
 from dlite_hf.bench.methods import BenchMethod, make_methods
 from dlite_hf.bench.report import PLOT_NAMES, markdown_table
 from dlite_hf.bench.runner import run_bench
+from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.cli import main
 from dlite_hf.data import prompts as P
 from dlite_hf.data.workloads import CODING_TASKS, build_workloads, coding_session, session_from_messages
-from dlite_hf.rows import chat_prompt_ids
 
 RECORD_KEYS = {
     "workload", "session_id", "turn", "prompt_id", "source", "method", "prompt_tokens", "cached_prompt_tokens",
@@ -107,8 +107,9 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
     }
     methods = {"plain": None, "prompt_lookup": None, **drafters}
     result = run_bench(
-        target, tokenizer, methods, workloads, max_new_tokens=10, progress=False, out_dir=tmp_path, name="tiny"
-    )
+        target, tokenizer, methods, workloads, max_new_tokens=10, progress=False, out_dir=tmp_path, name="tiny",
+        plots=True,
+    )  # fmt: skip
     _check_result(result, ALL_METHODS, ["chat", "agentic"])
     agentic = [s for s in result["sessions"] if s["workload"] == "agentic"]
     assert [s["id"].split("/")[0] for s in agentic] == ["tooltalk", "bfcl", "coding"]
@@ -126,7 +127,7 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
         tmp_path / "tiny.json"
     )
     table = (tmp_path / "tiny.md").read_text()
-    # rows + header; sessions: header + 3 rows (the goals are benchmark policy: benchmarks/goals.py adds them)
+    # rows + header; sessions: header + 3 rows (the goals are benchmark policy: `dlite-hf bench goals` adds them)
     assert "goals" not in result and table.count("\n| ") == len(result["summary"]) + 1 + 4
     for plot in PLOT_NAMES:
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -261,7 +262,7 @@ def _cli(tmp_path, *extra: str) -> list[str]:
     return [
         "bench", "--target", "tiny", "--drafter", "dlite", "--drafter-history", "history", "--workloads", "code",
         "--methods", "prompt_lookup,dlite,history", "--num-prompts", "1", "--max-new-tokens", "6",
-        "--out", str(tmp_path), "--name", "cli", "--no-progress", "--no-plots", "--no-warmup", *extra,
+        "--out", str(tmp_path), "--name", "cli", "--no-progress", "--no-warmup", *extra,
     ]  # fmt: skip
 
 
@@ -273,6 +274,7 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
     assert result["meta"]["command"].startswith("dlite-hf bench --target tiny --drafter dlite")
     assert "| code | dlite |" in (tmp_path / "cli.md").read_text()
     assert result["meta"]["sdpa_force_gqa"] is False and "--bfcl-sessions" not in result["meta"]["command"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.json", "cli.md"]  # plots only with --plot
 
     # --sdpa-gqa: transformers' GQA switch for every method; recorded, in the command, outputs still identical
     monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)

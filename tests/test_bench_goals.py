@@ -1,5 +1,5 @@
-"""The benchmark's performance goals (`benchmarks/goals.py`, benchmark policy outside the package), checked on
-hand-made summary rows and on a results document."""
+"""The benchmark's performance goals (`dlite_hf.bench.goals`, `dlite-hf bench goals`), checked on hand-made summary
+rows and on a results document; and `dlite-hf bench report`, which recomputes a document's summary and goals."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dlite_hf.bench.goals import evaluate_goals
 from dlite_hf.bench.report import goals_markdown
-
-
-@pytest.fixture(scope="module")
-def evaluate_goals(repo_script):
-    return repo_script("benchmarks/goals.py").evaluate_goals
+from dlite_hf.cli import main
 
 
 def _row(workload, method, speedup=1.0, tau=1.0, drafter_ms=None):
@@ -31,7 +28,7 @@ def _by_prefix(goals, prefix):
     return goal
 
 
-def test_speedup_goals_compare_against_prompt_lookup(evaluate_goals):
+def test_speedup_goals_compare_against_prompt_lookup():
     summary = [
         _row("chat", "dlite", 1.2, 2.0),
         _row("chat", "prompt_lookup", 1.1, 1.5),
@@ -51,7 +48,7 @@ def test_speedup_goals_compare_against_prompt_lookup(evaluate_goals):
     ("dlite_agentic", "history_agentic", "met"),
     [(1.6, 1.0, True), (1.4, 1.0, False), (1.6, 1.8, False)],
 )
-def test_agentic_tau_goal(evaluate_goals, dlite_agentic, history_agentic, met):
+def test_agentic_tau_goal(dlite_agentic, history_agentic, met):
     # general tau: dlite mean(2.0, 2.0) = 2.0, history 2.0; allowed drop 25% -> agentic >= 1.5
     summary = [
         _row("chat", "dlite", tau=2.0),
@@ -64,7 +61,7 @@ def test_agentic_tau_goal(evaluate_goals, dlite_agentic, history_agentic, met):
     assert _by_prefix(evaluate_goals(summary), "agentic: dlite tau")["met"] is met
 
 
-def test_drafter_ms_spread_over_long_lengths(evaluate_goals):
+def test_drafter_ms_spread_over_long_lengths():
     flat = [_row("long-1024", "dlite", drafter_ms=20.0), _row("long-4096", "dlite", drafter_ms=22.0)]
     goal = _by_prefix(evaluate_goals(flat), "long context")
     assert goal["met"] is True and "spread 10%" in goal["measured"]
@@ -73,7 +70,7 @@ def test_drafter_ms_spread_over_long_lengths(evaluate_goals):
     assert _by_prefix(evaluate_goals(flat[:1]), "long context")["met"] is None
 
 
-def test_drafter_ms_goal_also_checked_at_fixed_k(evaluate_goals):
+def test_drafter_ms_goal_also_checked_at_fixed_k():
     """With adaptive drafting the per-call cost follows the draft length; the fixed-K method is checked beside it."""
     adaptive = [_row("long-1024", "dlite", drafter_ms=10.0), _row("long-16384", "dlite", drafter_ms=14.0)]
     assert len([g for g in evaluate_goals(adaptive) if g["goal"].startswith("long context")]) == 1
@@ -83,13 +80,13 @@ def test_drafter_ms_goal_also_checked_at_fixed_k(evaluate_goals):
     assert goals["long context: dlite_fixed drafter ms per round varies < 15% across lengths"]["met"] is True
 
 
-def test_markdown_lists_every_goal(evaluate_goals):
+def test_markdown_lists_every_goal():
     goals = evaluate_goals([])
     lines = goals_markdown(goals)
     assert len(lines) == 2 + len(goals) and all("not measured" in line for line in lines[2:])
 
 
-def test_hybrid_goals_only_when_the_run_has_the_hybrid(evaluate_goals):
+def test_hybrid_goals_only_when_the_run_has_the_hybrid():
     base = [_row("chat", "dlite", 1.2, 2.0), _row("chat", "prompt_lookup", 1.1, 1.5)]
     assert not [g for g in evaluate_goals(base) if "hybrid" in g["goal"]]
     summary = [
@@ -112,25 +109,24 @@ def test_hybrid_goals_only_when_the_run_has_the_hybrid(evaluate_goals):
     assert "math: hybrid speedup >= dlite speedup" not in goals  # math was not run with the hybrid
 
 
-def test_goals_script_adds_the_goals_to_a_results_document(repo_script, tmp_path, capsys):
-    goals = repo_script("benchmarks/goals.py")
+def test_the_goals_command_adds_the_goals_to_a_results_document(tmp_path, capsys):
     result = json.loads(
         (Path(__file__).resolve().parents[1] / "benchmarks/results/smollm2-135m-main-bf16-packed.json").read_text()
     )
-    expected = goals.evaluate_goals(result["summary"])
+    expected = evaluate_goals(result["summary"])
     result.pop("goals", None)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(result))
-    assert goals.main([str(path)]) == 0
+    assert main(["bench", "goals", str(path)]) == 0
     assert json.loads(path.read_text())["goals"] == expected and expected[0]["goal"] in capsys.readouterr().out
     table = path.with_suffix(".md").read_text()
     assert "Performance goals" in table and all(f"| {g['goal']} |" in table for g in expected)
     path.write_text("{}")
     with pytest.raises(SystemExit, match="not a `dlite-hf bench` results document"):
-        goals.main([str(path)])
+        main(["bench", "goals", str(path)])
 
 
-def test_resummarize_recomputes_a_documents_summary_and_goals_from_its_records(repo_script, tmp_path):
+def test_the_report_command_recomputes_a_documents_summary_and_goals_from_its_records(tmp_path):
     from dlite_hf.bench.report import summarize
 
     records = []
@@ -149,7 +145,7 @@ def test_resummarize_recomputes_a_documents_summary_and_goals_from_its_records(r
                 "records": records, "summary": stale, "goals": [], "divergences": [], "ok": True}  # fmt: skip
     path = tmp_path / "run.json"
     path.write_text(json.dumps(document))
-    repo_script("benchmarks/resummarize.py").main([str(path)])
+    assert main(["bench", "report", str(path)]) == 0
     result = json.loads(path.read_text())
     rows = {r["method"]: r for r in result["summary"]}
     # tokens/s: plain 2.5, prompt lookup 5, the hybrid 5 (half the tokens in a quarter of the time)
@@ -158,3 +154,10 @@ def test_resummarize_recomputes_a_documents_summary_and_goals_from_its_records(r
     goal = next(g for g in result["goals"] if g["goal"] == "agentic: hybrid speedup >= 1.25x prompt_lookup's")
     assert goal["met"] is False  # 2.0x vs 2.0x: by wall time it would have read 4.0x vs 2.0x
     assert (tmp_path / "run.md").is_file() and result["records"] == records
+    assert not list(tmp_path.glob("*.png"))  # plots only when asked
+    assert main(["bench", "report", str(path), "--plot"]) == 0
+    plots = [Path(f) for k, f in json.loads(path.read_text())["files"].items() if k.startswith("plot_")]
+    assert plots and sorted(plots) == sorted(tmp_path.glob("*.png"))
+    path.write_text("[]")
+    with pytest.raises(SystemExit, match="not a `dlite-hf bench` results document"):
+        main(["bench", "report", str(path)])

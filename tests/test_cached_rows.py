@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
+from dlite_hf.data.features.cache import FeatureCache
 from dlite_hf.training.data import RegeneratedDataset
-from dlite_hf.training.features import FeatureCache
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "cached_rows.py"
 

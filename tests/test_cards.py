@@ -13,9 +13,9 @@ import torch
 from huggingface_hub import ModelCard
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
-from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
+from dlite_hf.card_check import check_card, numbers_in
+from dlite_hf.cards import PAPER_LABEL, REQUIRED_SECTIONS, bench_rows, read_bench_result, render_model_card
 from dlite_hf.cli import main as cli_main
-from dlite_hf.commands.card import PAPER_LABEL, bench_rows, check_card, numbers_in, read_bench_result
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_CARDS = sorted((REPO / "hub_cards").glob("*.md"))
@@ -247,7 +247,7 @@ def test_card_describes_history_free_and_history_aware_checkpoints(window, past)
 def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
     from transformers import LlamaConfig
 
-    from dlite_hf.commands.card import _num_parameters
+    from dlite_hf.cards import _num_parameters
 
     target_config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                 num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
@@ -261,8 +261,8 @@ def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
 
 
 def test_card_usage_shows_the_decoding_measured_fastest(tiny_checkpoint, tmp_path):
-    from dlite_hf.commands.card import fastest_decoding
-    from dlite_hf.modeling.options import DEFAULT_LOOKUP_TOKENS
+    from dlite_hf.cards import fastest_decoding
+    from dlite_hf.modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
 
     def document(hybrid_speedup):
         rows = [

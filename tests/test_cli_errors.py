@@ -55,7 +55,7 @@ def test_cli_refuses_bad_counts_before_loading_anything(argv, expected, monkeypa
     ],
 )
 def test_malformed_jsonl_names_the_file_and_line(tmp_path, text, message):
-    from dlite_hf.rows import read_jsonl
+    from dlite_hf.jsonl import read_jsonl
 
     path = tmp_path / "rows.jsonl"
     path.write_text(text)

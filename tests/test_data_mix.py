@@ -14,8 +14,8 @@ from dlite_hf.data import domains as D
 from dlite_hf.data import manpages as MP
 from dlite_hf.data import mix as M
 from dlite_hf.data import prompts as P
+from dlite_hf.data.text_rows import TARGET_LABELS, conversation_ids, label_text
 from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
-from dlite_hf.training.text_rows import TARGET_LABELS, conversation_ids, label_text
 
 FAST = [n for n, d in D.DOMAINS.items() if n not in ("manpages", "text_manpages")]  # man pages: own test below
 PROMPT_DOMAINS = [n for n in FAST if D.DOMAINS[n].kind == "prompt"]
@@ -248,11 +248,11 @@ def test_trainer_uses_the_targets_argmax_on_target_labelled_rows(tmp_path: Path)
     for source in ("data", TARGET_LABELS):
         data = RegeneratedDataset([{**r, "label_source": source} for r in rows])
         batch = trainer.data_collator([data[i] for i in range(4)])
-        gathered = trainer._blocks(drafter, batch, compact=False)
+        gathered = trainer._gather_blocks(drafter, batch, compact=False)
         valid = gathered["valid"]
         argmax = gathered["target_logits"].argmax(-1)
         if drafter.draft_vocab_ids is not None:
-            compact = trainer._blocks(drafter, batch, compact=True)
+            compact = trainer._gather_blocks(drafter, batch, compact=True)
             assert torch.equal(compact["target_top1"], argmax) and torch.equal(compact["labels"], gathered["labels"])
         if source == "data":
             assert torch.equal(gathered["labels"][valid], batch["labels"].flatten(0, 1)[valid])

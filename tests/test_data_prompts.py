@@ -17,7 +17,7 @@ from dlite_hf.data import long_context as L
 from dlite_hf.data import prompts as P
 from dlite_hf.data.mix import training_mix
 from dlite_hf.data.stdlib import STDLIB_CODE_MODULES
-from dlite_hf.rows import write_jsonl
+from dlite_hf.jsonl import write_jsonl
 
 SHORT = ("chat", "code", "math", "tool", "agentic")
 # (eval, train) counts on the pinned files; a change means the eval set or the training data moved.

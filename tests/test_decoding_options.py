@@ -7,7 +7,7 @@ import torch
 from transformers import GenerationConfig
 
 from dlite_hf import DraftSession
-from dlite_hf.modeling.options import DECODING_OPTIONS
+from dlite_hf.modeling.decoding_options import DECODING_OPTIONS
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.cli import main
-from dlite_hf.surgery import coverage
+from dlite_hf.draft_vocab import coverage, set_draft_vocab
 
 
 def _counts(seed: int = 0) -> torch.Tensor:
@@ -24,12 +24,12 @@ def test_narrowing_keeps_the_most_frequent_tokens_and_their_logits(fitted_pair):
     drafter = make_drafter(target, seed=3, draft_vocab_size=40)
     drafter.load_state_dict({k: v for k, v in fitted.state_dict().items() if k != "draft_vocab_ids"}, strict=False)
     counts = _counts()
-    wide = drafter.set_draft_vocab(counts).clone()
+    wide = set_draft_vocab(drafter, counts).clone()
     drafter.bind_target(target)
     context, anchors = torch.randn(2, drafter.config.num_tapped_layers, 64), torch.tensor([3, 4])
     _, wide_logits = drafter.draft(context, anchors)
 
-    narrow = drafter.set_draft_vocab(counts, size=12)
+    narrow = set_draft_vocab(drafter, counts, size=12)
     assert drafter.config.draft_vocab_size == 12 and narrow.shape == (12,)
     assert narrow.tolist() == sorted(torch.topk(counts, 12).indices.tolist())
     assert set(narrow.tolist()) <= set(wide.tolist())
@@ -51,16 +51,29 @@ def test_size_is_validated_and_a_full_vocabulary_drafter_can_get_one(tmp_path: P
     drafter = make_drafter(target, seed=2, draft_vocab_size=40)
     for bad in (0, 129, True, 3.0):
         with pytest.raises(ValueError, match=rf"size={bad!r}: expected an integer in \[1, 128\]"):
-            drafter.set_draft_vocab(_counts(), size=bad)
+            set_draft_vocab(drafter, _counts(), size=bad)
     assert drafter.config.draft_vocab_size == 40
 
     full = make_drafter(target, seed=2)
     with pytest.raises(ValueError, match="full vocabulary .* pass `size`"):
-        full.set_draft_vocab(_counts())
-    full.set_draft_vocab(_counts(), size=16)
+        set_draft_vocab(full, _counts())
+    set_draft_vocab(full, _counts(), size=16)
     full.save_pretrained(tmp_path / "d")
     loaded = DLiteForSpeculation.from_pretrained(tmp_path / "d")
     assert loaded.config.draft_vocab_size == 16 and torch.equal(loaded.draft_vocab_ids, full.draft_vocab_ids)
+
+
+def test_the_hub_setter_refuses_what_cannot_be_draft_columns():
+    """`use_draft_vocab` (the Hub code's half of `set_draft_vocab`) takes only sorted, distinct, in-range token ids:
+    a round's argmax ties and `searchsorted` read the columns as sorted ids."""
+    drafter = make_drafter(make_tiny_target("llama", seed=1), seed=2, draft_vocab_size=40)
+    before = drafter.draft_vocab_ids.clone()
+    for bad in (torch.tensor([3, 1, 5]), torch.tensor([1, 1, 5]), torch.tensor([1, 128]), torch.tensor([-1, 2])):
+        with pytest.raises(ValueError, match=r"sorted, distinct token ids in \[0, 128\)"):
+            drafter.use_draft_vocab(bad)
+    assert torch.equal(drafter.draft_vocab_ids, before) and drafter.config.draft_vocab_size == 40
+    assert drafter.use_draft_vocab(torch.tensor([2, 7, 9])).tolist() == [2, 7, 9]
+    assert drafter.config.draft_vocab_size == 3
 
 
 def _rows(path: Path, sequences: list[list[int]], prompt_len: int) -> Path:
@@ -80,7 +93,7 @@ def test_draft_vocab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     counts = torch.zeros(128)
     for seq in sequences:
         counts += torch.bincount(torch.tensor(seq[4:]), minlength=128)
-    drafter.set_draft_vocab(counts)
+    set_draft_vocab(drafter, counts)
     (tmp_path / "src").mkdir()
     drafter.save_pretrained(tmp_path / "src")
     (tmp_path / "src" / "dlite_training.json").write_text(json.dumps({"stage": "stable"}))

@@ -197,8 +197,8 @@ def bf16_pair(smollm2_dir):
 
 
 def _prompts(tokenizer, n: int = 3) -> list[torch.Tensor]:
+    from dlite_hf.chat_template import chat_prompt_ids
     from dlite_hf.data.prompts import load_prompts
-    from dlite_hf.rows import chat_prompt_ids
 
     prompts = [p for w in ("code", "chat", "math") for p in load_prompts(w, "eval", limit=1)][:n]
     return [torch.tensor([chat_prompt_ids(tokenizer, p["messages"])]) for p in prompts]

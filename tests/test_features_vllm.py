@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from dlite_hf.data.features.cache import FeatureCache
+from dlite_hf.data.features.vllm import features_vllm
 from dlite_hf.training.data import RegeneratedDataset
-from dlite_hf.training.features import FeatureCache
-from dlite_hf.training.features_vllm import features_vllm
 
 PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"
 
@@ -128,7 +128,7 @@ def test_the_cli_runs_vllm_in_the_machines_fastest_dtype_unless_told(tmp_path, m
 
     from dlite_hf import defaults
     from dlite_hf.cli import main
-    from dlite_hf.training import features_vllm as module
+    from dlite_hf.data.features import vllm as module
 
     target = make_tiny_target()
     target.save_pretrained(tmp_path / "target")

@@ -7,6 +7,8 @@ import torch
 from tiny_models import make_drafter, make_tiny_target
 from transformers.generation.streamers import BaseStreamer
 
+from dlite_hf.draft_vocab import set_draft_vocab
+
 
 def _plain_and_dlite(target, drafter, ids, **kwargs):
     plain = target.generate(ids, do_sample=False, **kwargs)
@@ -105,15 +107,17 @@ def test_num_assistant_tokens_can_only_lower_k(fitted_pair):
 
 def test_confidence_threshold_shortens_rounds_and_stays_lossless(fitted_pair, monkeypatch):
     target, drafter, prompts, _, _ = fitted_pair
-    calls = []  # (budget the generator asked for, drafts returned) of every drafting call
-    original = drafter.draft
+    from dlite_hf.modeling import candidate_generators
 
-    def recording(*args, **kwargs):
-        tokens, logits = original(*args, **kwargs)
-        calls.append((kwargs["num_tokens"], tokens.shape[1]))
+    calls = []  # (budget the generator asked for, drafts returned) of every drafting round
+    original = candidate_generators.draft_tokens
+
+    def recording(drafter, context, anchors, num_tokens, rules, **kwargs):
+        tokens, logits = original(drafter, context, anchors, num_tokens, rules, **kwargs)
+        calls.append((num_tokens, tokens.shape[1]))
         return tokens, logits
 
-    monkeypatch.setattr(drafter, "draft", recording)
+    monkeypatch.setattr(candidate_generators, "draft_tokens", recording)
     drafted = {}
     for threshold, lengths in ((0.0, None), (0.5, None), (0.99, None), (0.99, [3, 7])):
         monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
@@ -192,7 +196,7 @@ def test_draft_vocabulary_is_lossless_and_restricts_candidates(fitted_pair):
     target, _, prompts, sequences, _ = fitted_pair
     drafter = make_drafter(target, seed=7, draft_vocab_size=40)
     counts = torch.bincount(sequences[:, prompts.shape[1] :].flatten(), minlength=128).float()
-    ids = drafter.set_draft_vocab(counts)
+    ids = set_draft_vocab(drafter, counts)
     assert ids.shape == (40,) and set(ids.tolist()) <= set(range(128))
     drafter.bind_target(target)
     context = torch.randn(2, drafter.config.num_tapped_layers, 64)

@@ -35,7 +35,7 @@ def test_greedy_is_identical_to_plain_and_stats_add_up(tiny_pair, lookup, min_ma
         assert session.last_generation_stats is stats
         assert stats.new_tokens == max_new
         assert stats.rounds == stats.lookup_rounds + stats.dlite_rounds
-        assert stats.target_forwards == 1 + stats.rounds + stats.none_rounds  # the prefill, then one per round
+        assert stats.target_forwards == 1 + stats.rounds + stats.undrafted_forwards  # the prefill, then one per round
         assert stats.accepted == stats.lookup_accepted + stats.dlite_accepted
         assert stats.lookup_drafted <= lookup * stats.lookup_rounds
         assert stats.lookup_time_s > 0

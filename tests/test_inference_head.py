@@ -8,6 +8,7 @@ import pytest
 import torch
 from tiny_models import make_drafter, make_tiny_target
 
+from dlite_hf.draft_vocab import set_draft_vocab
 from dlite_hf.modeling.drafting import rule_distribution
 
 
@@ -87,7 +88,7 @@ def test_the_fused_head_follows_every_change_of_its_weights(target):
     _check_step_matches_training_head(drafter)
 
     counts = torch.arange(drafter.config.vocab_size, 0, -1).float()  # a different draft vocabulary
-    drafter.set_draft_vocab(counts, size=24)
+    set_draft_vocab(drafter, counts, size=24)
     _check_step_matches_training_head(drafter)
 
     other = make_tiny_target("qwen3", seed=12)  # a new target: other lm_head rows

@@ -10,15 +10,16 @@ from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.cli import main
+from dlite_hf.draft_vocab import set_draft_vocab
 
 
 @pytest.fixture
 def pair(tmp_path):
     target = make_tiny_target("llama", seed=0)
     base = make_drafter(target, seed=1, draft_vocab_size=40)
-    base.set_draft_vocab(torch.arange(128, dtype=torch.float64))
+    set_draft_vocab(base, torch.arange(128, dtype=torch.float64))
     tuned = make_drafter(target, seed=2, draft_vocab_size=40)
-    tuned.set_draft_vocab(torch.arange(128, 0, -1, dtype=torch.float64))  # another vocabulary
+    set_draft_vocab(tuned, torch.arange(128, 0, -1, dtype=torch.float64))  # another vocabulary
     base.save_pretrained(tmp_path / "base")
     tuned.save_pretrained(tmp_path / "tuned")
     return tmp_path, base, tuned

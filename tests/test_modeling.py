@@ -9,8 +9,8 @@ from tiny_models import make_drafter, make_tiny_target
 from transformers import LlamaConfig, Qwen3Config
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
-from dlite_hf.modeling.blocks import gather_history
 from dlite_hf.modeling.configuration_dlite import default_target_layer_ids
+from dlite_hf.training.history import SharedHistory, gather_history
 
 V, H_T = 128, 64  # make_tiny_target's vocabulary and hidden size
 
@@ -440,14 +440,14 @@ def test_shared_history_pass_equals_one_history_copy_per_block(target):
     drafts = torch.randint(1, V, (8, drafter.config.num_draft_tokens), generator=torch.Generator().manual_seed(6))
     hist, valid, pos = gather_history(states, anchor_pos - 1, -1)
     per_block = drafter(context, anchor_ids, drafts, hist, valid, pos).logits
-    shared = drafter(context, anchor_ids, drafts, sequence_states=states, context_positions=anchor_pos - 1).logits
+    shared = drafter(context, anchor_ids, drafts, block_encoder=SharedHistory(states, anchor_pos - 1)).logits
     torch.testing.assert_close(shared, per_block, atol=1e-5, rtol=1e-5)
     # the same gradients for every weight
     drafter.train()
     grads = []
     for kwargs in (
         {"history_states": hist, "history_valid": valid, "history_positions": pos},
-        {"sequence_states": states, "context_positions": anchor_pos - 1},
+        {"block_encoder": SharedHistory(states, anchor_pos - 1)},
     ):
         drafter.zero_grad()
         drafter(context, anchor_ids, drafts, **kwargs).logits.logsumexp(-1).sum().backward()
@@ -458,19 +458,19 @@ def test_shared_history_pass_equals_one_history_copy_per_block(target):
     # a block sees only its own sequence's past: changing the other sequence's states changes nothing here
     other = states.clone()
     other[1] += 1.0
-    again = drafter(context, anchor_ids, drafts, sequence_states=other, context_positions=anchor_pos - 1).logits
+    again = drafter(context, anchor_ids, drafts, block_encoder=SharedHistory(other, anchor_pos - 1)).logits
     torch.testing.assert_close(again[:4], shared[:4], atol=1e-5, rtol=1e-5)
     assert (again[4:] - shared[4:]).abs().amax() > 1e-4
-    window = make_drafter(target, seed=4, history_window=3)
+    window = make_drafter(target, seed=4, history_window=3).bind_target(target)
     with pytest.raises(ValueError, match="exact only for full-history drafters"):
-        window(context, anchor_ids, drafts, sequence_states=states, context_positions=anchor_pos - 1)
+        window(context, anchor_ids, drafts, block_encoder=SharedHistory(states, anchor_pos - 1))
 
 
 def test_windowed_blocks_cut_to_their_own_history_give_the_uncut_result(target, monkeypatch):
     """A windowed batch runs in groups of blocks, each cut to the longest history one of its blocks reads (an invalid
     history row is only ever a masked key): the same logits and gradients as one uncut pass over the whole window,
     for far fewer backbone rows when most contexts are shorter than the window."""
-    from dlite_hf.modeling import modeling_dlite
+    from dlite_hf.modeling import blocks
 
     drafter = make_drafter(target, seed=4, history_window=12).bind_target(target)
     ids = torch.randint(1, V, (2, 20), generator=torch.Generator().manual_seed(5))
@@ -485,17 +485,17 @@ def test_windowed_blocks_cut_to_their_own_history_give_the_uncut_result(target, 
         zip(("history_states", "history_valid", "history_positions"), gather_history(states, anchor_pos - 1, 12))
     )
     seen = []
-    backbone = drafter._run_backbone
+    backbone = drafter.run_backbone
 
     def counting(hidden, *args):
         seen.append(hidden.shape[0] * hidden.shape[1])
         return backbone(hidden, *args)
 
-    monkeypatch.setattr(drafter, "_run_backbone", counting)
+    monkeypatch.setattr(drafter, "run_backbone", counting)
     drafter.train()
     results = []
-    for groups in (1, modeling_dlite.WINDOW_GROUPS):
-        monkeypatch.setattr(modeling_dlite, "WINDOW_GROUPS", groups)
+    for groups in (1, blocks.WINDOW_GROUPS):
+        monkeypatch.setattr(blocks, "WINDOW_GROUPS", groups)
         seen.clear()
         drafter.zero_grad()
         logits = drafter(context, anchor_ids, drafts, **history).logits

@@ -21,9 +21,10 @@ FILES = (
     "drafting.py",
     "generation_stats.py",
     "integration.py",
-    "options.py",
+    "decoding_options.py",
     "tapping.py",
     "suffix_index.py",
+    "target_binding.py",
 )
 
 

@@ -1,5 +1,6 @@
 """The README's speed tables and the out-of-domain figures of the README and the training log are the committed
-result files' (a re-run that moves them must update both)."""
+result files' (a re-run that moves them must update both). They compare documents with documents, so they run
+under the `docs` marker (`make test-docs`), outside the default run."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dlite_hf.bench import tables
+
+pytestmark = pytest.mark.docs
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -144,51 +148,27 @@ MAIN_RUN = "smollm2-135m-main-bf16-packed-r4"  # the README's main table
 OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/README.md)
 
 
-def _check_speed_table(repo_script, table: str, run: str, document: str = "README.md") -> dict:
-    """Every row `benchmarks/readme_tables.py` renders from `run` is a line of `document`, verbatim."""
-    tables = repo_script("benchmarks/readme_tables.py")
-    result = tables.load(run)
+def _check_speed_table(table: str, run: str, document: str = "README.md") -> dict:
+    """Every row `dlite-hf bench tables` renders from `run` is a line of `document`, verbatim."""
+    result = tables.load(run, RESULTS)
     readme = (REPO / document).read_text().splitlines()
     rendered = tables.rows(result, table)
     assert set(rendered) == set(tables.LABELS[table]), "the run lacks a workload the README's table shows"
     for workload, line in rendered.items():
-        assert line in readme, f"README row for {workload} is not `python benchmarks/readme_tables.py {table} {run}`"
+        assert line in readme, f"README row for {workload} is not `dlite-hf bench tables {table} {run}`"
     assert tables.HEADER.splitlines()[0] in readme
     assert result.ok and all(d.ok for d in result.divergences)
     return result
 
 
-def test_the_out_of_domain_speed_table_is_the_bench_run(repo_script) -> None:
-    _check_speed_table(repo_script, "ood", OOD_RUN, "benchmarks/README.md")
+def test_the_out_of_domain_speed_table_is_the_bench_run() -> None:
+    _check_speed_table("ood", OOD_RUN, "benchmarks/README.md")
 
 
-def test_the_main_table_is_the_bench_run(repo_script) -> None:
-    result = _check_speed_table(repo_script, "main", MAIN_RUN)
+def test_the_main_table_is_the_bench_run() -> None:
+    result = _check_speed_table("main", MAIN_RUN)
     assert result.meta.prefix_cache
     assert MAIN_RUN in " ".join((REPO / "README.md").read_text().split()), "the README names the run it quotes"
-
-
-def test_the_readme_renderer_bolds_the_fastest_and_refuses_other_documents(repo_script, tmp_path) -> None:
-    tables = repo_script("benchmarks/readme_tables.py")
-    methods = ("plain", *tables.METHODS)
-    summary = [
-        {"workload": "legal", "method": m, "prompts": 2, "tok_s": 10.0, "mean_tau": 1.0 + i, "tau_pooled": 1.0,
-         "speedup": [1.0, 1.5, 1.2, 1.1, 1.4][i], "decode_speedup": 1.0}
-        for i, m in enumerate(methods)
-    ]  # fmt: skip
-    row = tables.rows({"summary": summary}, "ood")
-    expected = "| legal (MultiLexSum) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x |"
-    assert row == {"legal": expected}
-    with pytest.raises(ValueError, match="has no dlite_fixed, hybrid rows"):
-        tables.rows({"summary": summary[:3]}, "ood")
-    with pytest.raises(ValueError, match="table='card': expected one of"):
-        tables.rows({"summary": summary}, "card")
-    (tmp_path / "x.json").write_text("[]")
-    with pytest.raises(ValueError, match="is not a `dlite-hf bench` results document"):
-        tables.load(str(tmp_path / "x.json"))
-    with pytest.raises(FileNotFoundError, match="No bench result"):
-        tables.load("no-such-run")
-    assert tables.load("qwen2.5-coder-0.5b-assisted").summary  # a run name with dots is a name, not a path
 
 
 def test_the_serving_table_is_the_vllm_bench_run() -> None:
@@ -235,24 +215,30 @@ def test_the_training_logs_history_pairs_table_is_the_result_file() -> None:
     _check_study_rows("smollm2-135m-history-study.json", rows)
 
 
-def test_the_training_logs_capacity_study_tables_are_the_result_files(repo_script) -> None:
+def predicted_speedup(tau: float, draft_ms: float, target_ms: dict[str, float]) -> float:
+    """The training log's predicted speedup, `tau x t(1) / (t(8) + drafter ms)`: a round commits `tau` tokens for one
+    drafter round plus one verification forward (the largest timed block, K + 1 tokens), where plain pays one
+    1-token forward a token."""
+    return tau * target_ms["1"] / (target_ms[max(target_ms, key=int)] + draft_ms)
+
+
+def test_the_training_logs_capacity_study_tables_are_the_result_files() -> None:
     """docs/training-log.md, the capacity study: tau and first-draft share of each drafter, and each final drafter's
-    ms per round with the speedup `plot_capacity.predicted_speedup` derives from it and the target's timed forwards."""
+    ms per round with the speedup `predicted_speedup` derives from it and the target's timed forwards."""
     arms = ("A", "l7", "t12", "w576")
     rows = {f"{arm}, {steps:,}": f"{arm}@{steps}" for arm in arms for steps in (350, 700, 1050)}
     rows |= {f"{arm}, 1,400": arm for arm in arms}
     rows |= {"A, seed 1, 1,400": "A-seed1@1400", "A1500": "A1500", "t12-1500": "t12-1500", "w576-1500": "w576-1500"}
     rows |= {"scaleA: the shipped shape, 19,973 rows": "scaleA", "scaleW576: width 576, 19,973 rows": "scaleW576"}
     drafters = _check_study_rows("smollm2-135m-capacity-study.json", rows)
-    plot = repo_script("benchmarks/plot_capacity.py")
-    assert plot.predicted_speedup(2.0, 10.0, {"1": 60.0, "8": 70.0}) == pytest.approx(1.5)  # 2 x 60 / (70 + 10)
+    assert predicted_speedup(2.0, 10.0, {"1": 60.0, "8": 70.0}) == pytest.approx(1.5)  # 2 x 60 / (70 + 10)
     cost = json.loads((RESULTS / "smollm2-135m-capacity-study-round-cost-bf16.json").read_text())
     labels = {"A": "A (the shipped shape)", "l7": "l7 (7 layers)", "t12": "t12 (12 tapped layers)",
               "w576": "w576 (width 576)"}  # fmt: skip
     by_time = {"A": "A1500", "t12": "t12-1500", "w576": "w576-1500"}  # the same shape, 1,500 s of training
 
     def speedups(name: str, ms: float) -> str:
-        return " / ".join(f"{plot.predicted_speedup(drafters[name][key], ms, cost['target_ms']):.2f}x"
+        return " / ".join(f"{predicted_speedup(drafters[name][key], ms, cost['target_ms']):.2f}x"
                           for key in ("mean_tau_ood", "mean_tau_in_domain"))  # fmt: skip
 
     for arm, label in labels.items():

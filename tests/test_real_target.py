@@ -10,8 +10,8 @@ import torch
 from transformers import TextIteratorStreamer
 
 from dlite_hf import DLiteConfig, DLiteForSpeculation
+from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.data.prompts import load_prompts
-from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real
 

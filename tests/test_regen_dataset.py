@@ -1,4 +1,4 @@
-"""The regenerated dataset (dlite_hf.training.regen_dataset): token ids and source references only, shards appended
+"""The regenerated dataset (dlite_hf.data.dataset): token ids and source references only, shards appended
 without duplicates, loadable with `datasets`, and rebuilt into the exact training rows with prompt hashes checked."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dlite_hf.rows import write_jsonl
-from dlite_hf.training import regen_dataset
+from dlite_hf.data import dataset
+from dlite_hf.jsonl import write_jsonl
 
 
 class _Tokenizer:
@@ -56,23 +56,23 @@ def test_export_is_append_only_and_rebuild_gives_the_rows_back(tmp_path):
     rows = _rows(prompts, tokenizer)
     write_jsonl(rows[:4], tmp_path / "rows.jsonl")
     folder = tmp_path / "ds"
-    first = regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    first = dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
     assert first == {"exported": 4, "already_there": 0, "shards": ["greedy-00000.parquet"]}
     write_jsonl(rows, tmp_path / "rows.jsonl")  # the job went on: two more rows
-    second = regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    second = dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
     assert second == {"exported": 2, "already_there": 4, "shards": ["greedy-00001.parquet"]}
-    again = regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    again = dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
     assert again["exported"] == 0 and again["shards"] == []
-    stored = regen_dataset.read_shards(folder)
+    stored = dataset.read_shards(folder)
     assert [r["id"] for r in stored] == [r["id"] for r in rows]
-    assert set(stored[0]) == set(regen_dataset.COLUMNS)
+    assert set(stored[0]) == set(dataset.COLUMNS)
     assert all("question" not in json.dumps(r) for r in stored)  # no prompt text is stored
     out = tmp_path / "rebuilt.jsonl"
-    assert regen_dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", tokenizer, out)["rows"] == 6
+    assert dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", tokenizer, out)["rows"] == 6
     rebuilt = [json.loads(line) for line in out.read_text().splitlines()]
     for got, want in zip(rebuilt, rows):
         assert got["input_ids"] == want["input_ids"] and got["loss_mask"] == want["loss_mask"]
-    stats = regen_dataset.dataset_stats(stored)
+    stats = dataset.dataset_stats(stored)
     assert stats["greedy"] == {"chat": 3, "math": 3} and stats["greedy_tokens"] == {"chat": 12, "math": 12}
 
 
@@ -81,15 +81,15 @@ def test_a_rebuilt_prompt_that_differs_is_refused_and_a_missing_one_counted(tmp_
     write_jsonl(prompts, tmp_path / "prompts.jsonl")
     write_jsonl(_rows(prompts, _Tokenizer(), sampled=True), tmp_path / "rows.jsonl")
     folder = tmp_path / "ds"
-    assert regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder, split="sampled")[
+    assert dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder, split="sampled")[
         "shards"
     ] == ["sampled-00000.parquet"]
     with pytest.raises(ValueError, match=r"3 rows have a rebuilt prompt whose token ids differ"):
-        regen_dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", _Tokenizer(offset=1))
+        dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", _Tokenizer(offset=1))
     write_jsonl(prompts[:2], tmp_path / "fewer.jsonl")  # an on-disk source this machine lacks
-    result = regen_dataset.rebuild_rows(folder, tmp_path / "fewer.jsonl", _Tokenizer())
+    result = dataset.rebuild_rows(folder, tmp_path / "fewer.jsonl", _Tokenizer())
     assert result == {"rows": 2, "prompts": 2, "missing_prompts": 1}
-    assert regen_dataset.dataset_stats(regen_dataset.read_shards(folder))["sampled"] == {"chat": 2, "math": 1}
+    assert dataset.dataset_stats(dataset.read_shards(folder))["sampled"] == {"chat": 2, "math": 1}
 
 
 def test_rows_without_their_prompt_file_are_refused(tmp_path):
@@ -97,7 +97,7 @@ def test_rows_without_their_prompt_file_are_refused(tmp_path):
     write_jsonl(prompts[:1], tmp_path / "prompts.jsonl")
     write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
     with pytest.raises(ValueError, match=r"row 'p1' has no prompt in"):
-        regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
+        dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
 
 
 def test_the_shards_load_with_datasets(tmp_path):
@@ -105,7 +105,7 @@ def test_the_shards_load_with_datasets(tmp_path):
     prompts = _prompts(3)
     write_jsonl(prompts, tmp_path / "prompts.jsonl")
     write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
-    regen_dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
+    dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
     loaded = datasets.load_dataset(
         "parquet", data_files=str(tmp_path / "ds" / "data" / "*.parquet"), split="train",
         cache_dir=str(tmp_path / "cache"),
@@ -117,7 +117,7 @@ def test_the_shipped_dataset_loads_and_has_no_text():
     from pathlib import Path
 
     folder = Path(__file__).resolve().parents[1] / "datasets" / "dlite-smollm2-135m-regen"
-    rows = regen_dataset.read_shards(folder)
+    rows = dataset.read_shards(folder)
     assert rows, "the repository ships the regenerated dataset"
     assert len({r["id"] for r in rows}) == len(rows)  # no duplicates
     assert all(len(r["prompt_sha256"]) == 64 and r["response_ids"] and r["source"] for r in rows)
@@ -130,12 +130,12 @@ def test_the_card_and_the_readme_show_the_shipped_shards_tables():
 
     repo = Path(__file__).resolve().parents[1]
     folder = repo / "datasets" / "dlite-smollm2-135m-regen"
-    rows = regen_dataset.read_shards(folder)
+    rows = dataset.read_shards(folder)
     card = (folder / "README.md").read_text()
-    assert regen_dataset.render_into(card, rows, with_sources=True) == card, "run `dlite-hf dataset card`"
+    assert dataset.render_into(card, rows, with_sources=True) == card, "run `dlite-hf dataset card`"
     readme = (repo / "README.md").read_text()
-    assert regen_dataset.render_into(readme, rows) == readme, "run `dlite-hf dataset card` from the checkout"
-    assert regen_dataset.card_table(rows) in readme
+    assert dataset.render_into(readme, rows) == readme, "run `dlite-hf dataset card` from the checkout"
+    assert dataset.card_table(rows) in readme
 
 
 def test_the_shipped_card_declares_every_split_it_ships():

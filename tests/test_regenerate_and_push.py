@@ -11,10 +11,11 @@ from tiny_models import make_drafter, make_tiny_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
-from dlite_hf.rows import OutputBusyError, completed_ids, exclusive_writer, read_jsonl
+from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer
+from dlite_hf.data.regenerate.transformers import regenerate
+from dlite_hf.jsonl import completed_ids, read_jsonl
 from dlite_hf.training.arguments import DLiteTrainingArguments
 from dlite_hf.training.data import RegeneratedDataset
-from dlite_hf.training.regenerate import regenerate
 from dlite_hf.training.trainer import DLiteTrainer
 
 
@@ -175,9 +176,10 @@ def test_push_to_hub_uploads_drafter_code_and_card(tmp_path, monkeypatch):
         "drafting.py",
         "generation_stats.py",
         "integration.py",
-        "options.py",
+        "decoding_options.py",
         "tapping.py",
         "suffix_index.py",
+        "target_binding.py",
         "README.md",
     ):
         assert name in upload["files"], upload["files"]

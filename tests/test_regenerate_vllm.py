@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dlite_hf.rows import write_jsonl
-from dlite_hf.training import regenerate_vllm as rv
-from dlite_hf.training.regenerate import pending_prompts
+from dlite_hf.data.regenerate import pending_prompts
+from dlite_hf.data.regenerate import vllm as rv
+from dlite_hf.jsonl import write_jsonl
 
 PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"
 
@@ -74,7 +74,7 @@ def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
     """A fresh machine has no work file: `--skip-dataset` reads the shipped shards' ids; the job leaves them out."""
     pytest.importorskip("pyarrow")
     from dlite_hf.commands.regenerate import _shipped_ids
-    from dlite_hf.training.regen_dataset import export_rows
+    from dlite_hf.data.dataset import export_rows
 
     prompts = _prompts(4)
     prompt_file = write_jsonl([{**p, "source": "pkg==1:row"} for p in prompts], tmp_path / "p.jsonl")
@@ -96,7 +96,7 @@ def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
 
 
 def test_shards_split_the_prompts_by_id_whatever_their_order():
-    from dlite_hf.training.regenerate import shard_prompts
+    from dlite_hf.data.regenerate import shard_prompts
 
     prompts = _prompts(200)
     parts = [shard_prompts(prompts, i, 3) for i in range(3)]
@@ -111,7 +111,7 @@ def test_shards_split_the_prompts_by_id_whatever_their_order():
 
 
 def test_a_second_job_on_the_same_output_is_refused_until_the_first_ends(tmp_path):
-    from dlite_hf.rows import OutputBusyError, exclusive_writer
+    from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer
 
     out = tmp_path / "rows.jsonl"
     with exclusive_writer(out):
@@ -136,7 +136,7 @@ def test_the_cli_refuses_a_bad_shard(tmp_path):
 def test_regenerate_vllm_locks_its_output(tmp_path):
     """The library function takes the lock (not only the CLI): a second job on the same rows is refused before it
     writes a job file or starts a worker, and the first job's rows stay as they were."""
-    from dlite_hf.rows import OutputBusyError, exclusive_writer
+    from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer
 
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "p0", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_tokens": 1}\n{"id": "p1", "in')

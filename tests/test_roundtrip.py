@@ -27,9 +27,10 @@ CODE_FILES = [
     "drafting.py",
     "generation_stats.py",
     "integration.py",
-    "options.py",
+    "decoding_options.py",
     "tapping.py",
     "suffix_index.py",
+    "target_binding.py",
 ]
 
 

@@ -20,6 +20,7 @@ from chi_square import chi2_sf, chi_square_test
 from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteCandidateGenerator, DraftSession
+from dlite_hf.draft_vocab import set_draft_vocab
 
 pytestmark = pytest.mark.heavy  # thousands of seeded generations a test: in `make test` and CI, not test-fast
 
@@ -191,7 +192,7 @@ def test_a_draft_vocabulary_samples_follow_the_target_distribution(peaked_pair, 
     target, base = peaked_pair
     drafter = copy.deepcopy(base).bind_target(target)
     counts_by_id = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(6)).float()
-    columns = drafter.set_draft_vocab(counts_by_id, size=VOCAB // 2)
+    columns = set_draft_vocab(drafter, counts_by_id, size=VOCAB // 2)
     _, threshold, skip = ADAPTIVE_SETTINGS.get(setting, (setting, 0.0, 0.0))
     monkeypatch.setattr(drafter.config, "draft_confidence_threshold", threshold)
     monkeypatch.setattr(drafter.config, "draft_skip_threshold", skip)
@@ -264,23 +265,27 @@ def test_a_skip_that_looks_at_the_sampled_draft_is_detected(peaked_pair, monkeyp
     """Power: skipping a round when the *sampled* first draft is unlikely (instead of when the first position's top
     probability is) keeps only the drafts the drafter was sure of, so the proposal no longer follows q: biased.
     This was the skip rule before; the fallback setting above exposes it."""
-    from dlite_hf import DLiteForSpeculation
+    import dataclasses
+
+    from dlite_hf.modeling import candidate_generators
 
     target, drafter = peaked_pair
     settings = SETTINGS["t1"]
     for name, value in (("draft_skip_threshold", 0.8), ("lookup_min_match", 10_000), ("lookup_fallback_min_match", 1)):
         monkeypatch.setattr(drafter.config, name, value)
     marginals = exact_marginals(target, **settings, prompt=HYBRID_PROMPT)
-    honest = DLiteForSpeculation.draft
+    honest = candidate_generators.draft_tokens  # what each generate() round runs
 
-    def skip_on_the_sampled_draft(self, *args, skip_threshold=None, **kwargs):
-        tokens, logits = honest(self, *args, skip_threshold=0.0, **kwargs)
+    def skip_on_the_sampled_draft(drafter, context, anchors, num_tokens, rules, **kwargs):
+        tokens, logits = honest(
+            drafter, context, anchors, num_tokens, dataclasses.replace(rules, skip_threshold=0.0), **kwargs
+        )
         chosen = logits[:, 0].softmax(-1).gather(-1, tokens[:, :1])[:, 0]
-        if bool((chosen < self.config.draft_skip_threshold).all()):
+        if bool((chosen < rules.skip_threshold).all()):
             return tokens[:, :0], logits[:, :0]
         return tokens, logits
 
-    monkeypatch.setattr(DLiteForSpeculation, "draft", skip_on_the_sampled_draft)
+    monkeypatch.setattr(candidate_generators, "draft_tokens", skip_on_the_sampled_draft)
     counts, _ = draw(
         target, drafter, N_SAMPLES, seed_base=40_000, prompt=HYBRID_PROMPT, hybrid=True, min_match=None, **settings
     )

@@ -62,3 +62,20 @@ def test_a_drafter_variant_needs_a_new_name_and_a_drafter_folder(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # a folder now: the variant is a method --methods may name
     with pytest.raises(SystemExit, match=r"--methods plain,typo: expected 'plain' and any of .*before"):
         serve_vllm.main([*base[:3], "plain,typo", "--drafter-variant", f"before={tmp_path}"])
+
+
+def test_the_suffix_method_needs_suffix_decoding_on_the_path_before_any_engine_loads(tmp_path, monkeypatch):
+    """vLLM's suffix proposer imports arctic_inference.suffix_decoding, which `make bench-vllm` puts on PYTHONPATH
+    (the script itself never edits sys.path)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name)
+    )
+    prompts = tmp_path / "p.json"
+    prompts.write_text('{"meta": {"target": "t"}, "prompts": [{"workload": "chat", "prompt_ids": [1]}]}')
+    argv = ["--prompts", str(prompts), "--methods", "plain,suffix", "--workloads", "chat", "--concurrency", "1",
+            "--requests", "1:1", "--repeats", "1:1"]  # fmt: skip
+    with pytest.raises(SystemExit, match=r"arctic_inference.suffix_decoding is not importable.*PYTHONPATH="):
+        serve_vllm.main(argv)

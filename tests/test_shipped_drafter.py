@@ -10,9 +10,9 @@ import torch
 from transformers import AutoModel
 
 from dlite_hf import DLiteForSpeculation
+from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.data.prompts import load_prompts
 from dlite_hf.defaults import default_drafter_dir
-from dlite_hf.rows import chat_prompt_ids
 
 pytestmark = pytest.mark.real
 SHIPPED = default_drafter_dir()
@@ -32,9 +32,10 @@ def test_shipped_drafter_files_and_size():
         "drafting.py",
         "generation_stats.py",
         "integration.py",
-        "options.py",
+        "decoding_options.py",
         "tapping.py",
         "suffix_index.py",
+        "target_binding.py",
         "README.md",
         "dlite_training.json",
     } <= names

@@ -141,7 +141,7 @@ def test_sessions_are_seen_by_every_copy_of_the_module(tmp_path):
     folder = tmp_path / "remote_copy"
     folder.mkdir()
     (folder / "__init__.py").write_text("")
-    for name in ("suffix_index.py", "options.py"):
+    for name in ("suffix_index.py", "decoding_options.py"):
         (folder / name).write_text((Path(package_copy.__file__).parent / name).read_text())
     sys.path.insert(0, str(tmp_path))
     try:

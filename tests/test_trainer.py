@@ -11,6 +11,7 @@ from safetensors import safe_open
 from tiny_models import make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
+from dlite_hf.draft_vocab import set_draft_vocab
 from dlite_hf.training.arguments import DLiteTrainingArguments
 from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
 from dlite_hf.training.trainer import DLiteTrainer
@@ -123,9 +124,10 @@ def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
         "drafting.py",
         "generation_stats.py",
         "integration.py",
-        "options.py",
+        "decoding_options.py",
         "tapping.py",
         "suffix_index.py",
+        "target_binding.py",
     }
     assert {"model.safetensors", "config.json", "README.md", *code} <= names
     assert not any(name.endswith(".bin") and name != "training_args.bin" for name in names)
@@ -165,7 +167,7 @@ def test_stable_stage_on_the_draft_vocabulary(tiny_setup, tmp_path):
     model = make_drafter(target, seed=6, draft_vocab_size=40)
     from dlite_hf.training.data import response_token_counts
 
-    model.set_draft_vocab(response_token_counts(dataset, 128))
+    set_draft_vocab(model, response_token_counts(dataset, 128))
     context = torch.randn(3, model.config.num_tapped_layers, 64)
     anchors, drafts = torch.tensor([1, 2, 3]), torch.randint(0, 128, (3, 7))
     model.bind_target(target)
@@ -187,7 +189,7 @@ def test_stable_stage_on_the_draft_vocabulary(tiny_setup, tmp_path):
 
 def _reference_stable_loss(trainer, model, batch):
     """The stable loss built the long way: full-vocabulary target logits and a -inf-scattered drafter."""
-    from dlite_hf.training.features import target_features
+    from dlite_hf.data.features.transformers import target_features
     from dlite_hf.training.losses import position_weights, weighted_cross_entropy, weighted_l1
 
     ids, anchors, labels = batch["input_ids"], batch["anchors"], batch["labels"]
@@ -218,12 +220,12 @@ def test_compact_stable_loss_equals_full_vocabulary_loss(tiny_setup, tmp_path, c
     """The stable stage computes on the draft vocabulary only (cached logsumexp/argmax, and with a stride the
     history-free cache's anchors-only states); the value is the same. A history-free run given a cache of every
     position (built for history-aware runs) reads it as it is, with the same value."""
+    from dlite_hf.data.features.cache import FeatureCache
     from dlite_hf.training.data import response_token_counts
-    from dlite_hf.training.features import FeatureCache
 
     target, dataset = tiny_setup
     model = make_drafter(target, seed=7, draft_vocab_size=40)
-    model.set_draft_vocab(response_token_counts(dataset, 128))
+    set_draft_vocab(model, response_token_counts(dataset, 128))
     overrides = {"feature_cache_dir": str(tmp_path / "cache"), "anchor_stride": stride} if cached else {}
     if cached == "all":
         FeatureCache(str(tmp_path / "cache"), cache_name(target), model.config.target_layer_ids)
@@ -246,7 +248,7 @@ def test_compact_stable_loss_equals_full_vocabulary_loss(tiny_setup, tmp_path, c
 def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from dlite_hf.training.features import FeatureCache
+    from dlite_hf.data.features.cache import FeatureCache
 
     target, dataset = tiny_setup
     cache = FeatureCache(str(tmp_path / "cache"), "tiny", [0, 1])
@@ -271,8 +273,8 @@ def test_two_runs_writing_one_cache_entry_at_once_both_succeed(tiny_setup, tmp_p
     import safetensors.torch
     from safetensors.torch import load_file
 
-    from dlite_hf.training import features
-    from dlite_hf.training.features import FeatureCache
+    from dlite_hf.data.features import cache as features
+    from dlite_hf.data.features.cache import FeatureCache
 
     target, dataset = tiny_setup
     first, second = (FeatureCache(str(tmp_path / "cache"), "tiny", [0, 1]) for _ in range(2))
@@ -300,8 +302,9 @@ def test_history_free_feature_cache_keeps_only_what_blocks_read(tiny_setup, tmp_
     target's forward there, and a batch whose anchors the layout did not keep is refused."""
     from safetensors.torch import load_file
 
+    from dlite_hf.data.features.cache import FeatureCache
+    from dlite_hf.data.features.transformers import target_features
     from dlite_hf.training.data import DLiteCollator
-    from dlite_hf.training.features import FeatureCache, target_features
 
     target, dataset = tiny_setup
     model = make_drafter(target, seed=7)
@@ -345,12 +348,12 @@ def test_target_distribution_stays_float32_under_bf16_autocast(tiny_setup, tmp_p
 
     target, dataset = tiny_setup
     model = make_drafter(target, seed=8, draft_vocab_size=40)
-    model.set_draft_vocab(response_token_counts(dataset, 128))
+    set_draft_vocab(model, response_token_counts(dataset, 128))
     trainer = DLiteTrainer(model=model, target=target, args=_args(tmp_path, "stable"), train_dataset=dataset)
     batch = trainer.data_collator([dataset[i] for i in range(4)])
-    reference = trainer._blocks(model, batch, compact=True)["target_log_probs"]
+    reference = trainer._gather_blocks(model, batch, compact=True)["target_log_probs"]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = trainer._blocks(model, batch, compact=True)["target_log_probs"]
+        mixed = trainer._gather_blocks(model, batch, compact=True)["target_log_probs"]
     assert mixed.dtype == torch.float32
     torch.testing.assert_close(mixed, reference)
 

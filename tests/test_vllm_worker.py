@@ -32,7 +32,7 @@ PARENT = """
 import signal
 import sys
 from pathlib import Path
-from dlite_hf.training.vllm_worker import run_worker
+from dlite_hf.data.vllm_worker import run_worker
 signal.signal(signal.SIGINT, signal.default_int_handler)
 print(run_worker([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]], Path(sys.argv[3]),
                  "stand-in worker", "Entries"), flush=True)

@@ -99,7 +99,7 @@ def make_drafter(target, seed: int = 0, **overrides) -> DLiteForSpeculation:
 
 def fit_drafter_to_greedy(target, drafter, prompts: torch.Tensor, new_tokens: int, steps: int, lr: float = 3e-3):
     """Fit `drafter` (teacher-forced CE) to the target's own greedy continuations of `prompts` [B, P]."""
-    from dlite_hf.training.features import target_features
+    from dlite_hf.data.features.transformers import target_features
 
     sequences = target.generate(
         prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens, do_sample=False

@@ -17,7 +17,8 @@ COMPARE = r"""
 import json, sys, torch
 from dlite_hf.assets import open_target
 from dlite_hf.training.data import RegeneratedDataset
-from dlite_hf.training.features import FeatureCache, target_features
+from dlite_hf.data.features.cache import FeatureCache
+from dlite_hf.data.features.transformers import target_features
 from transformers import AutoConfig
 rows, cache_dir, drafter = sys.argv[1:4]
 layers = list(AutoConfig.from_pretrained(drafter, trust_remote_code=True).target_layer_ids)

@@ -18,7 +18,7 @@ MAX_NEW = 16
 
 
 def _worker(job, out, *extra, env=None):
-    command = [sys.executable, "-m", "dlite_hf_vllm.regenerate", "--model", str(TARGET), "--job", str(job)]
+    command = [sys.executable, "-m", "dlite_hf_vllm.workers.regenerate", "--model", str(TARGET), "--job", str(job)]
     command += ["--out", str(out), "--max-new-tokens", str(MAX_NEW), "--memory-fraction", "0.15", "--enforce-eager"]
     subprocess.run([*command, "--chunk", "2", *extra], check=True, cwd=ROOT, env=env)
     return [json.loads(line) for line in out.read_text().splitlines()]

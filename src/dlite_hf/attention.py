@@ -4,7 +4,8 @@ transformers' `sdpa` attention gives a grouped-query model (fewer key/value head
 `scaled_dot_product_attention` with `enable_gqa=True`, or copies the keys and values to every query head
 (`repeat_kv`). On this CPU (torch 2.13) both are slow for short queries in bfloat16: one decode step of
 SmolLM2-135M spends 57.4 ms in its attention modules at 2k tokens of context with `sdpa`, 12.0 ms with the query
-heads of each key/value head laid out as rows (219.7 against 44.6 ms at 8k; `benchmarks/verify_cost.py`).
+heads of each key/value head laid out as rows (219.7 against 44.6 ms at 8k; `benchmarks/verify_cost.py`, removed: `git
+show 2a88d8b:benchmarks/verify_cost.py`).
 The packed layout computes the same thing with the same kernel: each key/value head attends over
 `groups x q` query rows, and the causal mask is repeated per group.
 

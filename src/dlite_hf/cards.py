@@ -1,14 +1,47 @@
-"""Model cards for DLite drafters, rendered from the template shipped in the package."""
+"""Model cards for DLite drafters: the one renderer, used by `dlite-hf card`, the trainer (a card beside every saved
+drafter) and `hub_cards/render_paper_cards.py` (the paper's released drafters).
+
+:func:`render_model_card` fills the template shipped in the package (`templates/model_card.md`) from a drafter's
+config and the card's texts; :func:`card_from_checkpoint` renders a drafter folder's card, its results table read
+from a bench result (the formats accepted: `dlite-hf card --help`, :mod:`dlite_hf.commands.card`). Every number of
+that table is the file's value rounded for display, and the card names the file
+(:func:`dlite_hf.card_check.check_card` verifies both).
+"""
 
 from __future__ import annotations
 
 import functools
+import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
+from .attention import PACKED_GQA_SDPA
+from .bench.results import BenchResult, RunMeta, SummaryRow, parse_result
+from .defaults import repo_root
+from .modeling.configuration_dlite import DLiteConfig
+
+__all__ = [
+    "HUB_IDS",
+    "PAPER_LABEL",
+    "REQUIRED_SECTIONS",
+    "bench_rows",
+    "card_from_checkpoint",
+    "fastest_decoding",
+    "read_bench_result",
+    "render_model_card",
+]
+
 REQUIRED_SECTIONS = ("## Usage", "## Architecture", "## Training", "## Results", "## Limits", "## Citation")
+PAPER_LABEL = "reported in the DLite paper"  # the phrase above a table of the paper's figures
+# Registry names of dlite-hf's local targets -> the Hub repositories they were converted from (the card's base_model).
+HUB_IDS = {
+    "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "qwen2.5-coder-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+}
+_CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lossless")
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,6 +120,63 @@ def _usage_load(base_model: str, repo_id: str, dtype: str | None, attention: str
     return "\n".join(lines) + "\n"
 
 
+_WINDOWS = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}
+
+
+def _training_table(training: dict[str, Any] | None) -> str:
+    if not training:
+        return "Not recorded."
+    return "| setting | value |\n|---|---|\n" + "".join(
+        f"| {k} | {_setting(v)} |\n" for k, v in training.items() if v is not None
+    )
+
+
+def _results_text(
+    results: list[dict[str, Any]] | None, columns: list[str] | None, source: str | None, are_paper: bool
+) -> str:
+    if not results:
+        return "No measurements recorded yet."
+    label = (
+        f"Figures {PAPER_LABEL} (not measured by dlite-hf)."
+        if are_paper
+        else f"Measured by dlite-hf. Source: {source or 'not recorded'}."
+    )
+    return label + "\n\n" + _table(results, columns or list(results[0].keys()))
+
+
+def _intro(config: Any, base_model: str) -> str:
+    """The card's first paragraph: what the drafter reads and drafts, history-free or history-aware."""
+    window = config.history_window
+    link = f"[`{base_model}`](https://huggingface.co/{base_model})"
+    if window == 0:
+        return (
+            f"A **DLite** drafter for {link}: history-free speculative decoding. Every round it reads the target's "
+            f"latest hidden states from {len(config.target_layer_ids)} layers, keeps no KV cache and no history, and "
+            f"drafts {config.num_draft_tokens} tokens that the target verifies in one forward."
+        )
+    past = "every past position" if window == -1 else f"the last {window} positions"
+    return (
+        f"A **history-aware** DLite drafter for {link} (`history_window={window}`): the teacher of the DLite "
+        f"recipe, which the history-free drafter is distilled from, and usable itself as a history-based "
+        f"(EAGLE-style) drafter. Every round it reads the target's hidden states from "
+        f"{len(config.target_layer_ids)} layers at {past} and drafts {config.num_draft_tokens} tokens that the "
+        "target verifies in one forward, so its drafting cost grows with the context."
+    )
+
+
+def _usage_generate(fastest: str | None) -> str:
+    """The usage example's generate() call: with the suffix index when hybrid drafting measured fastest."""
+    if fastest != "hybrid":
+        return "out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)"
+    from .modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
+
+    return (
+        "# hybrid drafting (DLite plus a suffix index of the context), the decoding measured fastest (Results)\n"
+        "out = target.generate(\n    **inputs, assistant_model=drafter, "
+        f"prompt_lookup_num_tokens={DEFAULT_LOOKUP_TOKENS}, max_new_tokens=256\n)"
+    )
+
+
 def render_model_card(
     config: Any,
     *,
@@ -119,58 +209,14 @@ def render_model_card(
     target = dict(config.target_model or {})
     base_model = base_model or target.get("name_or_path") or "unknown-target"
     if training_text is None:
-        if training:
-            training_text = "| setting | value |\n|---|---|\n" + "".join(
-                f"| {k} | {_setting(v)} |\n" for k, v in training.items() if v is not None
-            )
-        else:
-            training_text = "Not recorded."
-    if results:
-        columns = results_columns or list(results[0].keys())
-        label = (
-            "Figures reported in the DLite paper (not measured by dlite-hf)."
-            if results_are_paper
-            else f"Measured by dlite-hf. Source: {results_source or 'not recorded'}."
-        )
-        results_text = label + "\n\n" + _table(results, columns)
-    else:
-        results_text = "No measurements recorded yet."
-    window = config.history_window
-    window_text = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}.get(
-        window, f"{window} past positions (sliding-window ablation)"
-    )
-    link = f"[`{base_model}`](https://huggingface.co/{base_model})"
-    if window == 0:
-        intro_text = (
-            f"A **DLite** drafter for {link}: history-free speculative decoding. Every round it reads the target's "
-            f"latest hidden states from {len(config.target_layer_ids)} layers, keeps no KV cache and no history, and "
-            f"drafts {config.num_draft_tokens} tokens that the target verifies in one forward."
-        )
-    else:
-        past = "every past position" if window == -1 else f"the last {window} positions"
-        intro_text = (
-            f"A **history-aware** DLite drafter for {link} (`history_window={window}`): the teacher of the DLite "
-            f"recipe, which the history-free drafter is distilled from, and usable itself as a history-based "
-            f"(EAGLE-style) drafter. Every round it reads the target's hidden states from "
-            f"{len(config.target_layer_ids)} layers at {past} and drafts {config.num_draft_tokens} tokens that the "
-            "target verifies in one forward, so its drafting cost grows with the context."
-        )
+        training_text = _training_table(training)
     if fastest not in (None, "dlite", "hybrid"):
         raise ValueError(f"fastest={fastest!r} is invalid: expected None, 'dlite' or 'hybrid'.")
-    usage_generate = "out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)"
-    if fastest == "hybrid":
-        from .modeling.options import DEFAULT_LOOKUP_TOKENS
-
-        usage_generate = (
-            "# hybrid drafting (DLite plus a suffix index of the context), the decoding measured fastest (Results)\n"
-            "out = target.generate(\n    **inputs, assistant_model=drafter, "
-            f"prompt_lookup_num_tokens={DEFAULT_LOOKUP_TOKENS}, max_new_tokens=256\n)"
-        )
     repo_id = repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}"
     values = {
         "usage_load": _usage_load(str(base_model), repo_id, dtype, attention),
-        "usage_generate": usage_generate,
-        "intro_text": intro_text,
+        "usage_generate": _usage_generate(fastest),
+        "intro_text": _intro(config, base_model),
         "title": title or f"DLite drafter for {base_model}",
         "base_model": base_model,
         "repo_id": repo_id,
@@ -188,7 +234,9 @@ def render_model_card(
         "num_attention_heads": config.num_attention_heads,
         "num_key_value_heads": config.num_key_value_heads,
         "head_rank": config.head_rank,
-        "history_window_text": window_text,
+        "history_window_text": _WINDOWS.get(
+            config.history_window, f"{config.history_window} past positions (sliding-window ablation)"
+        ),
         "draft_vocab_text": (
             "full vocabulary"
             if getattr(config, "draft_vocab_size", None) is None
@@ -197,8 +245,170 @@ def render_model_card(
         "adaptive_text": _adaptive_text(config),
         "num_parameters": f"{num_parameters:,}" if num_parameters else "see model.safetensors",
         "training_text": training_text,
-        "results_text": results_text,
+        "results_text": _results_text(results, results_columns, results_source, results_are_paper),
         "extra_limits": list(extra_limits or []),
     }
     environment = Environment(undefined=StrictUndefined, keep_trailing_newline=True)
     return environment.from_string(_template()).render(**values)
+
+
+def read_bench_result(document: Any, source: str = "the bench result") -> BenchResult:
+    """A ``--bench-result`` document in either accepted format (:mod:`dlite_hf.commands.card`), typed: the document
+    ``dlite-hf bench`` writes is read with :func:`dlite_hf.bench.results.parse_result`; a list of rows (or
+    ``{"rows": [...]}``) becomes a result whose summary is those rows.
+
+    Raises:
+        ValueError: the structure is neither format, or a row lacks workload, method, tau or speedup.
+    """
+    if isinstance(document, dict) and "summary" in document:
+        return parse_result(document, source)
+    meta = {}
+    if isinstance(document, dict) and "rows" in document:
+        rows, meta = document["rows"], document.get("meta", {})
+    elif isinstance(document, list):
+        rows = document
+    else:
+        raise ValueError(
+            "The bench result must be the JSON `dlite-hf bench` writes (with a `summary` list), a list of rows, or "
+            '{"rows": [...]}; each row needs workload, method, tau (or mean_tau) and speedup.'
+        )
+    summary = [_simple_row(i, row) for i, row in enumerate(rows)]
+    return BenchResult(meta=RunMeta.from_dict(meta, "meta"), summary=summary)
+
+
+def _simple_row(index: int, row: Any) -> SummaryRow:
+    """A row of the simple format (``tau`` or ``mean_tau``) as a summary row."""
+    tau = row.get("tau", row.get("mean_tau")) if isinstance(row, dict) else None
+    if not isinstance(row, dict) or any(row.get(k) is None for k in ("workload", "method", "speedup")) or tau is None:
+        raise ValueError(f"Bench row {index} is {row!r}: expected a dict with workload, method, tau and speedup.")
+    fields = {k: v for k, v in row.items() if k != "tau"}
+    return SummaryRow.from_dict({**fields, "mean_tau": tau}, f"bench row {index}")
+
+
+def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[dict[str, Any]]:
+    """Card rows (display strings) from a bench result's summary rows (:func:`read_bench_result` reads a file's).
+
+    Raises:
+        ValueError: no row (of ``methods``).
+    """
+    rows = [_card_row(row) for row in result.summary if not methods or row.method in methods]
+    if not rows:
+        raise ValueError("The bench result has no rows" + (f" for methods {methods}." if methods else "."))
+    return rows
+
+
+def _card_row(row: SummaryRow) -> dict[str, str]:
+    out = {"workload": str(row.workload), "method": str(row.method)}
+    if row.prompts is not None:
+        out["prompts"] = str(int(row.prompts))
+    out["tau"] = f"{float(row.mean_tau):.2f}"
+    if row.tok_s is not None:
+        out["tok/s"] = f"{float(row.tok_s):.2f}"
+    out["speedup"] = f"{float(row.speedup):.2f}x"
+    if row.lossless is not None:
+        out["lossless"] = "yes" if row.lossless else "**NO**"
+    return out
+
+
+def _display_path(path: Path) -> str:
+    """``path`` relative to the repository root (or the working directory) when it lies inside it."""
+    resolved = path.resolve()
+    for base in (repo_root(), Path.cwd()):
+        try:
+            return str(resolved.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _num_parameters(checkpoint: Path) -> int | None:
+    """Drafter parameters counted from the safetensors header (no weights loaded); integer tensors are buffers
+    (the draft vocabulary's token ids), not parameters."""
+    weights = checkpoint / "model.safetensors"
+    if not weights.is_file():
+        return None
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(weights), framework="pt") as handle:
+        for key in handle.keys():
+            tensor = handle.get_slice(key)
+            if not tensor.get_dtype().startswith(("F", "BF")):
+                continue
+            shape = tensor.get_shape()
+            count = 1
+            for dim in shape:
+                count *= int(dim)
+            total += count
+    return total
+
+
+def card_from_checkpoint(
+    checkpoint: str | Path,
+    bench_result: str | Path | None = None,
+    *,
+    repo_id: str | None = None,
+    base_model: str | None = None,
+    title: str | None = None,
+    license: str = "apache-2.0",
+    methods: list[str] | None = None,
+    extra_limits: list[str] | None = None,
+) -> str:
+    """The card of the drafter in ``checkpoint`` (its config.json, dlite_training.json, weights header), with the
+    rows of ``bench_result`` as its results table."""
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "config.json").is_file():
+        raise FileNotFoundError(f"No config.json in {checkpoint}: pass a drafter folder saved by `dlite-hf train`.")
+    config = DLiteConfig.from_pretrained(checkpoint)
+    target = (config.target_model or {}).get("name_or_path") or ""
+    base_model = base_model or HUB_IDS.get(target) or target or None
+    training = None
+    training_file = checkpoint / "dlite_training.json"
+    if training_file.is_file():
+        training = json.loads(training_file.read_text(encoding="utf-8"))
+    results = source = fastest = dtype = attention = None
+    if bench_result is not None:
+        path = Path(bench_result)
+        document = json.loads(path.read_text(encoding="utf-8"))
+        result = read_bench_result(document, str(path))
+        results = bench_rows(result, methods)
+        if isinstance(document, dict) and "summary" in document:  # a row list compares no decodings
+            fastest = fastest_decoding(result)
+        dtype, attention, source = _measured_mode(result, path)
+    return render_model_card(
+        config,
+        base_model=base_model,
+        repo_id=repo_id,
+        title=title,
+        license=license,
+        training=training,
+        results=results,
+        results_columns=[c for c in _CARD_COLUMNS if results and any(c in r for r in results)] or None,
+        results_source=source,
+        num_parameters=_num_parameters(checkpoint),
+        extra_limits=extra_limits,
+        fastest=fastest,
+        dtype=dtype,
+        attention=attention,
+    )
+
+
+def _measured_mode(result: BenchResult, path: Path) -> tuple[str | None, str | None, str]:
+    """(dtype, attention, the source line) of a bench result: how its numbers were measured, and where."""
+    meta = result.meta
+    attention = "packed_gqa" if meta.attention == PACKED_GQA_SDPA else meta.attention
+    source = f"`{_display_path(path)}`" + (f", written by `{meta.command}`" if meta.command else "")
+    machine = meta.machine
+    if machine is not None and machine.cpu:  # speedups are ratios on one CPU: another CPU gives other ratios
+        cores = f", {machine.cpu_count} cores" if machine.cpu_count else ""
+        source += f", on {machine.cpu}{cores}, {meta.value_or('threads', '?')} thread(s)"
+    return meta.dtype, attention, source
+
+
+def fastest_decoding(result: BenchResult) -> str | None:
+    """``"hybrid"`` when a bench result's ``all`` row has the hybrid faster than the drafter alone, ``"dlite"``
+    when the drafter alone was faster, None when the result does not compare the two."""
+    speed = {r.method: r.speedup for r in result.summary if r.workload == "all"}
+    if speed.get("hybrid") is None or speed.get("dlite") is None:
+        return None
+    return "hybrid" if speed["hybrid"] > speed["dlite"] else "dlite"

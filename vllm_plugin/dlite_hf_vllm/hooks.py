@@ -1,7 +1,7 @@
 """The plugin's only contact with vLLM internals: three wrapped methods, each checked by signature first.
 
 1. `SpeculativeConfig.__post_init__`: a `model` that is a DLite drafter folder (or Hub repo) becomes vLLM's
-   custom-class method with `DLiteProposer`, after the start-up checks (`checks.py`); the folder (and the hybrid's
+   custom-class method with `DLiteProposer`, after `startup_checks.py`; the folder (and the hybrid's
    `prompt_lookup_max` / `prompt_lookup_min`, which vLLM clears for a custom class) is kept on the config, which
    vLLM ships to its engine and worker processes. Any other speculative config is untouched.
 2. `GPUModelRunner._setup_eagle3_aux_hidden_state_outputs` (also the CPU runner's): with a `DLiteProposer`, the
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from . import cpu_fixes
-from .checks import read_drafter_config, validate_drafter
 from .compat import TESTED_VLLM, DLiteVLLMError, check_signature, vllm_version
 from .proposer import DRAFTER_FOLDER, LOOKUP, DLiteProposer, StepInputs
+from .startup_checks import read_drafter_config, validate_drafter
 
 __all__ = ["PROPOSER", "install", "resolve_drafter_folder"]
 

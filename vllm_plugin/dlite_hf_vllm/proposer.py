@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .compat import DLiteVLLMError
-from .features import FEATURE_TAP, FeatureTap
+from .feature_tap import FEATURE_TAP, FeatureTap
 from .rounds import draft_batch, newest_rows
 
 __all__ = ["DRAFTER_FOLDER", "LOOKUP", "DLiteProposer", "StepInputs", "TargetView"]
@@ -51,7 +51,7 @@ class StepInputs:
     scheduled_tokens: int | None = None
     # requests scheduled for the first time this step (a request id may be reused once its request finished)
     new_req_ids: frozenset[str] = frozenset()
-    # feature-tap mode only (`features.py`): the final hidden states of every scheduled token, and each request's
+    # feature-tap mode only (`feature_tap.py`): the final hidden states of every scheduled token, and each request's
     # sequence length after this step
     hidden_states: torch.Tensor | None = None
     seq_lens: list[int] | None = None
@@ -134,7 +134,7 @@ class DLiteProposer:
         self.order = [self.aux_layers.index(i + 1) for i in layers]
         self._step: StepInputs | None = None
         self._probs: torch.Tensor | None = None
-        # `python -m dlite_hf_vllm.features`: write training features, draft nothing
+        # `python -m dlite_hf_vllm.workers.features`: write training features, draft nothing
         tap = os.environ.get(FEATURE_TAP)
         self.tap = FeatureTap(tap, self.order) if tap else None
 

@@ -1,5 +1,5 @@
 """One DLite round for a vLLM batch, in plain torch: which rows of the target's forward the drafter reads, and
-the drafter's call (the same `drafter.draft`, hence the same engine-neutral core, as `generate()`).
+the drafter's call (`drafter.draft`: the engine-neutral core's `draft_tokens`, which `generate()` runs too).
 
 Nothing here imports vLLM, so the tests can check it against `DLiteForSpeculation` directly.
 """

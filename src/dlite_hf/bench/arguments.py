@@ -169,6 +169,7 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-mismatch", action="store_true", help="exit 0 even if a greedy output differs from plain"
     )
-    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--plot", action="store_true", help="also draw the PNG plots (<name>_<plot>.png)")
+    parser.add_argument("--no-plots", action="store_true", help=argparse.SUPPRESS)  # the default; old commands
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up generation per method")

@@ -1,10 +1,14 @@
-"""`dlite-hf bench`: methods side by side on real workloads; JSON, a markdown table and PNG plots.
+"""`dlite-hf bench`: methods side by side on real workloads; JSON, a markdown table (PNG plots with --plot).
 
 Example::
 
     dlite-hf bench --target smollm2-135m --drafter drafters/dlite-smollm2-135m \\
         --workloads chat,code,math,agentic,long --methods plain,prompt_lookup,dlite \\
         --max-new-tokens 128 --threads 1 --out benchmarks/results/
+
+Its subcommands work on results afterwards (`dlite-hf bench report | goals | tables`,
+:mod:`dlite_hf.bench.postprocess`) or replay greedy decoding offline to choose drafting rules
+(`dlite-hf bench replay hybrid | rules`, :mod:`dlite_hf.bench.replay_runner`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 from ..data.workloads import LONG_MAX_TOKENS, parse_workloads
 from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
 from .methods import parse_methods
+from .postprocess import add_postprocess_parsers
+from .replay_runner import add_replay_parser
 from .results import BenchResult, as_result
 
 # CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
@@ -40,12 +46,15 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register the `bench` subcommand (its flags: :mod:`dlite_hf.bench.arguments`)."""
     parser = sub.add_parser(
         "bench",
-        help="Benchmark decoding methods side by side (tau, speedup, lossless check); JSON, table, plots.",
+        help="Benchmark decoding methods side by side (tau, speedup, lossless check); JSON and a table.",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_bench_arguments(parser)
     parser.set_defaults(func=cmd_bench)
+    tools = parser.add_subparsers(dest="bench_command", metavar="{report,goals,tables,replay}")
+    add_postprocess_parsers(tools)
+    add_replay_parser(tools)
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -128,7 +137,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         parts.append("--sdpa-gqa")
     if args.name:
         parts += ["--name", args.name]
-    switches = ("prefix-cache", "allow-mismatch", "no-plots", "no-warmup")
+    switches = ("prefix-cache", "allow-mismatch", "plot", "no-warmup")
     parts += [f"--{flag}" for flag in switches if getattr(args, flag.replace("-", "_"))]
     return shlex.join(parts)
 
@@ -182,7 +191,7 @@ def _user_prompts(args: argparse.Namespace) -> list[dict] | None:
 
 
 def _check_thresholds(args: argparse.Namespace) -> None:
-    from ..modeling.options import check_threshold
+    from ..modeling.decoding_options import check_threshold
 
     for flag, field in THRESHOLD_FLAGS.items():  # before any model loads
         if getattr(args, flag) is not None:
@@ -194,7 +203,7 @@ def _check_thresholds(args: argparse.Namespace) -> None:
 
 def _check_lookup_flags(args: argparse.Namespace, methods: list[str]) -> None:
     """The hybrid's flags: valid values, and a note when no hybrid method runs."""
-    from ..modeling.options import check_fallback_min_match, check_lookup_tokens, check_min_match
+    from ..modeling.decoding_options import check_fallback_min_match, check_lookup_tokens, check_min_match
 
     for flag, check in (
         ("lookup_tokens", check_lookup_tokens),
@@ -356,7 +365,7 @@ def _run(
         meta={"command": command, "argv": list(sys.argv), "target": args.target, "target_folder": str(folder)},
         out_dir=args.out,
         name=name,
-        plots=not args.no_plots,
+        plots=args.plot,
         prefix_cache=args.prefix_cache,
         repeats=args.repeats,
     )

@@ -30,8 +30,8 @@ from typing import Any
 from torch import nn
 from transformers import GenerationConfig
 
-from ..modeling.candidate_generators import decoding_options
-from ..modeling.options import DECODING_OPTIONS, DEFAULT_LOOKUP_TOKENS
+from ..modeling.candidate_generators import options_for_call
+from ..modeling.decoding_options import DECODING_OPTIONS, DEFAULT_LOOKUP_TOKENS
 from ..modeling.suffix_index import DraftSession
 
 __all__ = [
@@ -125,7 +125,7 @@ class BenchMethod:
                 f"Method {self.name!r}: drafter_overrides names {unknown}, which a generate() call cannot set; "
                 f"expected some of {', '.join(DECODING_OPTIONS)}."
             )
-        decoding_options(SimpleNamespace(**self.drafter_overrides), config)  # validated now, not mid-run
+        options_for_call(SimpleNamespace(**self.drafter_overrides), config)  # validated now, not mid-run
 
     def generation_config(self, **settings: Any) -> GenerationConfig:
         """The `GenerationConfig` of one of this method's generate() calls: `settings` (greedy, max_new_tokens, ...)

@@ -73,7 +73,7 @@ def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_t
     """Yield ``{"id", "workload", "prompt_length", "tokens"}``: each prompt's plain greedy continuation."""
     import torch
 
-    from ..rows import chat_prompt_ids
+    from ..chat_template import chat_prompt_ids
 
     for prompt in prompts:
         ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])], device=target.device)
@@ -91,7 +91,7 @@ def replay_text(drafter: Any, target: Any, text: dict) -> dict[str, Any]:
     """Replay one :func:`greedy_texts` row: ``{"id", "workload", "new_tokens", "forwards", "accepted"}``."""
     import torch
 
-    from ..training.features import target_features
+    from ..data.features.transformers import target_features
 
     with torch.no_grad():
         states, _ = target_features(

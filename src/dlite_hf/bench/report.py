@@ -214,16 +214,17 @@ def markdown_table(result: BenchResult | Mapping[str, Any]) -> str:
     result = as_result(result)
     lines = [*_setup_lines(result.meta), "", *_summary_lines(result.summary), *_check_lines(result)]
     if result.goals:
-        lines += ["", "Performance goals (from this run's rows; `benchmarks/goals.py`):", ""]
+        lines += ["", "Performance goals (from this run's rows; `dlite-hf bench goals`):", ""]
         lines += goals_markdown(result.goals)
     lines += _session_lines(result)
     return "\n".join(lines) + "\n"
 
 
 def write_outputs(
-    result: BenchResult | Mapping[str, Any], out_dir: str | Path, name: str | None = None, plots: bool = True
+    result: BenchResult | Mapping[str, Any], out_dir: str | Path, name: str | None = None, plots: bool = False
 ) -> dict[str, Path]:
-    """Write ``<name>.json``, ``<name>.md`` and ``<name>_<plot>.png`` into ``out_dir``; returns {kind: path}.
+    """Write ``<name>.json`` and ``<name>.md`` (with `plots`, also ``<name>_<plot>.png``) into ``out_dir``;
+    returns {kind: path}.
 
     The files are recorded in the document written (``files``), and in ``result`` when it is a
     :class:`~dlite_hf.bench.results.BenchResult` (a JSON document is read with ``as_result`` first)."""
@@ -242,7 +243,7 @@ def write_outputs(
 
 
 def goals_markdown(goals: Sequence[Goal | Mapping[str, Any]]) -> list[str]:
-    """Markdown lines: one table row per goal (``{"goal", "met", "measured"}``, as `benchmarks/goals.py` adds)."""
+    """Markdown lines: one table row per goal (``{"goal", "met", "measured"}``, as `dlite-hf bench goals` adds)."""
     verdict = {True: "met", False: "**not met**", None: "not measured"}
     lines = ["| goal | result | measured |", "|---|---|---|"]
     lines += [f"| {g.goal} | {verdict[g.met]} | {g.measured} |" for g in as_goals(goals)]

@@ -251,7 +251,7 @@ class Divergence(NearTie, _DivergenceWhere):
 
 @dataclass(kw_only=True)
 class Goal(Part):
-    """A performance goal checked on the run's summary rows (``benchmarks/goals.py``); ``met`` None: not
+    """A performance goal checked on the run's summary rows (``dlite-hf bench goals``); ``met`` None: not
     measured in this run."""
 
     goal: str

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..chat_template import chat_prompt_ids
 from ..data.workloads import as_session
-from ..rows import chat_prompt_ids
 from .measure import ForwardTimer, _Runner, environment_info
 from .methods import BenchMethod, make_methods
 from .report import summary_rows, write_outputs
@@ -41,7 +41,7 @@ def run_bench(
     meta: Mapping[str, Any] | None = None,
     out_dir: str | Path | None = None,
     name: str | None = None,
-    plots: bool = True,
+    plots: bool = False,
     prefix_cache: bool = False,
     repeats: int = 1,
 ) -> dict[str, Any]:
@@ -64,9 +64,9 @@ def run_bench(
         warmup: run every method once on a short prompt before measuring (not recorded).
         progress: show a tqdm progress bar on stderr.
         meta: extra entries for ``result["meta"]`` (the CLI records the exact command here).
-        out_dir: when given, write the JSON, the markdown table and the plots there (:func:`write_outputs`).
+        out_dir: when given, write the JSON and the markdown table there (:func:`write_outputs`).
         name: file-name stem of the outputs (default ``bench-<UTC time>``).
-        plots: write the PNG plots (needs matplotlib).
+        plots: also write the PNG plots (needs matplotlib).
         prefix_cache: in multi-turn sessions every method keeps its KV cache from one turn to the next, cropped to
             the prefix the next prompt shares with it, so a turn prefills only its new tokens (as a serving stack
             with prefix caching does); each record's ``cached_prompt_tokens`` says how many were reused. Off: every

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from ..chat_template import chat_prompt_ids
 from ..neartie import first_difference
-from ..rows import chat_prompt_ids
 from .checks import Run, check_runs, report_mismatch
 from .measure import _Runner
 from .methods import BenchMethod

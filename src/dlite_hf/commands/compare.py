@@ -17,8 +17,8 @@ from ..defaults import (
     DEFAULT_TARGET,
     DTYPE_CHOICES,
 )
-from ..modeling.options import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
-from ..modeling.options import check_lookup_tokens
+from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
+from ..modeling.decoding_options import check_lookup_tokens
 from .common import set_threads
 
 

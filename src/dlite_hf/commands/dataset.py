@@ -19,29 +19,29 @@ from ..defaults import DEFAULT_TARGET
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
-    from ..training import regen_dataset
+    from ..data import dataset
 
     try:
         if args.action == "export":
             if not (args.rows and args.prompts and args.out):
                 raise ValueError("dataset export needs --rows (regenerated JSONL), --prompts and --out (the folder).")
-            result = regen_dataset.export_rows(args.rows, args.prompts, args.out, split=args.split)
+            result = dataset.export_rows(args.rows, args.prompts, args.out, split=args.split)
         elif args.action == "card":
             if not args.folder:
                 raise ValueError("dataset card needs the dataset folder (its README.md is rendered in place).")
             from pathlib import Path
 
-            rows = regen_dataset.read_shards(args.folder)
+            rows = dataset.read_shards(args.folder)
             card = Path(args.folder) / "README.md"
-            card.write_text(regen_dataset.render_into(card.read_text(), rows, with_sources=True))
+            card.write_text(dataset.render_into(card.read_text(), rows, with_sources=True))
             readme = Path("README.md")
-            if readme.is_file() and regen_dataset.TABLE_MARKS[0] in readme.read_text():
-                readme.write_text(regen_dataset.render_into(readme.read_text(), rows))
+            if readme.is_file() and dataset.TABLE_MARKS[0] in readme.read_text():
+                readme.write_text(dataset.render_into(readme.read_text(), rows))
             result = {"rows": len(rows), "card": str(card)}
         elif args.action == "stats":
             if not args.folder:
                 raise ValueError("dataset stats needs the dataset folder.")
-            result = regen_dataset.dataset_stats(regen_dataset.read_shards(args.folder))
+            result = dataset.dataset_stats(dataset.read_shards(args.folder))
         else:
             if not (args.folder and args.prompts and args.out):
                 raise ValueError("dataset rebuild needs the dataset folder, --prompts (mix build) and --out.")
@@ -50,7 +50,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             from ..assets import resolve_model
 
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.target))
-            result = regen_dataset.rebuild_rows(args.folder, args.prompts, tokenizer, args.out)
+            result = dataset.rebuild_rows(args.folder, args.prompts, tokenizer, args.out)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf dataset {args.action}: {error}") from None
     print(json.dumps(result, indent=1))

@@ -19,7 +19,7 @@ __all__ = ["add_draft_vocab_parser", "add_interpolate_parser", "cmd_draft_vocab"
 
 
 def cmd_draft_vocab(args: argparse.Namespace) -> int:
-    from ..surgery import resize_draft_vocab
+    from ..draft_vocab import resize_draft_vocab
 
     try:
         report = resize_draft_vocab(args.drafter, args.data, args.size, args.out, max_length=args.max_length)
@@ -52,7 +52,7 @@ def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_interpolate(args: argparse.Namespace) -> int:
-    from ..surgery import interpolate_drafters
+    from ..derived_drafters import interpolate_drafters
 
     try:
         interpolate_drafters(args.base, args.tuned, args.alpha, args.out)

@@ -22,8 +22,8 @@ def cmd_features(args: argparse.Namespace) -> int:
     from transformers import AutoConfig
 
     from ..assets import resolve_model
-    from ..training.features_vllm import features_vllm
-    from ..training.vllm_worker import vllm_dtype
+    from ..data.features.vllm import features_vllm
+    from ..data.vllm_worker import vllm_dtype
 
     for name in ("anchor_stride", "max_length", "max_num_seqs"):
         value = getattr(args, name)

@@ -19,7 +19,7 @@ from ..defaults import DEFAULT_TARGET
 
 def cmd_mix(args: argparse.Namespace) -> int:
     from ..data import mix as broad_mix
-    from ..rows import read_jsonl
+    from ..jsonl import read_jsonl
 
     try:
         if args.action == "build":
@@ -65,8 +65,8 @@ def cmd_label_text(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
-    from ..rows import read_jsonl
-    from ..training.text_rows import label_text
+    from ..data.text_rows import label_text
+    from ..jsonl import read_jsonl
 
     try:
         items = read_jsonl(args.texts)

@@ -32,7 +32,7 @@ def _shipped_ids(folder: str | None) -> frozenset[str]:
     """The row ids of the dataset at `folder` (`--skip-dataset`): responses already shipped are not regenerated."""
     if folder is None:
         return frozenset()
-    from ..training.regen_dataset import read_shards
+    from ..data.dataset import read_shards
 
     if not any(Path(folder, "data").glob("*.parquet")):
         raise SystemExit(
@@ -45,8 +45,8 @@ def _shipped_ids(folder: str | None) -> frozenset[str]:
 def cmd_regenerate(args: argparse.Namespace) -> int:
 
     from ..data.mix import training_mix
-    from ..rows import OutputBusyError, read_jsonl, write_jsonl
-    from ..training.regenerate import shard_prompts
+    from ..data.regenerate import OutputBusyError, shard_prompts
+    from ..jsonl import read_jsonl, write_jsonl
 
     if args.limit is not None and args.limit < 1:
         raise SystemExit(
@@ -85,7 +85,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
 
 def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str], device: Any) -> int:
     from ..assets import open_target
-    from ..training.regenerate import regenerate
+    from ..data.regenerate.transformers import regenerate
 
     if args.engine == "vllm":
         return _regenerate_vllm(args, prompts, shipped)
@@ -119,13 +119,13 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, shipped: frozenset
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
-    from ..training.regenerate_vllm import regenerate_vllm
+    from ..data.regenerate.vllm import regenerate_vllm
 
     if args.device not in ("auto", "cpu", "cuda"):
         raise SystemExit(
             f"--device {args.device!r} with --engine vllm: vLLM picks its own device; leave --device out."
         )
-    from ..training.vllm_worker import vllm_dtype
+    from ..data.vllm_worker import vllm_dtype
 
     dtype = "bfloat16" if args.dtype == "auto" else vllm_dtype(args.dtype)
     model_dir = resolve_model(args.target)

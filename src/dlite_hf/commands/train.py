@@ -149,8 +149,9 @@ def run_train(argv: list[str]) -> Path:
 
     from .. import DLiteForSpeculation
     from ..assets import open_target
-    from ..rows import read_jsonl
-    from ..surgery import derive_drafter, grow_drafter
+    from ..derived_drafters import derive_drafter, grow_drafter
+    from ..draft_vocab import set_draft_vocab
+    from ..jsonl import read_jsonl
     from ..training.data import RegeneratedDataset, response_token_counts
     from ..training.trainer import DLiteTrainer
 
@@ -211,7 +212,7 @@ def run_train(argv: list[str]) -> Path:
     )
     drafter = model.get_base_model() if args.lora else model
     if drafter.draft_vocab_ids is not None and (script.refresh_draft_vocab or (not script.init and teacher is None)):
-        drafter.set_draft_vocab(response_token_counts(dataset, drafter.config.vocab_size))
+        set_draft_vocab(drafter, response_token_counts(dataset, drafter.config.vocab_size))
     eval_dataset = None
     if script.eval_fraction > 0:
         n_eval = max(1, int(len(dataset) * script.eval_fraction))

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..rows import write_jsonl
+from ..jsonl import write_jsonl
 from .common import Prompt
 from .domains import DOMAINS, domain_prompts
 from .prompts import TRAINING_WORKLOADS, load_prompts

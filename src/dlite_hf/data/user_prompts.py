@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rows import read_jsonl
+from ..jsonl import read_jsonl
 from .common import Prompt, prompt
 
 __all__ = ["USER_PROMPTS_WORKLOAD", "load_prompt_file"]

@@ -82,7 +82,7 @@ class DemoRunner:
 
     def chat_ids(self, prompt: str, context: dict[str, Any] | None) -> list[int]:
         """Token ids of the conversation (context messages, then the box as the last message), chat template on."""
-        from ..rows import chat_prompt_ids
+        from ..chat_template import chat_prompt_ids
 
         messages = list((context or {}).get("messages") or [])
         messages.append({"role": (context or {}).get("role") or "user", "content": prompt})

@@ -17,7 +17,7 @@ import torch
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from ..modeling.options import DEFAULT_LOOKUP_TOKENS
+from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
 from .models import DemoModels
 
 GREEDY, SAMPLING = "greedy", "sampling"

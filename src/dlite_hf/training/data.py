@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..rows import read_jsonl
+from ..data.text_rows import TARGET_LABELS
+from ..jsonl import read_jsonl
 from .anchors import block_labels, sample_anchors
-from .text_rows import TARGET_LABELS
 
 
 class RegeneratedDataset(Dataset):

@@ -21,11 +21,12 @@ import torch
 from torch import nn
 from transformers import Trainer
 
-from ..modeling.blocks import gather_history
+from ..data.features.cache import FeatureCache
+from ..data.features.transformers import target_features
 from ..modeling.modeling_dlite import DLiteForSpeculation
 from .arguments import DLiteTrainingArguments
 from .data import DLiteCollator
-from .features import FeatureCache, target_features
+from .history import history_arguments
 from .losses import (
     position_weights,
     weighted_cross_entropy,
@@ -173,7 +174,9 @@ class DLiteTrainer(Trainer):
         return self.lr_scheduler
 
     # ------------------------------------------------------------------------------------------------ loss
-    def _blocks(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor], compact: bool) -> dict[str, Any]:
+    def _gather_blocks(
+        self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor], compact: bool
+    ) -> dict[str, Any]:
         """Gather one target forward into per-block drafter inputs and the target's block distributions.
 
         With `compact`, the target's distribution is returned as full-vocabulary log-probabilities of the draft
@@ -246,15 +249,7 @@ class DLiteTrainer(Trainer):
         gathered["history"] = {}
         if config.history_window != 0 or (self.teacher is not None):
             window = config.history_window if config.history_window != 0 else self.teacher.config.history_window
-            if window == -1:  # full history: one backbone pass over each sequence's past, shared by its blocks
-                gathered["history"] = {"sequence_states": states, "context_positions": anchors - 1}
-                return gathered
-            states_h, valid_h, positions_h = gather_history(states, anchors - 1, window)
-            gathered["history"] = {
-                "history_states": states_h,
-                "history_valid": valid_h,
-                "history_positions": positions_h,
-            }
+            gathered["history"] = history_arguments(states, anchors - 1, window)
         return gathered
 
     def _draft_vocab_index(self, drafter: DLiteForSpeculation) -> torch.Tensor:
@@ -275,7 +270,7 @@ class DLiteTrainer(Trainer):
         drafter = _unwrap(model)
         # stable stage over a draft vocabulary: every tensor lives on the draft vocabulary (exact, ~6x cheaper)
         compact = args.stage == "stable" and args.restrict_to_draft_vocab and drafter.draft_vocab_ids is not None
-        gathered = self._blocks(drafter, inputs, compact)
+        gathered = self._gather_blocks(drafter, inputs, compact)
         history = gathered["history"] if drafter.config.history_window != 0 else {}
         q_logits = model(
             **gathered["blocks"], **history, restrict_to_draft_vocab=compact, compact_draft_vocab=compact

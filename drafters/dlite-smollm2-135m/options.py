@@ -1,1 +1,0 @@
-../../modeling/options.py

@@ -1,0 +1,176 @@
+"""The benchmark issues' performance goals, checked against a `dlite-hf bench` run (met, not met, or not measured).
+
+The thresholds here are the project's benchmark policy: a run's results document is complete without them, and
+``dlite-hf bench goals RESULTS.json [MORE.json ...]`` adds the verdicts afterwards (``goals`` in each document, and
+its markdown table re-rendered beside it, ``NAME.md``). Every goal reads only the summary rows of one run
+(:func:`dlite_hf.bench.report.summarize`), so it compares methods measured side by side, on the same prompts and
+threads. A goal whose rows are missing from the run (a workload or a method that was not run) is reported with
+``met = None`` and says what it needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .results import Goal, ResultsError, SummaryRow, as_summary_rows, load_result
+
+__all__ = ["GENERAL_WORKLOADS", "add_goals", "evaluate_goals"]
+
+GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
+SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt lookup's on these
+MAX_AGENTIC_TAU_DROP = 0.25  # agentic tau within 25% of general tau
+MAX_DRAFTER_MS_SPREAD = 0.15  # drafter ms per round varies by less than 15% across context lengths
+HYBRID_AGENTIC_FACTOR = 1.25  # the hybrid's agentic speedup is at least 1.25x prompt lookup's
+
+
+Rows = dict[tuple[str, str], SummaryRow]
+
+
+def _rows(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> Rows:
+    return {(r.workload, r.method): r for r in as_summary_rows(summary)}
+
+
+def _goal(name: str, met: bool | None, measured: str) -> dict[str, Any]:
+    return {"goal": name, "met": met, "measured": measured}
+
+
+def _speedup_goal(rows: Rows, workload: str, strict: bool, method: str, peer: str) -> dict[str, Any]:
+    relation = ">" if strict else ">="
+    name = f"{workload}: {method} speedup {relation} {peer} speedup"
+    mine, theirs = rows.get((workload, method)), rows.get((workload, peer))
+    if mine is None or theirs is None:
+        return _goal(name, None, f"not measured (run workload {workload} with methods {method},{peer})")
+    a, b = mine.speedup, theirs.speedup
+    met = a > b if strict else a >= b
+    return _goal(name, met, f"{a:.2f}x vs {b:.2f}x (tau {mine.mean_tau:.2f} vs {theirs.mean_tau:.2f})")
+
+
+def _general_tau(rows: Rows, method: str) -> float | None:
+    taus = [rows[(w, method)].mean_tau for w in GENERAL_WORKLOADS if (w, method) in rows]
+    return sum(taus) / len(taus) if taus else None
+
+
+def _tau_drop(rows: Rows, method: str) -> tuple[float, float, float] | None:
+    general, agentic = _general_tau(rows, method), rows.get(("agentic", method))
+    if general is None or agentic is None:
+        return None
+    return general, agentic.mean_tau, 1.0 - agentic.mean_tau / general
+
+
+def _agentic_tau_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
+    name = (
+        f"agentic: {method} tau within {MAX_AGENTIC_TAU_DROP:.0%} of its general tau, "
+        f"and {history}'s tau falls further"
+    )
+    mine = _tau_drop(rows, method)
+    if mine is None:
+        return _goal(name, None, f"not measured (run agentic and a general workload with {method})")
+    general, agentic, drop = mine
+    text = f"{method}: general {general:.2f} -> agentic {agentic:.2f} ({-drop:+.0%})"
+    met = drop <= MAX_AGENTIC_TAU_DROP
+    theirs = _tau_drop(rows, history)
+    if theirs is None:
+        return _goal(name, None if met else False, text + f"; {history} not measured")
+    text += f"; {history}: general {theirs[0]:.2f} -> agentic {theirs[1]:.2f} ({-theirs[2]:+.0%})"
+    return _goal(name, met and theirs[2] > drop, text)
+
+
+def _long_rows(rows: Rows, method: str) -> list[tuple[int, SummaryRow]]:
+    found = []
+    for (workload, name), row in rows.items():
+        if name == method and workload.startswith("long-") and workload[5:].isdigit():
+            found.append((int(workload[5:]), row))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _drafter_ms_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
+    name = f"long context: {method} drafter ms per round varies < {MAX_DRAFTER_MS_SPREAD:.0%} across lengths"
+    points = [(n, r.drafter_ms_per_round) for n, r in _long_rows(rows, method) if r.drafter_ms_per_round]
+    if len(points) < 2:
+        return _goal(name, None, f"not measured (run the long workload at two or more lengths with {method})")
+    values = [v for _, v in points]
+    spread = (max(values) - min(values)) / min(values)
+    text = ", ".join(f"{n}: {v:.1f} ms" for n, v in points) + f" (spread {spread:.0%})"
+    others = [(n, r.drafter_ms_per_round) for n, r in _long_rows(rows, history) if r.drafter_ms_per_round]
+    if others:
+        text += f"; {history}: " + ", ".join(f"{n}: {v:.1f} ms" for n, v in others)
+    return _goal(name, spread < MAX_DRAFTER_MS_SPREAD, text)
+
+
+def _hybrid_goals(rows: Rows, hybrid: str, method: str, peer: str) -> list[dict[str, Any]]:
+    """The hybrid issue's goals, for every workload of the run that has the hybrid."""
+    goals = []
+    workloads = list(dict.fromkeys(w for (w, m) in rows if m == hybrid and w != "all"))
+    for workload in workloads:
+        name = f"{workload}: {hybrid} tau >= the best of {peer} and {method}"
+        mine, others = rows[(workload, hybrid)], [rows.get((workload, m)) for m in (peer, method)]
+        if any(o is None for o in others):
+            goals.append(_goal(name, None, f"not measured (run workload {workload} with {peer},{method})"))
+            continue
+        best = max(o.mean_tau for o in others)
+        goals.append(_goal(name, mine.mean_tau >= best, f"{mine.mean_tau:.2f} vs {best:.2f}"))
+    for workload in (w for w in workloads if w == "agentic" or w.startswith("agentic")):
+        name = f"{workload}: {hybrid} speedup >= {HYBRID_AGENTIC_FACTOR}x {peer}'s"
+        theirs = rows.get((workload, peer))
+        if theirs is None:
+            goals.append(_goal(name, None, f"not measured (run workload {workload} with {peer})"))
+            continue
+        a, b = rows[(workload, hybrid)].speedup, theirs.speedup
+        goals.append(_goal(name, a >= HYBRID_AGENTIC_FACTOR * b, f"{a:.2f}x vs {b:.2f}x ({a / b:.2f} of it)"))
+    goals += [_speedup_goal(rows, w, False, hybrid, method) for w in SPEEDUP_WORKLOADS if (w, hybrid) in rows]
+    return goals
+
+
+def evaluate_goals(
+    summary: Sequence[SummaryRow | Mapping[str, Any]],
+    method: str = "dlite",
+    peer: str = "prompt_lookup",
+    history: str = "history",
+    fixed: str = "dlite_fixed",
+    hybrid: str = "hybrid",
+) -> list[dict[str, Any]]:
+    """The performance goals of the benchmark issue, checked on one run's summary rows.
+
+    The drafter-ms goal is checked for `method` and, when the run has it at two or more long-context lengths, for
+    `fixed` too: the same drafter drafting K every round. With adaptive drafting a call's cost follows how many
+    positions the drafter chose to draft (a skipped round runs one head step, a full one K), so only the fixed-K
+    method isolates how the drafting cost depends on the context. When the run has `hybrid`, its goals follow:
+    on every workload its tau is at least the best of `peer` and `method`; on agentic workloads its speedup is at
+    least 1.25x `peer`'s; on chat, code and math its speedup is at least `method`'s.
+
+    Returns:
+        One ``{"goal", "met", "measured"}`` dict per goal; ``met`` is True, False, or None (not measured here).
+    """
+    rows = _rows(summary)
+    goals = [_speedup_goal(rows, w, True, method, peer) for w in SPEEDUP_WORKLOADS]
+    goals.append(_speedup_goal(rows, "agentic", False, method, peer))
+    goals.append(_agentic_tau_goal(rows, method, history))
+    goals.append(_drafter_ms_goal(rows, method, history))
+    fixed_goal = _drafter_ms_goal(rows, fixed, history)
+    if fixed_goal["met"] is not None:  # only runs with the fixed-K method at two or more lengths
+        goals.append(fixed_goal)
+    return goals + _hybrid_goals(rows, hybrid, method, peer)
+
+
+def add_goals(path: str | Path) -> list[dict[str, Any]]:
+    """Evaluate the goals on the results document at `path`, store them in it as ``goals`` and re-render its
+    markdown table (``NAME.md`` beside it); returns the goals."""
+    from .report import markdown_table
+
+    path = Path(path)
+    try:
+        result = load_result(path)
+    except ResultsError as error:
+        raise SystemExit(str(error)) from None
+    except OSError as error:
+        raise SystemExit(
+            f"{path}: not a `dlite-hf bench` results document ({error!r}); pass NAME.json of a run."
+        ) from None
+    goals = evaluate_goals(result.summary)
+    result.goals = [Goal.from_dict(goal, "goals") for goal in goals]
+    path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text(markdown_table(result), encoding="utf-8")
+    return goals

@@ -1,0 +1,234 @@
+"""The hybrid's selection rule, replayed offline on a tuning split (`dlite-hf bench replay hybrid`).
+
+For greedy decoding, what a round accepts is fixed by plain greedy's output: the longest common prefix of the
+draft with the tokens plain greedy produced there. So one plain run per turn, plus one teacher-forced target
+forward for the tapped states at every position, lets any selection rule be replayed exactly (the drafter's
+drafts come from teacher-forced states, which match the verification forwards' up to rounding). A round's cost is
+the measured target forward over `q` new tokens at the turn's context, plus the drafter's measured time when it
+drafts; the estimated speedup is plain's cost over the rule's.
+
+Rules: the hybrid rule of the engine-neutral core (`dlite_hf.modeling.drafting.HybridRule`, `select_proposal`:
+the code `generate()` runs), over a grid of its settings (:func:`hybrid_grid`). A round drafts the retrieved
+continuation when the matched suffix has at least `m` tokens, `min(N, f x match length)` of them (at least 1);
+with `fallback` F, a round whose drafter proposes nothing (its first draft is below the checkpoint's
+`draft_skip_threshold`) drafts the retrieved continuation of a match of at least F tokens instead of a plain
+one-token step. Otherwise the drafter drafts (its checkpoint's adaptive decoding).
+
+The tuning split (:func:`tuning_workloads`) shares no prompt with any benchmark: training-split prompts of chat /
+code / math / tool, training-split ToolTalk conversations replayed turn by turn, and a coding session over
+standard-library modules that no benchmark coding session reads (:data:`TUNING_MODULES`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from typing import Any
+
+from .replay_costs import accepted_prefix, context_key, cost_at, forward_costs, load_models
+
+__all__ = [
+    "COST_SIZES",
+    "LOOKUP_S",
+    "TUNING_MODULES",
+    "HybridTurn",
+    "collect",
+    "hybrid_grid",
+    "replay",
+    "rule_label",
+    "rule_rows",
+    "tuning_workloads",
+]
+
+COST_SIZES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]  # block sizes (q new tokens) whose forward is timed
+LOOKUP_S = 10e-6  # a suffix-index lookup: a few microseconds a round at every context length (docs/design.md)
+TUNING_MODULES = ("fnmatch", "glob", "configparser")
+
+
+class HybridTurn:
+    """One turn's plain output and the drafter's drafts after every committed position (from teacher-forced
+    states: one target forward over the prompt and plain's reply)."""
+
+    def __init__(self, ids: list[int], plain: list[int], drafts: dict[int, list[int]], draft_s: list[float]):
+        self.ids, self.plain, self.tokens = ids, plain, ids + plain
+        self._drafts, self.draft_s = drafts, draft_s
+
+    @classmethod
+    def measure(cls, target: Any, drafter: Any, ids: list[int], plain: list[int]) -> HybridTurn:
+        import torch
+
+        from ..data.features.transformers import target_features
+
+        tokens = ids + plain
+        with torch.no_grad():
+            states, _ = target_features(target, torch.tensor([tokens]), drafter.config.target_layer_ids)
+        drafts, times = {}, []
+        for position in range(len(ids) + 1, len(tokens)):  # every position a round can start from
+            started = time.perf_counter()
+            out, _ = drafter.draft(states[:, position - 2], torch.tensor([tokens[position - 1]]))
+            times.append(time.perf_counter() - started)
+            drafts[position] = out[0].tolist()
+        return cls(ids, plain, drafts, times)
+
+    def to_json(self) -> dict:
+        return {"ids": self.ids, "plain": self.plain, "drafts": {str(k): v for k, v in self._drafts.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> HybridTurn:
+        return cls(data["ids"], data["plain"], {int(k): v for k, v in data["drafts"].items()}, [])
+
+    def dlite(self, position: int, budget: int) -> list[int]:
+        """The drafter's drafts after `position` committed tokens (context: the state that predicted the last)."""
+        return self._drafts.get(position, [])[:budget]
+
+
+def replay(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int) -> dict[str, float]:
+    """Tau and estimated speedup of `rule` over sessions of turns; a session shares one index across its turns.
+
+    `rule` is `(lookup_tokens, HybridRule)`, or `(None, None)` for the drafter alone; `costs_by_turn[id(turn)]`
+    the turn's forward costs. Each round's choice is the engine-neutral core's own
+    (`dlite_hf.modeling.drafting.select_proposal`, the one `generate()` and the vLLM plugin call), fed with the
+    replayed suffix index and the drafter's replayed drafts."""
+    from ..modeling.drafting import select_proposal
+    from ..modeling.suffix_index import SuffixIndex
+
+    lookup_tokens, hybrid = rule
+    tokens = forwards = 0
+    cost = plain_cost = 0.0
+    for session in sessions:
+        index = SuffixIndex()
+        for turn in session:
+            costs = costs_by_turn[id(turn)]
+            index.start_stream(turn.ids)
+            p, end = len(turn.ids), len(turn.ids) + len(turn.plain)
+            index.append([turn.tokens[p]])  # the prefill commits the first token
+            p, forwards = p + 1, forwards + 1
+            while p < end:
+                budget = min(end - p, max_new)  # never draft past what plain produced
+                match = index.lookup(lookup_tokens) if hybrid is not None else None
+                proposal = select_proposal(match, hybrid, lambda t=turn, p=p, b=budget: (t.dlite(p, b), None))
+                round_cost = (lookup_s if hybrid is not None else 0.0) + (
+                    drafter_s if proposal.source == "dlite" or proposal.fallback else 0.0
+                )
+                draft = list(proposal.tokens)[: budget - 1] if budget > 1 else []
+                committed = min(accepted_prefix(draft, turn.tokens, p) + 1, end - p)
+                cost += round_cost + cost_at(costs, len(draft) + 1)
+                index.append(turn.tokens[p : p + committed])
+                p, forwards = p + committed, forwards + 1
+            tokens += len(turn.plain)
+            plain_cost += len(turn.plain) * costs[1]
+    return {"tau": tokens / forwards, "speedup_est": plain_cost / cost if cost else 0.0}
+
+
+def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turns: int) -> dict[str, list[dict]]:
+    """The tuning split: `num_prompts` training-split prompts of chat, code, math and tool, and agentic sessions
+    (training-split ToolTalk conversations and a coding session over :data:`TUNING_MODULES`) of at most `max_turns`
+    turns and `max_tokens` tokens of context."""
+    from ..data.prompts import load_prompts
+    from ..data.workloads import CODING_TASKS, CodingTask, coding_session, session_from_messages
+
+    used = {m for task in CODING_TASKS for m in task.modules}
+    if used & set(TUNING_MODULES):
+        raise ValueError(f"tuning modules {sorted(used & set(TUNING_MODULES))} are read by a benchmark session")
+    workloads = {w: load_prompts(w, "train", num_prompts) for w in ("chat", "code", "math", "tool")}
+    conversations: dict[str, dict] = {}
+    for prompt in load_prompts("agentic", "train"):  # the longest prefix of each training conversation
+        key = prompt["id"].rsplit("/", 1)[0]
+        if key not in conversations or len(prompt["messages"]) > len(conversations[key]["messages"]):
+            conversations[key] = prompt
+    keys = sorted(conversations)
+    chosen = [conversations[keys[i * len(keys) // num_prompts]] for i in range(num_prompts)]
+    sessions = [session_from_messages(p, "agentic", max_tokens) for p in chosen]
+    task = CodingTask(
+        id="tune-glob",
+        request="`glob.glob` misses hidden files matched by our patterns in the vendored copy. Read the modules, "
+        "run the tests and fix it.",
+        modules=TUNING_MODULES,
+        frames=(("glob", "glob"), ("glob", "iglob"), ("fnmatch", "fnmatch")),
+        error="AssertionError: assert ['.env'] == []",
+        follow_up="Write the complete patch as a unified diff.",
+    )
+    sessions.append(coding_session(task, tokenizer, max_tokens, 1500))
+    for session in sessions:
+        session["max_turns"] = max_turns
+    workloads["agentic"] = sessions
+    return workloads
+
+
+def collect(args: Any) -> tuple[dict[str, list[list[HybridTurn]]], dict[int, dict[int, float]], float]:
+    """Plain runs, drafts at every position and forward costs of the tuning split (loads the models):
+    ``(sessions by workload, forward costs by context, the drafter's median seconds a call)``."""
+    import torch
+
+    from ..chat_template import chat_prompt_ids
+    from ..data.workloads import as_session
+
+    target, tokenizer, drafter = load_models(args.target, args.drafter, "sdpa", args.threads)
+    sessions: dict[str, list[list[HybridTurn]]] = {}
+    for label, items in tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns).items():
+        for item in items:
+            session = as_session(dict(item), label)
+            history: list[dict[str, str]] = []
+            turns = []
+            for index, turn in enumerate(session["turns"][: session.get("max_turns") or None]):
+                messages = history + list(turn)
+                ids = chat_prompt_ids(tokenizer, messages)
+                if session.get("max_tokens") and len(ids) > session["max_tokens"]:
+                    break
+                out = target.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)
+                out = out[0, len(ids) :].tolist()
+                turns.append(HybridTurn.measure(target, drafter, ids, out))
+                reply = tokenizer.decode(out, skip_special_tokens=True).strip()
+                history = messages + [{"role": "assistant", "content": reply}]
+                print(f"{label} {session['id']} turn {index}: {len(ids)} + {len(out)} tokens", flush=True)
+            sessions.setdefault(label, []).append(turns)
+    contexts = sorted({context_key(len(t.ids)) for s in sessions.values() for ts in s for t in ts})
+    cost_tables = {c: forward_costs(target, c, COST_SIZES) for c in contexts}
+    drafter_s = statistics.median(d for s in sessions.values() for ts in s for t in ts for d in t.draft_s)
+    return sessions, cost_tables, drafter_s
+
+
+def hybrid_grid() -> list[tuple[int | None, Any]]:
+    """The rules compared: the drafter alone, then every (m, N, f) of the grid with every fallback below m."""
+    from ..modeling.drafting import HybridRule
+
+    rules: list[tuple[int | None, Any]] = [(None, None)]  # the drafter alone
+    for m, n, f in itertools.product((2, 3, 4, 6, 8), (8, 16, 32), (0.5, 1.0, 2.0, 1e9)):
+        for fallback in range(0, m):
+            rules.append((n, HybridRule(min_match=m, length_factor=f, fallback_min_match=fallback)))
+    return rules
+
+
+def rule_rows(sessions: dict, cost_tables: dict, drafter_s: float, max_new: int) -> list[dict[str, Any]]:
+    """Every rule of :func:`hybrid_grid` replayed per workload and over all of them, fastest (estimated) first."""
+    costs_by_turn = {id(t): cost_tables[context_key(len(t.ids))] for s in sessions.values() for ts in s for t in ts}
+    results = []
+    for lookup_tokens, hybrid in hybrid_grid():
+        row: dict[str, Any] = {"rule": _rule_fields(lookup_tokens, hybrid)}
+        for label, turns in sessions.items():
+            row[label] = replay(turns, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
+        every = [t for s in sessions.values() for t in s]
+        row["all"] = replay(every, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
+        results.append(row)
+    results.sort(key=lambda r: -r["all"]["speedup_est"])
+    return results
+
+
+def _rule_fields(lookup_tokens: int | None, hybrid: Any) -> dict[str, Any]:
+    if hybrid is None:
+        return {"min_match": None, "lookup_tokens": None, "length_factor": None, "fallback": None}
+    return {
+        "min_match": hybrid.min_match,
+        "lookup_tokens": lookup_tokens,
+        "length_factor": hybrid.length_factor,
+        "fallback": hybrid.fallback_min_match or None,
+    }
+
+
+def rule_label(rule: dict[str, Any]) -> str:
+    """A row's rule, as the printed table names it."""
+    if rule["min_match"] is None:
+        return "drafter only"
+    fallback = f" fallback>={rule['fallback']}" if rule["fallback"] else ""
+    return f"m{rule['min_match']} N{rule['lookup_tokens']} f{rule['length_factor']:g}{fallback}"

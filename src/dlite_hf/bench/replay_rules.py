@@ -1,0 +1,280 @@
+"""A drafter's adaptive-drafting thresholds, replayed offline with this machine's costs (`dlite-hf bench replay
+rules`).
+
+The best `draft_confidence_threshold`, `draft_skip_threshold` and `draft_lengths` depend on the hardware: what a
+verification forward over q = n + 1 tokens costs against a one-token step, and what a drafter round costs. This
+replays every rule of a grid on prompts the drafter never saw, with this machine's measured costs:
+
+* for greedy decoding, what a round accepts is fixed by plain greedy's output (the longest common prefix of the
+  drafts with it), as in :mod:`dlite_hf.bench.replay_hybrid`;
+* where a rule stops is a function of what the round reads, each draft's probability and the first position's top
+  probability (`drafting.rule_probabilities`), through `drafting.lengths_under_rules`: the function `generate()` and
+  the vLLM plugin call. So one plain run per prompt, one teacher-forced target forward, and one K-draft round at
+  every position (batched; the drafter is history-free) let any rule be replayed;
+* a round costs the target forward over q tokens at the prompt's context (:mod:`dlite_hf.bench.replay_costs`) plus
+  the drafter's round: a skipped round pays for the backbone and the first step, a round of n drafts for n steps
+  (both measured here). Plain pays one one-token forward per decoded token.
+
+Prompts: train-split prompts of mix domains that hold more prompts than the mix took (`--domains`), minus every id
+in `--exclude` (the mix's prompts, which the dataset answered and the drafter trained on): prompts no drafter saw,
+and no evaluation prompt (the eval splits are other groups).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from .replay_costs import accepted_prefix, context_key, cost_at, forward_costs, load_models
+
+__all__ = [
+    "COST_SIZES",
+    "DEFAULT_GRID",
+    "SHIPPED_GRID",
+    "RulesTurn",
+    "collect",
+    "drafter_cost",
+    "measure_drafter_round",
+    "parse_grid",
+    "replay",
+    "rule_name",
+    "rule_rows",
+    "unseen_prompts",
+]
+
+COST_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # q = n + 1 new tokens of a verification forward (K = 7)
+SHIPPED_GRID = "0:0,0.3:0.5:3+7"  # K every round, then the shipped drafter's rule: the first two rows of a replay
+DEFAULT_GRID = ",".join(
+    f"{c}:{s}" + (f":{lengths}" if lengths else "")
+    for c, s, lengths in itertools.product(
+        (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6), (0, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8), ("", "3+7", "1+3+7", "2+4+7")
+    )
+)
+
+
+def parse_grid(spec: str) -> list:
+    """``"c:s,c:s:3+7"`` -> `DraftRules` (confidence and skip thresholds in [0, 1), optional draft lengths)."""
+    from ..modeling.drafting import DraftRules
+
+    rules = []
+    for item in filter(None, spec.split(",")):
+        parts = item.split(":")
+        try:
+            if len(parts) not in (2, 3):
+                raise ValueError("expected 2 or 3 fields")
+            lengths = tuple(int(n) for n in parts[2].split("+")) if len(parts) == 3 else None
+            if lengths is not None and min(lengths) < 1:
+                raise ValueError("draft lengths are counts of at least 1")
+            rules.append(DraftRules(float(parts[0]), float(parts[1]), lengths))
+        except ValueError as error:
+            raise SystemExit(
+                f"--grid items are CONFIDENCE:SKIP[:LENGTHS] with thresholds in [0, 1) (e.g. 0.3:0.5:3+7); got "
+                f"{item!r} ({error})."
+            ) from None
+    if not rules:
+        raise SystemExit(f"--grid names no rule: got {spec!r}; expected e.g. {SHIPPED_GRID!r}.")
+    return rules
+
+
+def rule_name(rules: Any) -> str:
+    lengths = "+".join(map(str, rules.draft_lengths)) if rules.draft_lengths else "any"
+    return f"confidence {rules.confidence_threshold:g}, skip {rules.skip_threshold:g}, lengths {lengths}"
+
+
+class RulesTurn:
+    """One prompt's plain greedy output, and at every position a round can start from, the drafter's K drafts and
+    what its rules read (each draft's probability, the first position's top probability)."""
+
+    def __init__(self, domain: str, prompt_id: str, ids: list[int], plain: list[int], drafts, chosen, first_top):
+        self.domain, self.prompt_id, self.ids, self.plain = domain, prompt_id, ids, plain
+        self.tokens = ids + plain
+        self.drafts, self.chosen, self.first_top = drafts, chosen, first_top  # keyed by position - len(ids) - 1
+
+    @classmethod
+    def measure(cls, target, drafter, domain: str, prompt_id: str, ids: list[int], plain: list[int], batch: int = 64):
+        import torch
+
+        from ..data.features.transformers import target_features
+        from ..modeling.drafting import DraftRules, draft_tokens, rule_probabilities
+
+        tokens = ids + plain
+        k = drafter.config.num_draft_tokens
+        with torch.no_grad():
+            states, _ = target_features(target, torch.tensor([tokens]), drafter.config.target_layer_ids)
+        positions = list(range(len(ids) + 1, len(tokens)))  # committed tokens before a round (prefill commits one)
+        drafts, chosen, first_top = [], [], []
+        for start in range(0, len(positions), batch):
+            part = torch.tensor(positions[start : start + batch])
+            context, anchors = states[0, part - 2], torch.tensor(tokens)[part - 1]
+            out, logits = draft_tokens(drafter, context, anchors, k, DraftRules())  # K every round: no rule stops
+            probs, top = rule_probabilities(out, logits, drafter.draft_columns())
+            drafts += out.tolist()
+            chosen += probs.tolist()
+            first_top += top.tolist()
+        return cls(domain, prompt_id, ids, plain, drafts, chosen, first_top)
+
+    def to_json(self) -> dict:
+        keys = ("domain", "prompt_id", "ids", "plain", "drafts", "chosen", "first_top")
+        return {key: getattr(self, key) for key in keys}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RulesTurn:
+        return cls(**data)
+
+
+def drafter_cost(n: int, skip_s: float, step_s: float) -> float:
+    """A round's drafter time: the backbone and the first step (all a skip pays), then one step per further draft."""
+    return skip_s + max(0, n - 1) * step_s
+
+
+def replay(turns: list[RulesTurn], lengths_by_turn, costs, skip_s: float, step_s: float, trace: bool = False) -> dict:
+    """Tau and estimated decode speedup of a rule over `turns`, given where it stops at every position
+    (`lengths_by_turn[id(turn)]`, from `lengths_under_rules`) and the forward costs by context (`costs`): rounds
+    from the first decoded token on, each proposing that many of the K drafts there (never past plain's end) and
+    accepting their common prefix with plain's output. `trace`: also the drafts each round proposed, in order
+    (`drafted_per_round`)."""
+    tokens = forwards = 0
+    cost = plain_cost = 0.0
+    drafted = accepted_total = skipped = 0
+    per_round = []
+    for turn in turns:
+        table = costs[context_key(len(turn.ids))]
+        lengths = lengths_by_turn[id(turn)]
+        p, end = len(turn.ids) + 1, len(turn.tokens)
+        while p < end:
+            row = p - len(turn.ids) - 1
+            n = min(lengths[row], end - p - 1)
+            accepted = accepted_prefix(turn.drafts[row][:n], turn.tokens, p)
+            cost += drafter_cost(lengths[row], skip_s, step_s) + cost_at(table, n + 1)
+            drafted, accepted_total, skipped = drafted + n, accepted_total + accepted, skipped + (lengths[row] == 0)
+            p += accepted + 1
+            forwards += 1
+            per_round.append(n)
+        tokens += len(turn.plain) - 1
+        plain_cost += (len(turn.plain) - 1) * table[1]
+    return {
+        "tau": tokens / forwards if forwards else 0.0,
+        "speedup_est": plain_cost / cost if cost else 0.0,
+        "rounds": forwards,
+        "skipped_rounds": skipped,
+        "acceptance_rate": accepted_total / drafted if drafted else None,
+        "decoded_tokens": tokens,
+        **({"drafted_per_round": per_round} if trace else {}),
+    }
+
+
+def unseen_prompts(domains: str, exclude: str, seed: int, max_prompt_tokens: int, tokenizer: Any) -> list[dict]:
+    """`--domains` prompts drawn (seeded) from each domain's train split minus the `--exclude` ids."""
+    from ..chat_template import chat_prompt_ids
+    from ..data.domains import domain_prompts
+
+    excluded: set[str] = set()
+    for path in filter(None, exclude.split(",")):
+        excluded |= {json.loads(line)["id"] for line in Path(path).read_text().splitlines() if line.strip()}
+    chosen = []
+    for item in domains.split(","):
+        name, _, count = item.partition(":")
+        if not count.isdigit() or int(count) < 1:
+            raise SystemExit(f"--domains items are DOMAIN:N with N >= 1 (e.g. reasoning:16); got {item!r}.")
+        unseen = [p for p in domain_prompts(name, "train") if p["id"] not in excluded]
+        random.Random(f"{seed}/{name}").shuffle(unseen)
+        kept = []
+        for prompt in unseen:
+            ids = chat_prompt_ids(tokenizer, prompt["messages"])
+            if len(ids) <= max_prompt_tokens:
+                kept.append({"domain": name, "id": prompt["id"], "ids": ids})
+            if len(kept) == int(count):
+                break
+        if len(kept) < int(count):
+            raise SystemExit(
+                f"{name}: only {len(kept)} unseen train-split prompts of at most {max_prompt_tokens} "
+                f"tokens outside --exclude; ask for fewer."
+            )
+        chosen += kept
+    return chosen
+
+
+def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int = 30) -> tuple[float, float]:
+    """Median seconds of a skipped round (backbone and first step) and of one further draft step, single-row rounds
+    at the replayed positions (what `generate()` runs)."""
+    import torch
+
+    from ..data.features.transformers import target_features
+    from ..modeling.drafting import DraftRules, draft_tokens
+
+    turn = turns[0]
+    k = drafter.config.num_draft_tokens
+    with torch.no_grad():
+        states, _ = target_features(target, torch.tensor([turn.tokens]), drafter.config.target_layer_ids)
+    p = len(turn.ids) + 1
+    context, anchor = states[0, p - 2 : p - 1], torch.tensor([turn.tokens[p - 1]])
+    skip = DraftRules(skip_threshold=0.999999)
+
+    def timed(rules) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            draft_tokens(drafter, context, anchor, k, rules)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    timed(DraftRules())  # warm-up
+    skip_s, full_s = [], []
+    for _ in range(3):  # interleaved
+        skip_s.append(timed(skip))
+        full_s.append(timed(DraftRules()))
+    skip_s, full_s = statistics.median(skip_s), statistics.median(full_s)
+    return skip_s, max(0.0, full_s - skip_s) / (k - 1)
+
+
+def collect(args: Any) -> tuple[list[RulesTurn], dict[int, dict[int, float]], float, float]:
+    """Plain runs, K drafts and what the rules read at every position, forward costs and the drafter's round costs
+    (loads the models): ``(turns, forward costs by context, skipped-round seconds, further-step seconds)``."""
+    import torch
+
+    target, tokenizer, drafter = load_models(args.target, args.drafter, args.attention, args.threads)
+    turns = []
+    for prompt in unseen_prompts(args.domains, args.exclude, args.seed, args.max_prompt_tokens, tokenizer):
+        ids = torch.tensor([prompt["ids"]])
+        with torch.no_grad():
+            out = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
+        plain = out[0, ids.shape[1] :].tolist()
+        turns.append(RulesTurn.measure(target, drafter, prompt["domain"], prompt["id"], prompt["ids"], plain))
+        print(f"{prompt['domain']} {prompt['id']}: {len(prompt['ids'])} + {len(plain)} tokens", flush=True)
+    contexts = sorted({context_key(len(t.ids)) for t in turns})
+    costs = {c: forward_costs(target, c, COST_SIZES, repeats=9) for c in contexts}
+    skip_s, step_s = measure_drafter_round(target, drafter, turns)
+    return turns, costs, skip_s, step_s
+
+
+def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, step_s: float) -> list[dict[str, Any]]:
+    """The shipped rules (:data:`SHIPPED_GRID`), then every other rule of `grid`, replayed per domain and over all
+    turns, in that order."""
+    import torch
+
+    from ..modeling.drafting import lengths_under_rules
+
+    shipped = parse_grid(SHIPPED_GRID)
+    probabilities = {id(t): (torch.tensor(t.chosen), torch.tensor(t.first_top)) for t in turns}
+    domains = sorted({t.domain for t in turns})
+    results = []
+    for rules in [*shipped, *(r for r in grid if r not in shipped)]:
+        lengths = {key: lengths_under_rules(*probs, rules) for key, probs in probabilities.items()}
+        row: dict[str, Any] = {
+            "rule": {
+                "draft_confidence_threshold": rules.confidence_threshold,
+                "draft_skip_threshold": rules.skip_threshold,
+                "draft_lengths": list(rules.draft_lengths) if rules.draft_lengths else None,
+            },
+            "name": rule_name(rules),
+        }
+        for domain in domains:
+            row[domain] = replay([t for t in turns if t.domain == domain], lengths, costs, skip_s, step_s)
+        row["all"] = replay(turns, lengths, costs, skip_s, step_s)
+        results.append(row)
+    return results

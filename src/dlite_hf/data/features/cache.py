@@ -1,0 +1,196 @@
+"""The feature cache: one target forward per training sequence, on disk, reused across epochs and stages."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .transformers import target_features, vocab_stats
+
+__all__ = ["FeatureCache"]
+
+
+class FeatureCache:
+    """On-disk cache of one target forward per training sequence, reused across epochs and stages.
+
+    Each sequence (keyed by the sha1 of its token ids) stores float16 safetensors: the tapped states `[*, L, H_t]`,
+    the final hidden states `[*, H_t]` and the target's full-vocabulary logsumexp and argmax per position
+    (`vocab_stats` of the stored, float16-rounded final states), so a draft-vocabulary training step reads only
+    the draft vocabulary's rows of the lm_head. The target's forward dominates a CPU training step, so a run of E
+    epochs over several stages pays for it once.
+
+    Two layouts:
+
+    * `history_free=False` (history-aware stages: the teacher attends to every earlier position): every position.
+    * `history_free=True`: only what a history-free block reads. A block at anchor `a` reads the tapped states at
+      `a - 1` and the final states at `a .. a + K - 1`, and anchors lie at or after a row's first label minus one
+      (`sample_anchors`), so the final states are kept from `response_start - 1` on, and the tapped states only
+      at the positions `a - 1` of the anchors `a` the collator can draw (`a % anchor_stride == 0`). For a prompt
+      longer than its response and a stride of 4, that is about a fifth of the full layout.
+
+    A history-free reader opens an every-position cache as it is (`history_free` becomes False): its entries hold
+    every position a history-free block reads, so history-free and history-aware runs can share one cache (a
+    matched study of both). The reverse raises: a history-free cache lacks what history reads.
+
+    A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of
+    feeding wrong features (a manifest without a layout was written with every position kept). Reading a
+    position the layout did not keep is an error, never a zero. The manifest also names who wrote the entries
+    (`producer`: this forward, "transformers-float32" for a float32 target, or vLLM's, "vllm-bfloat16", from
+    `dlite-hf features --engine vllm`); it is recorded, not matched, and entries missing from a vLLM-built cache
+    are filled by this forward.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        target_name: str,
+        layer_ids: list[int],
+        dtype: torch.dtype = torch.float16,
+        history_free: bool = False,
+        anchor_stride: int = 1,
+        producer: str = "transformers",
+    ):
+        if not isinstance(anchor_stride, int) or anchor_stride < 1:
+            raise ValueError(f"anchor_stride must be an int >= 1, got {anchor_stride!r}.")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.dtype = dtype
+        self.history_free = bool(history_free)
+        self.anchor_stride = anchor_stride if self.history_free else 1
+        layout = {"positions": "history-free" if self.history_free else "all", "anchor_stride": self.anchor_stride}
+        manifest = {"target": target_name, "layer_ids": list(layer_ids), "dtype": str(dtype), "layout": layout}
+        path = self.directory / "manifest.json"
+        if path.exists():
+            found = json.loads(path.read_text())
+            found.setdefault("layout", {"positions": "all", "anchor_stride": 1})
+            if self.history_free and found["layout"] == {"positions": "all", "anchor_stride": 1}:
+                self.history_free, self.anchor_stride = False, 1  # a superset of the history-free layout
+                manifest["layout"] = found["layout"]
+            self.producer = found.pop("producer", "transformers")
+            if found != manifest:
+                raise ValueError(
+                    f"Feature cache {self.directory} was built for {found}, but this run needs {manifest}. Use "
+                    "another feature_cache_dir (or delete this one)."
+                )
+        else:
+            self.producer = producer
+            path.write_text(json.dumps({**manifest, "producer": producer}))
+        self.layer_ids = list(layer_ids)
+
+    @staticmethod
+    def key(ids: torch.Tensor) -> str:
+        return hashlib.sha1(ids.to(torch.int64).cpu().numpy().tobytes()).hexdigest()
+
+    def entry_key(self, ids: torch.Tensor, first: int) -> str:
+        """The key of one sequence's entry: the sha1 of its ids, and in the history-free layout the first kept
+        position (`kept(...)[0]`), since the same ids with another response start keep other positions."""
+        return f"{self.key(ids)}-{first}" if self.history_free else self.key(ids)
+
+    def row_entry(self, ids: list[int], response_start: int) -> tuple[str, int, torch.Tensor]:
+        """One training row's entry as the trainer reads it: its key (`entry_key`), its first kept position and the
+        positions whose tapped states are kept (`kept`)."""
+        first, positions = self.kept(len(ids), response_start)
+        return self.entry_key(torch.tensor(ids), first), first, positions
+
+    def has(self, key: str) -> bool:
+        """Whether the entry `key` (`entry_key`) is written."""
+        return self._path(key).exists()
+
+    def _path(self, key: str):
+        return self.directory / key[:2] / f"{key}.safetensors"
+
+    def _write(self, key: str, entry: dict[str, torch.Tensor]) -> None:
+        from safetensors.torch import save_file
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # one temporary file per process: runs sharing a cache may write the same entry at once (the same rows in
+        # the same seeded order), and a shared name let one run rename the other's half-written file away
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        save_file(entry, str(tmp))
+        tmp.replace(path)  # atomic: a killed run leaves either the old entry or the new one
+
+    def kept(self, length: int, response_start: int) -> tuple[int, torch.Tensor]:
+        """The layout for one sequence: the first position whose final states are kept, and the positions whose
+        tapped states are kept."""
+        if not self.history_free:
+            return 0, torch.arange(length)
+        first = min(max(response_start - 1, 0), length)
+        anchors = torch.arange(max(first, 1), length)
+        return first, anchors[anchors % self.anchor_stride == 0] - 1
+
+    def features(
+        self,
+        target: nn.Module,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_start: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Like `target_features` on a right-padded batch, served from the cache where possible.
+
+        `response_start` `[B]` (the collator's: each row's first label position) is required by the history-free
+        layout.
+
+        Returns:
+            `states` `[B, T, L, H_t]`, `final_hidden` `[B, T, H_t]` (float32) and `{"lse", "top1"}` `[B, T]`
+            (see `vocab_stats`), plus `"kept"` `[B, T]` bool (the positions whose tapped states are real; the
+            rest, padding and positions the layout does not keep, are zeros).
+        """
+        from safetensors.torch import load_file
+
+        if self.history_free and response_start is None:
+            raise ValueError(
+                "This feature cache keeps only what history-free blocks read, so it needs each row's response_start "
+                "(DLiteCollator returns it); use a cache built with history_free=False for other batches."
+            )
+        lm_head = target.get_output_embeddings()
+        batch, width = input_ids.shape
+        lengths = attention_mask.sum(1).tolist()
+        starts = response_start.tolist() if response_start is not None else [0] * batch
+        layouts = [self.kept(lengths[b], int(starts[b])) for b in range(batch)]
+        keys = [self.entry_key(input_ids[b, : lengths[b]], layouts[b][0]) for b in range(batch)]
+        cached = [load_file(self._path(k)) if self._path(k).exists() else None for k in keys]
+        fresh = None
+        if any(entry is None for entry in cached):
+            fresh = target_features(target, input_ids, self.layer_ids, attention_mask)
+        for b, entry in enumerate(cached):
+            first, state_positions = layouts[b]
+            if entry is None:
+                entry = {
+                    "states": fresh[0][b, state_positions].to(self.dtype).contiguous(),
+                    "final": fresh[1][b, first : lengths[b]].to(self.dtype).contiguous(),
+                }
+            if "lse" not in entry:  # new entry, or one written before the stats existed
+                device = lm_head.weight.device
+                lse, top1 = vocab_stats(lm_head, entry["final"].to(device=device, dtype=torch.float32))
+                entry = {**entry, "lse": lse.cpu().contiguous(), "top1": top1.cpu().contiguous()}
+                self._write(keys[b], entry)
+            cached[b] = entry
+        sample = cached[0]
+        states = sample["states"].new_zeros(batch, width, *sample["states"].shape[1:])
+        final = sample["final"].new_zeros(batch, width, sample["final"].shape[-1])
+        lse = torch.zeros(batch, width, dtype=torch.float32)
+        top1 = torch.zeros(batch, width, dtype=torch.long)
+        kept = torch.zeros(batch, width, dtype=torch.bool)
+        for b, entry in enumerate(cached):
+            first, state_positions = layouts[b]
+            if entry["states"].shape[0] != state_positions.numel() or entry["final"].shape[0] != lengths[b] - first:
+                raise ValueError(
+                    f"Feature cache entry {self._path(keys[b])} holds {entry['states'].shape[0]} tapped and "
+                    f"{entry['final'].shape[0]} final positions, but its layout needs {state_positions.numel()} and "
+                    f"{lengths[b] - first}: the entry is corrupt; delete it (or the cache)."
+                )
+            states[b, state_positions] = entry["states"]
+            kept[b, state_positions] = True
+            final[b, first : lengths[b]] = entry["final"]
+            lse[b, first : lengths[b]] = entry["lse"]
+            top1[b, first : lengths[b]] = entry["top1"]
+        device = input_ids.device
+        stats = {"lse": lse.to(device), "top1": top1.to(device), "kept": kept.to(device)}
+        return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32), stats

@@ -1,0 +1,88 @@
+"""Regeneration with vLLM (`dlite-hf regenerate --engine vllm`): the same rows as the transformers engine.
+
+vLLM pins an older transformers than dlite-hf, so it runs in `.venv-vllm` (`make vllm`), as a child process
+(`python -m dlite_hf_vllm.workers.regenerate`). This side does what needs dlite-hf: it tokenizes each prompt with the
+target's chat template (the same ids as `--engine transformers`), skips the prompts already answered (cutting a
+torn last line, as the transformers engine does) and those over `max_prompt_tokens`, and hands the rest to the
+worker as a job file. The worker appends rows chunk by chunk with an fsync each, so a kill loses at most one chunk
+and a restart duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from ...jsonl import completed_ids
+from ..vllm_worker import require_python, run_worker, worker_command
+from . import exclusive_writer, pending_prompts
+
+__all__ = ["regenerate_vllm"]
+
+
+def regenerate_vllm(
+    model_dir: str | Path,
+    tokenizer: Any,
+    prompts: list[dict[str, Any]],
+    out_path: str | Path,
+    max_new_tokens: int = 256,
+    max_prompt_tokens: int = 1024,
+    samples: int = 0,
+    temperature: float = 0.7,
+    top_p: float = 0.9,
+    seed: int = 0,
+    dtype: str = "bfloat16",
+    chunk: int = 256,
+    shuffle: bool = True,
+    python: str | Path | None = None,
+    skip_ids: frozenset[str] | set[str] = frozenset(),
+) -> dict[str, Any]:
+    """Append vLLM's responses to `prompts` to `out_path`; returns the worker's counts plus the skipped ones.
+
+    `samples` = 0 is greedy; N > 0 writes N sampled responses per prompt (ids `<id>#0` .. `<id>#N-1`).
+    `shuffle` orders the job by a seeded shuffle, so every finished chunk covers every domain of the mix.
+    Row ids in `skip_ids` count as done (rows already shipped in the dataset: a fresh machine extends it without
+    regenerating them). `out_path` is locked while the job runs (`exclusive_writer`): a second job on the same
+    file raises `OutputBusyError` (each `--shard I/N` worker needs its own file).
+    """
+    python = require_python(
+        python, "`--engine vllm` runs vLLM in an environment of its own; or use --engine transformers"
+    )
+    if max_new_tokens < 1 or max_prompt_tokens < 1 or chunk < 1 or samples < 0:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens}, max_prompt_tokens={max_prompt_tokens}, chunk={chunk}: all must be "
+            f">= 1; samples={samples}: expected >= 0 (0 is greedy)."
+        )
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_writer(out_path):  # the rows, the job file and the summary are this job's until it ends
+        done = completed_ids(out_path)
+        shipped = set(skip_ids) - done
+        done |= shipped
+        first_id = "{id}#0" if samples else "{id}"
+        pending, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens, first_id)
+        todo = [{"id": i, "workload": workload, "prompt_ids": ids} for i, ids, workload in pending]
+        if shuffle:
+            random.Random(seed).shuffle(todo)
+        job = out_path.with_suffix(".job.jsonl")
+        summary_path = out_path.with_suffix(".summary.json")
+        with open(job, "w", encoding="utf-8") as handle:
+            for row in todo:
+                handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+        options = {
+            "model": model_dir, "job": job, "out": out_path, "dtype": dtype, "max-new-tokens": max_new_tokens,
+            "max-model-len": max_prompt_tokens + max_new_tokens, "chunk": chunk, "samples": samples,
+            "temperature": temperature, "top-p": top_p, "seed": seed, "summary": summary_path,
+        }  # fmt: skip
+        command = worker_command(python, "regenerate", options)
+        summary = run_worker(command, summary_path, "worker", "Rows")
+        job.unlink(missing_ok=True)
+    return {
+        **summary,
+        "already_done": len(done) - len(shipped),
+        "already_shipped": len(shipped),
+        "skipped_too_long": skipped,
+        "todo": len(todo),
+    }
