@@ -151,3 +151,24 @@ def test_the_shipped_card_declares_every_split_it_ships():
     shipped = {p.name.split("-")[0] for p in (folder / "data").glob("*.parquet")}
     assert set(declared) == shipped
     assert all(declared[split] == f"data/{split}-*.parquet" for split in shipped)
+
+
+def test_a_dataset_card_only_renders_into_the_readme_that_shows_that_dataset(tmp_path, monkeypatch):
+    from dlite_hf.cli import main as cli_main
+
+    start, end = dataset.TABLE_MARKS
+    out = tmp_path / "datasets" / "dlite-other-regen"
+    prompts = _prompts(3)
+    write_jsonl(prompts, tmp_path / "prompts.jsonl")
+    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
+    dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", out)
+    (out / "README.md").write_text(f"# card\n\n{start}\n{end}\n")
+    readme = f"# project\n\n**The data** (`datasets/dlite-mine-regen`): rows.\n\n{start}\nkept\n{end}\n"
+    (tmp_path / "README.md").write_text(readme)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["dataset", "card", str(out)]) == 0
+    assert (tmp_path / "README.md").read_text() == readme  # another dataset's table is left as it is
+    assert "| domain |" in (out / "README.md").read_text()
+    (tmp_path / "README.md").write_text(readme.replace("dlite-mine-regen", "dlite-other-regen"))
+    assert cli_main(["dataset", "card", str(out)]) == 0
+    assert "| domain |" in (tmp_path / "README.md").read_text()

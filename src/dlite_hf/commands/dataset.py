@@ -35,7 +35,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             card = Path(args.folder) / "README.md"
             card.write_text(dataset.render_into(card.read_text(), rows, with_sources=True))
             readme = Path("README.md")
-            if readme.is_file() and dataset.TABLE_MARKS[0] in readme.read_text():
+            if readme.is_file() and _shows_dataset(readme.read_text(), Path(args.folder).name):
                 readme.write_text(dataset.render_into(readme.read_text(), rows))
             result = {"rows": len(rows), "card": str(card)}
         elif args.action == "stats":
@@ -55,6 +55,17 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         raise SystemExit(f"dlite-hf dataset {args.action}: {error}") from None
     print(json.dumps(result, indent=1))
     return 0
+
+
+def _shows_dataset(readme: str, name: str) -> bool:
+    """True when the checkout README's dataset table is this dataset's: the paragraph that opens it names the
+    folder (so rendering another dataset's card never overwrites it)."""
+    from ..data import dataset
+
+    if dataset.TABLE_MARKS[0] not in readme:
+        return False
+    before = readme.split(dataset.TABLE_MARKS[0], 1)[0].rstrip()
+    return name in before.rsplit("\n\n", 1)[-1]
 
 
 def add_dataset_parser(sub: argparse._SubParsersAction) -> None:
