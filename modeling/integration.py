@@ -253,7 +253,8 @@ def _uncached_prefill(prepare: Any, calls: dict[int, int]) -> Any:
 
 def _mode_check_wrapper(original: Any) -> Any:
     """Refuse a DLite assistant in a generation mode that would ignore it (beam search, contrastive search,
-    constrained decoding): transformers only warns and decodes without it."""
+    constrained decoding): transformers only warns and decodes without it; and beside classifier-free guidance,
+    whose extra forward of the target breaks assisted decoding's bookkeeping (found by `dlite-hf reliability`)."""
     from transformers.generation.configuration_utils import GenerationMode
 
     @functools.wraps(original)
@@ -265,6 +266,13 @@ def _mode_check_wrapper(original: Any) -> Any:
                 f"{getattr(mode, 'value', mode)} (num_beams={self.num_beams}, penalty_alpha={self.penalty_alpha}, "
                 f"constraints={'set' if self.constraints is not None else None}); transformers would run it "
                 "without the drafter. Use num_beams=1 (greedy or do_sample=True), or leave out assistant_model."
+            )
+        guidance = getattr(self, "guidance_scale", None)
+        if _is_dlite(assistant_model) and guidance is not None and guidance != 1:
+            raise ValueError(
+                f"guidance_scale={guidance!r} (classifier-free guidance) runs an extra, unconditional forward of the "
+                "target at every step, outside what assisted decoding verifies; a DLite drafter cannot draft for it. "
+                "Leave guidance_scale unset (or 1.0), or leave out assistant_model."
             )
         return mode
 

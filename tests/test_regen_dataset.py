@@ -4,11 +4,14 @@ without duplicates, loadable with `datasets`, and rebuilt into the exact trainin
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from dlite_hf.data import dataset
 from dlite_hf.jsonl import write_jsonl
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "datasets").glob("*-regen"))
 
 
 class _Tokenizer:
@@ -113,10 +116,8 @@ def test_the_shards_load_with_datasets(tmp_path):
     assert loaded.num_rows == 3 and loaded[1]["response_ids"] == [6, 6, 7, 2]
 
 
-def test_the_shipped_dataset_loads_and_has_no_text():
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parents[1] / "datasets" / "dlite-smollm2-135m-regen"
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_dataset_loads_and_has_no_text(folder):
     rows = dataset.read_shards(folder)
     assert rows, "the repository ships the regenerated dataset"
     assert len({r["id"] for r in rows}) == len(rows)  # no duplicates
@@ -129,22 +130,22 @@ def test_the_card_and_the_readme_show_the_shipped_shards_tables():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    folder = repo / "datasets" / "dlite-smollm2-135m-regen"
-    rows = dataset.read_shards(folder)
-    card = (folder / "README.md").read_text()
-    assert dataset.render_into(card, rows, with_sources=True) == card, "run `dlite-hf dataset card`"
+    for folder in SHIPPED:
+        card = (folder / "README.md").read_text()
+        assert dataset.render_into(card, dataset.read_shards(folder), with_sources=True) == card, (
+            f"run `dlite-hf dataset card {folder.relative_to(repo)}`"
+        )
+    rows = dataset.read_shards(repo / "datasets" / "dlite-smollm2-135m-regen")  # the README's table is SmolLM2's
     readme = (repo / "README.md").read_text()
     assert dataset.render_into(readme, rows) == readme, "run `dlite-hf dataset card` from the checkout"
     assert dataset.card_table(rows) in readme
 
 
-def test_the_shipped_card_declares_every_split_it_ships():
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_card_declares_every_split_it_ships(folder):
     """`load_dataset(<the folder>)` reads the card's `configs`: a shard prefix not there is a split nobody loads."""
-    from pathlib import Path
-
     import yaml
 
-    folder = Path(__file__).resolve().parents[1] / "datasets" / "dlite-smollm2-135m-regen"
     header = (folder / "README.md").read_text().split("---\n")[1]
     files = yaml.safe_load(header)["configs"][0]["data_files"]
     declared = {entry["split"]: entry["path"] for entry in files}

@@ -109,9 +109,11 @@ def sampled(case: dict) -> bool:
 def make_params(case: dict):
     """The case's SamplingParams (raises as vLLM does for an invalid mix)."""
     from vllm import SamplingParams
-    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     kw = {k: v for k, v in case["kw"].items() if k not in ("abort_after", "structured")}
+    if "abort_after" not in case["kw"]:  # all n sequences in one output when done (an aborted case reads them grow)
+        kw["output_kind"] = RequestOutputKind.FINAL_ONLY
     if "structured" in case["kw"]:
         kw["structured_outputs"] = StructuredOutputsParams(**case["kw"]["structured"])
     return SamplingParams(**kw)
@@ -168,11 +170,12 @@ def _broken(case: dict, result: dict, prompt_len: int, vocab: int) -> list[str]:
     outputs = result["outputs"]
     if len(outputs) != kw.get("n", 1):
         found.append(f"{len(outputs)} sequences for n={kw.get('n', 1)}")
-    for tokens, logprobs in zip(outputs, result["logprobs"]):
+    for tokens, logprobs, finish in zip(outputs, result["logprobs"], result["finish"]):
         if len(tokens) > kw["max_tokens"] or any(not 0 <= t < vocab for t in tokens):
             found.append(f"{len(tokens)} tokens for max_tokens={kw['max_tokens']}, or an id outside the vocabulary")
-        if "allowed_token_ids" in kw and set(tokens) - set(kw["allowed_token_ids"]):
-            found.append(f"tokens {sorted(set(tokens) - set(kw['allowed_token_ids']))[:5]} outside allowed_token_ids")
+        chosen = tokens[:-1] if finish == "stop" else tokens  # a stop token ends a sequence whatever is allowed
+        if "allowed_token_ids" in kw and set(chosen) - set(kw["allowed_token_ids"]):
+            found.append(f"tokens {sorted(set(chosen) - set(kw['allowed_token_ids']))[:5]} outside allowed_token_ids")
         if kw.get("logprobs") is not None and logprobs != len(tokens):
             found.append(f"{logprobs} logprob entries for {len(tokens)} tokens")
         if (

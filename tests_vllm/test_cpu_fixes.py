@@ -66,3 +66,26 @@ def test_the_plugin_loads_the_kernels_built_for_this_cpu():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ops True" in done.stdout
+
+
+def test_the_top_k_of_an_empty_batch_no_longer_raises():
+    def raises_on_empty(logits, k):
+        return logits.masked_fill(logits < logits.topk(int(k.max()), dim=1).values[:, -1:], float("-inf"))
+
+    assert cpu_fixes.top_k_only_is_broken(raises_on_empty)
+    fixed = cpu_fixes._top_k_only_with_empty_batch(raises_on_empty)
+    assert not cpu_fixes.top_k_only_is_broken(fixed)
+    logits = torch.tensor([[1.0, 3.0, 2.0]])
+    assert torch.equal(fixed(logits.clone(), torch.tensor([2])), torch.tensor([[float("-inf"), 3.0, 2.0]]))
+
+
+def test_after_the_plugin_vllms_top_k_only_takes_an_empty_batch():
+    import dlite_hf_vllm
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    dlite_hf_vllm.register()
+    assert not cpu_fixes.top_k_only_is_broken(topk_topp_sampler.apply_top_k_only)
+    logits = torch.randn(3, 10)
+    k = torch.tensor([2, 10, 5])
+    out = topk_topp_sampler.apply_top_k_only(logits.clone(), k)
+    assert (out > float("-inf")).sum(1).tolist() == [2, 10, 5]  # the rows still get their top-k

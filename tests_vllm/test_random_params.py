@@ -17,6 +17,7 @@ def test_the_judge_fails_what_it_must():
     other = {**ok, "outputs": [[1, 1]]}
     assert judge(case, ok, other, ok, 5, 10)[0] == "failure"
     outside = {**ok, "outputs": [[1, 3]]}
+    assert judge(case, ok, {**outside, "finish": ["stop"]}, ok, 5, 10)[0] == "failure"  # 3 differs from plain's 2
     assert "outside allowed_token_ids" in judge(case, ok, outside, ok, 5, 10)[1]
     refused = {"error": "ValueError: min_p is not supported with speculative decoding"}
     assert judge(case, ok, refused, refused, 5, 10)[0] == "refused_like_ngram"

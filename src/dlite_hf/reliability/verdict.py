@@ -101,19 +101,6 @@ def _violations(case: Case, prompt_length: int, out: Any, streamer: _Collect | N
         found.append(f"{len(new)} new tokens for max_new_tokens={gen['max_new_tokens']}")
     if any(not 0 <= t < vocab for t in new):
         found.append("a token id outside the vocabulary")
-    banned = [w[0] for w in gen.get("bad_words_ids", []) if len(w) == 1] + list(gen.get("suppress_tokens", []))
-    if set(banned) & set(new):
-        found.append(f"banned or suppressed tokens {sorted(set(banned) & set(new))} in the output")
-    if gen.get("begin_suppress_tokens") and new[0] in gen["begin_suppress_tokens"]:
-        found.append(f"begin-suppressed token {new[0]} first")
-    size = gen.get("no_repeat_ngram_size")
-    if size:
-        full = seq[0].tolist()
-        for end in range(max(prompt_length, size - 1), len(full)):  # each new token's n-gram is new
-            gram, before = full[end - size + 1 : end + 1], full[:end]
-            if any(before[i : i + size] == gram for i in range(len(before) - size + 1)):
-                found.append(f"new token {end - prompt_length} repeats a {size}-gram (no_repeat_ngram_size={size})")
-                break
     if streamer is not None:
         streamed = [t for chunk in streamer.chunks[1:] for t in chunk]
         if streamed != new or not streamer.ended:
@@ -123,6 +110,25 @@ def _violations(case: Case, prompt_length: int, out: Any, streamer: _Collect | N
             rows = getattr(out, name, None)
             if gen.get(f"output_{name}") and (rows is None or len(rows) != len(new)):
                 found.append(f"{0 if rows is None else len(rows)} {name} for {len(new)} new tokens")
+    if new and len(new) == gen["max_new_tokens"] and new[-1] == gen.get("forced_eos_token_id"):
+        new, seq = new[:-1], seq[:, :-1]  # a forced EOS at the last position overrides every ban: checked without it
+    return found + _bans_broken(gen, prompt_length, seq[0].tolist(), new)
+
+
+def _bans_broken(gen: dict[str, Any], prompt_length: int, full: list[int], new: list[int]) -> list[str]:
+    found = []
+    banned = [w[0] for w in gen.get("bad_words_ids", []) if len(w) == 1] + list(gen.get("suppress_tokens", []))
+    if set(banned) & set(new):
+        found.append(f"banned or suppressed tokens {sorted(set(banned) & set(new))} in the output")
+    if new and gen.get("begin_suppress_tokens") and new[0] in gen["begin_suppress_tokens"]:
+        found.append(f"begin-suppressed token {new[0]} first")
+    size = gen.get("no_repeat_ngram_size")
+    if size:
+        for end in range(max(prompt_length, size - 1), len(full)):  # each new token's n-gram is new
+            gram, before = full[end - size + 1 : end + 1], full[:end]
+            if any(before[i : i + size] == gram for i in range(len(before) - size + 1)):
+                found.append(f"new token {end - prompt_length} repeats a {size}-gram (no_repeat_ngram_size={size})")
+                break
     return found
 
 
