@@ -136,7 +136,7 @@ def draft_tokens(
     `prefix_ids` plus the tokens drafted so far): argmax when greedy, a sample otherwise, and those logits are
     returned as q. The rules keep speculative sampling exact: the confidence stop after draft n looks only at
     drafts 1..n, already drawn and proposed; the skip looks at the first position's top probability before
-    anything is drawn (a skip on the *sampled* first draft would bias q; `tests/test_sampling.py`).
+    anything is drawn (a skip on the *sampled* first draft would bias q; `tests/generate/test_sampling.py`).
 
     A drafter with a draft vocabulary scores its C columns only (`draft_step`). Without processors a round stays on
     them (argmax, softmax and sampling over C entries, not V) and widens its logits to V (-inf elsewhere) once, on

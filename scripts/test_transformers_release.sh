@@ -20,7 +20,7 @@ if [[ ! -x $VENV/bin/python ]]; then
     "$VENV/bin/pip" install -q -e ".[dev]" "transformers==$VERSION" "torch==2.13.0"
 fi
 "$VENV/bin/python" -c "import transformers; print('transformers', transformers.__version__)"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_generate_refusals.py \
-    tests/test_checkpoint_errors.py tests/test_hook_guard.py tests/test_integration.py \
-    tests/test_passthrough.py tests/test_generation.py tests/test_hybrid.py tests/test_suffix_index.py \
-    tests/test_roundtrip.py tests/test_modeling.py tests/test_decoding_options.py
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/generate/test_refusals.py \
+    tests/test_checkpoint_errors.py tests/generate/test_hook_guard.py tests/generate/test_integration.py \
+    tests/generate/test_passthrough.py tests/generate/test_greedy.py tests/generate/test_hybrid.py \
+    tests/test_suffix_index.py tests/test_roundtrip.py tests/test_modeling.py tests/generate/test_decoding_options.py

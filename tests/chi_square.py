@@ -1,5 +1,5 @@
 """Pearson's chi-square goodness of fit, in torch alone: shared by the sampling tests of both engines
-(tests/test_sampling.py, and tests_vllm/, whose environment has no dlite_hf and no scipy)."""
+(tests/generate/test_sampling.py, and tests_vllm/, whose environment has no dlite_hf and no scipy)."""
 
 from __future__ import annotations
 

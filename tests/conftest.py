@@ -34,6 +34,22 @@ def repo_script():
 
 
 @pytest.fixture(scope="module")
+def target():
+    """A tiny seeded Qwen3 target (vocabulary 128, hidden 64, 4 layers; tests/tiny_models.py)."""
+    return make_tiny_target("qwen3", seed=11)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module (`pytestmark = pytest.mark.usefixtures("one_thread")`): tiny models gain
+    nothing from threads, and on a busy machine extra threads only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
 def tiny_pair():
     """A tiny seeded Qwen3 target (vocabulary 128) and an untrained DLite drafter for it: the shared fixture of the
     tests that need a drafter and a target but not accepted drafts (refusals, checkpoints, the hybrid's lookups)."""
@@ -74,6 +90,14 @@ def smollm2(smollm2_dir):
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    """The real SmolLM2 tokenizer (ChatML template), so prompts are templated as for the real target."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 assert dlite_hf.DLiteForSpeculation is DLiteForSpeculation  # the package import registered the classes

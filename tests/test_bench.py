@@ -9,7 +9,7 @@ import json.decoder
 import pytest
 import torch
 from tiny_models import make_drafter, make_smollm_vocab_target
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.bench import command as bench_command
 from dlite_hf.bench import runner as bench_runner
@@ -36,21 +36,7 @@ SUMMARY_KEYS = {
 }  # fmt: skip
 META_KEYS = {"machine", "threads", "python", "torch", "transformers", "dlite_hf", "max_new_tokens", "started_utc"}
 ALL_METHODS = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy machine extra threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    """The real SmolLM2 tokenizer (ChatML template), so prompts are templated as for the real target."""
-    return AutoTokenizer.from_pretrained(smollm2_dir)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

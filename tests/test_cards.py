@@ -5,30 +5,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
-import torch
 from huggingface_hub import ModelCard
+from tiny_models import make_drafter
 
-from dlite_hf import DLiteConfig, DLiteForSpeculation
+from dlite_hf import DLiteConfig
 from dlite_hf.card_check import check_card, numbers_in
 from dlite_hf.cards import PAPER_LABEL, REQUIRED_SECTIONS, bench_rows, read_bench_result, render_model_card
 from dlite_hf.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_CARDS = sorted((REPO / "hub_cards").glob("*.md"))
-
-
-def _method_notes() -> Path | None:
-    """The project's restatement of the paper (docs/method.md in the shared folder), if this checkout has it."""
-    candidates = [
-        os.environ.get("DLITE_METHOD_MD"),
-        REPO / "shared/docs/method.md",
-        REPO.parent / "shared/docs/method.md",
-    ]
-    return next((Path(c) for c in candidates if c and Path(c).is_file()), None)
 
 
 def _results_tables(text: str) -> list[tuple[str, list[str]]]:
@@ -106,11 +95,11 @@ def test_paper_cards_are_rendered_from_the_generator(size):
     assert PAPER_LABEL in text and "dlite-hf has not reproduced them" in text
 
 
-def test_paper_figures_match_the_method_notes():
-    notes = _method_notes()
-    if notes is None:
-        pytest.skip("docs/method.md (the project's restatement of the paper) is not in this checkout")
-    allowed = set(numbers_in(notes.read_text(encoding="utf-8")))
+def test_paper_figures_are_the_papers():
+    """Every figure of a paper-labelled results table is one of the paper's (docs/paper-results.md)."""
+    paper = (REPO / "docs" / "paper-results.md").read_text(encoding="utf-8").splitlines()
+    allowed = {number for line in paper if line.startswith("|") for number in numbers_in(line)}
+    quoted = 0
     for path in HUB_CARDS:
         for label, body in _results_tables(path.read_text(encoding="utf-8")):
             if PAPER_LABEL not in label:
@@ -118,6 +107,8 @@ def test_paper_figures_match_the_method_notes():
             for line in body:
                 for number in numbers_in(line):
                     assert number in allowed, f"{path.name}: {number} in {line!r} is not a figure of the paper"
+                    quoted += 1
+    assert quoted, "no card quotes the paper: the check above checked nothing"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -133,19 +124,12 @@ def tiny_checkpoint(tmp_path_factory):
         vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
         num_key_value_heads=2, architectures=["LlamaForCausalLM"],
     )  # fmt: skip
-    config = DLiteConfig.for_target(
-        target_config,
-        num_target_layers_tapped=2,
-        target_name_or_path="smollm2-135m",
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_rank=8,
-    )
-    torch.manual_seed(0)
+    drafter = make_drafter(
+        target_config, num_target_layers_tapped=2, target_name_or_path="smollm2-135m", num_hidden_layers=1,
+        head_rank=8, intermediate_size=None,
+    )  # fmt: skip
     folder = tmp_path_factory.mktemp("ckpt") / "drafter"
-    DLiteForSpeculation(config).save_pretrained(folder)
+    drafter.save_pretrained(folder)
     record = {"stage": "stable", "epochs": 6, "learning_rate": 0.001, "draft_vocab_resized": {"from": 64, "to": 32}}
     (folder / "dlite_training.json").write_text(json.dumps(record))
     return folder
@@ -251,11 +235,10 @@ def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
 
     target_config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                 num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
-    config = DLiteConfig.for_target(
-        target_config, num_target_layers_tapped=2, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, head_rank=8, draft_vocab_size=40,
+    model = make_drafter(
+        target_config, num_target_layers_tapped=2, num_hidden_layers=1, head_rank=8, intermediate_size=None,
+        draft_vocab_size=40,
     )  # fmt: skip
-    model = DLiteForSpeculation(config)
     model.save_pretrained(tmp_path)
     assert _num_parameters(tmp_path) == sum(p.numel() for p in model.parameters())
 

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import make_smollm_vocab_target
-from transformers import AutoTokenizer, LlamaForCausalLM
+from tiny_models import make_drafter, make_smollm_vocab_target
 
-from dlite_hf import DLiteConfig, DLiteForSpeculation
 from dlite_hf.demo import (
     ROUND_COLOURS,
     ColumnRun,
@@ -41,44 +39,15 @@ EXAMPLES = {
 }
 
 
-def make_tiny_target(seed: int = 0, num_layers: int = 2) -> LlamaForCausalLM:
-    """The shared SmolLM2-vocabulary tiny Llama (tests/tiny_models.py)."""
-    return make_smollm_vocab_target(seed=seed, num_layers=num_layers)
-
-
-def make_random_drafter(target, seed: int = 1) -> DLiteForSpeculation:
-    config = DLiteConfig.for_target(
-        target.config,
-        num_target_layers_tapped=2,
-        target_name_or_path="tiny-llama",
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        head_rank=16,
-    )
-    torch.manual_seed(seed)
-    return DLiteForSpeculation(config).eval()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(smollm2_dir):
-    return AutoTokenizer.from_pretrained(smollm2_dir)
+# the demo's random drafter: 2 tapped layers, 1 layer (tests/tiny_models.py `make_drafter`)
+DRAFTER = dict(num_target_layers_tapped=2, num_hidden_layers=1, target_name_or_path="tiny-llama")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_models(tokenizer) -> DemoModels:
-    target = make_tiny_target()
-    drafter = make_random_drafter(target)
+    target = make_smollm_vocab_target()
+    drafter = make_drafter(target, seed=1, **DRAFTER)
     return DemoModels(
         target=target, tokenizer=tokenizer, drafter=drafter, target_name="tiny-llama", drafter_path="(in memory)"
     )
@@ -216,10 +185,10 @@ def test_page_shows_the_missing_asset_messages(tmp_path, monkeypatch):
 
 
 def test_drafter_for_another_target_is_refused(tmp_path, tokenizer):
-    target = make_tiny_target()
+    target = make_smollm_vocab_target()
     target.save_pretrained(tmp_path / "target")
     tokenizer.save_pretrained(tmp_path / "target")
-    make_random_drafter(make_tiny_target(num_layers=3)).save_pretrained(tmp_path / "drafter")
+    make_drafter(make_smollm_vocab_target(num_layers=3), seed=1, **DRAFTER).save_pretrained(tmp_path / "drafter")
     models = load_models(str(tmp_path / "target"), tmp_path / "drafter")
     assert models.target is not None and models.drafter is None
     assert "trained for" in models.drafter_error and "3-layer target" in models.drafter_error
@@ -354,16 +323,16 @@ def test_headless_chromium_screenshot_after_a_run(running_app, tmp_path):
 
 def test_bfloat16_greedy_divergences_are_shown_as_near_ties_not_bugs(tokenizer):
     """In reduced precision the page re-scores a divergent column in float32 instead of calling it a bug."""
-    import copy
-
     from dlite_hf.demo import verdict
     from dlite_hf.neartie import NearTieReport
 
-    target = make_tiny_target().to(torch.bfloat16)
+    target = make_smollm_vocab_target().to(torch.bfloat16)
     with torch.no_grad():
         target.lm_head.weight.mul_(4.0)
     models = DemoModels(
-        target=target, tokenizer=tokenizer, drafter=copy.deepcopy(make_random_drafter(target)).to(torch.bfloat16)
+        target=target,
+        tokenizer=tokenizer,
+        drafter=make_drafter(target, seed=1, **DRAFTER).to(torch.bfloat16),
     )
     runner = DemoRunner(models, EXAMPLES)
     final = _final(list(runner.compare("Write a haiku about tea.", max_new_tokens=16, prompt_lookup=True)))

@@ -107,13 +107,8 @@ def test_train_with_a_bfloat16_target(tmp_path, smollm2_dir, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# the near-tie checker, analytically on a tiny float32 target
+# the near-tie checker, analytically on the tiny float32 target (conftest.py)
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return make_tiny_target("qwen3", seed=2)
 
 
 def _greedy_from(target, sequence: torch.Tensor, total: int) -> torch.Tensor:
@@ -128,57 +123,57 @@ def _ranked(target, sequence: torch.Tensor, rank: int) -> tuple[int, float]:
     return int(indices[rank]), float(values[0] - values[rank])
 
 
-def test_identical_outputs_pass_without_rescoring(tiny):
+def test_identical_outputs_pass_without_rescoring(target):
     prompt = torch.tensor([[4, 8, 15, 16]])
-    plain = _greedy_from(tiny, prompt, 12)
+    plain = _greedy_from(target, prompt, 12)
     report = check_near_ties(None, 4, plain, plain.clone(), epsilon=0.0)  # no reference needed: nothing differs
     assert report.ok and report.identical and report.first_divergence is None
 
 
-def test_a_divergence_is_a_near_tie_exactly_when_the_top2_margin_is_within_epsilon(tiny):
+def test_a_divergence_is_a_near_tie_exactly_when_the_top2_margin_is_within_epsilon(target):
     prompt = torch.tensor([[4, 8, 15, 16]])
-    plain = _greedy_from(tiny, prompt, 14)
+    plain = _greedy_from(target, prompt, 14)
     d = 3  # the speculative run picks the second-best token at new token 3, then decodes greedily
-    second, margin = _ranked(tiny, plain[:, : 4 + d], rank=1)
-    speculative = _greedy_from(tiny, torch.cat([plain[:, : 4 + d], torch.tensor([[second]])], 1), plain.shape[1])
-    gaps, top2 = logit_gaps(tiny, plain, 4)
+    second, margin = _ranked(target, plain[:, : 4 + d], rank=1)
+    speculative = _greedy_from(target, torch.cat([plain[:, : 4 + d], torch.tensor([[second]])], 1), plain.shape[1])
+    gaps, top2 = logit_gaps(target, plain, 4)
     assert float(top2[d]) == pytest.approx(margin, abs=1e-5) and float(gaps.max()) < 1e-5  # plain is the argmax
 
-    report = check_near_ties(tiny, 4, plain, speculative, epsilon=margin + 1e-4)
+    report = check_near_ties(target, 4, plain, speculative, epsilon=margin + 1e-4)
     assert report.ok, report.reason
     assert report.first_divergence == d and report.speculative_token == second
     assert report.divergence_margin == pytest.approx(margin, abs=1e-5) == report.top2_margin
     assert report.max_gap == pytest.approx(margin, abs=1e-5) and report.worst_position == d  # then greedy: gap 0
 
-    report = check_near_ties(tiny, 4, plain, speculative, epsilon=margin - 1e-3)
+    report = check_near_ties(target, 4, plain, speculative, epsilon=margin - 1e-3)
     assert not report.ok and "at the first divergence (new token 3)" in report.reason
 
 
-def test_a_wrong_token_after_the_divergence_is_caught(tiny):
+def test_a_wrong_token_after_the_divergence_is_caught(target):
     prompt = torch.tensor([[4, 8, 15, 16]])
-    plain = _greedy_from(tiny, prompt, 14)
-    second, margin = _ranked(tiny, plain[:, :5], rank=1)
+    plain = _greedy_from(target, prompt, 14)
+    second, margin = _ranked(target, plain[:, :5], rank=1)
     head = torch.cat([plain[:, :5], torch.tensor([[second]])], 1)  # a near-tie at new token 1 (for a wide epsilon)
-    head = _greedy_from(tiny, head, 9)
-    last, gap = _ranked(tiny, head, rank=-1)  # ... then the token the target ranks last, at new token 5
-    speculative = _greedy_from(tiny, torch.cat([head, torch.tensor([[last]])], 1), plain.shape[1])
+    head = _greedy_from(target, head, 9)
+    last, gap = _ranked(target, head, rank=-1)  # ... then the token the target ranks last, at new token 5
+    speculative = _greedy_from(target, torch.cat([head, torch.tensor([[last]])], 1), plain.shape[1])
     assert gap > margin
     epsilon = (margin + gap) / 2
-    report = check_near_ties(tiny, 4, plain, speculative, epsilon=epsilon)
+    report = check_near_ties(target, 4, plain, speculative, epsilon=epsilon)
     assert not report.ok and report.first_divergence == 1 and report.worst_position == 5
     assert report.max_gap == pytest.approx(gap, abs=1e-5)
     assert "committed token" in report.reason and "at new token 5" in report.reason
 
 
-def test_outputs_that_stop_at_different_points_are_not_near_ties(tiny):
+def test_outputs_that_stop_at_different_points_are_not_near_ties(target):
     prompt = torch.tensor([[4, 8, 15, 16]])
-    plain = _greedy_from(tiny, prompt, 12)
-    report = check_near_ties(tiny, 4, plain, plain[:, :-2], epsilon=10.0)
+    plain = _greedy_from(target, prompt, 12)
+    report = check_near_ties(target, 4, plain, plain[:, :-2], epsilon=10.0)
     assert not report.ok and "stopped at new token 6" in report.reason
     with pytest.raises(ValueError, match="do not start with the same prompt"):
-        check_near_ties(tiny, 4, plain, torch.cat([plain[:, :1] + 1, plain[:, 1:]], 1), epsilon=1.0)
+        check_near_ties(target, 4, plain, torch.cat([plain[:, :1] + 1, plain[:, 1:]], 1), epsilon=1.0)
     with pytest.raises(ValueError, match="epsilon=-1"):
-        check_near_ties(tiny, 4, plain, plain, epsilon=-1)
+        check_near_ties(target, 4, plain, plain, epsilon=-1)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -187,7 +182,7 @@ def test_outputs_that_stop_at_different_points_are_not_near_ties(tiny):
 
 
 @pytest.fixture(scope="module")
-def bf16_pair(smollm2_dir):
+def bf16_smollm2(smollm2_dir):
     from dlite_hf.assets import load_target
     from dlite_hf.defaults import default_drafter_dir
 
@@ -205,8 +200,8 @@ def _prompts(tokenizer, n: int = 3) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("method", ["prompt_lookup", "dlite", "hybrid"])
-def test_real_bfloat16_divergences_are_near_ties(bf16_pair, method):
-    target, tokenizer, drafter, reference = bf16_pair
+def test_real_bfloat16_divergences_are_near_ties(bf16_smollm2, method):
+    target, tokenizer, drafter, reference = bf16_smollm2
     extra = {
         "prompt_lookup": {"prompt_lookup_num_tokens": 8},
         "dlite": {"assistant_model": drafter},
@@ -219,9 +214,9 @@ def test_real_bfloat16_divergences_are_near_ties(bf16_pair, method):
         assert report.ok, report.reason
 
 
-def test_the_checker_fails_a_verification_that_accepts_wrong_drafts(bf16_pair):
+def test_the_checker_fails_a_verification_that_accepts_wrong_drafts(bf16_smollm2):
     """A broken verifier (every draft accepted, whatever the target says) must not pass as near-ties."""
-    target, tokenizer, drafter, reference = bf16_pair
+    target, tokenizer, drafter, reference = bf16_smollm2
 
     def accept_every_draft(module, args, kwargs, output):
         ids = kwargs.get("input_ids", args[0] if args else None)

@@ -12,11 +12,6 @@ from dlite_hf.draft_vocab import set_draft_vocab
 from dlite_hf.modeling.drafting import rule_distribution
 
 
-@pytest.fixture(scope="module")
-def target():
-    return make_tiny_target("qwen3", seed=11)
-
-
 def _inputs(drafter, rows: int = 5):
     generator = torch.Generator().manual_seed(4)
     shape = (rows, drafter.config.num_tapped_layers, drafter.config.target_hidden_size)

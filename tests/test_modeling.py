@@ -244,11 +244,6 @@ def test_for_target(make_config, layers, hidden, vocab, arch, model_type):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def target():
-    return make_tiny_target("qwen3", seed=11)
-
-
 def _tapped_states(target, ids: torch.Tensor, layer_ids: list[int]) -> torch.Tensor:
     """`[B, T, L, H_t]` outputs of the tapped decoder layers (hidden_states[i + 1] is layer i's output)."""
     with torch.no_grad():

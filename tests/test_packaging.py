@@ -9,27 +9,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from tiny_models import HUB_CODE_FILES
 
 import dlite_hf.modeling.modeling_dlite as modeling_module
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = (
-    "configuration_dlite.py",
-    "modeling_dlite.py",
-    "blocks.py",
-    "candidate_generators.py",
-    "drafting.py",
-    "generation_stats.py",
-    "integration.py",
-    "decoding_options.py",
-    "tapping.py",
-    "suffix_index.py",
-    "target_binding.py",
-)
 
 
 def test_editable_install_imports_the_repository_modeling_folder():
     assert Path(modeling_module.__file__).resolve() == (ROOT / "modeling" / "modeling_dlite.py").resolve()
+    # the tests' list of the Hub code files is the folder's (every module but the package's __init__.py)
+    modules = sorted(path.name for path in (ROOT / "modeling").glob("*.py") if path.name != "__init__.py")
+    assert modules == sorted(HUB_CODE_FILES)
 
 
 @pytest.mark.heavy  # builds a wheel: in `make test` and CI, not test-fast
@@ -52,7 +43,7 @@ def test_wheel_contains_the_modeling_files_once(tmp_path):
     )
     (wheel,) = tmp_path.glob("dlite_hf-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for name in FILES:
+    for name in HUB_CODE_FILES:
         matches = [n for n in names if n.endswith("/" + name)]
         assert matches == [f"dlite_hf/modeling/{name}"], matches
         assert zipfile.ZipFile(wheel).read(matches[0]) == (ROOT / "modeling" / name).read_bytes()
@@ -66,7 +57,7 @@ def test_wheel_contains_the_modeling_files_once(tmp_path):
 
 
 def test_shipped_drafter_links_to_the_single_source():
-    for name in FILES:
+    for name in HUB_CODE_FILES:
         path = ROOT / "drafters" / "dlite-smollm2-135m" / name
         assert path.is_symlink() and path.resolve() == (ROOT / "modeling" / name).resolve()
 
@@ -131,6 +122,6 @@ def test_every_test_path_the_scripts_name_exists():
     named = set()
     for script in (ROOT / "scripts" / "test_transformers_release.sh", ROOT / "Makefile", ROOT / ".ci" / "run"):
         named |= set(re.findall(r"\btests/[\w/]+\.py\b", script.read_text()))
-    assert "tests/test_generation.py" in named  # the pattern sees the release script's list
+    assert "tests/generate/test_greedy.py" in named  # the pattern sees the release script's list
     missing = sorted(path for path in named if not (ROOT / path).is_file())
     assert not missing, f"paths named in the scripts that do not exist: {missing}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import make_drafter, make_tiny_target
+from tiny_models import HUB_CODE_FILES, make_drafter, make_tiny_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
@@ -167,19 +167,9 @@ def test_push_to_hub_uploads_drafter_code_and_card(tmp_path, monkeypatch):
     upload = api.uploads[-1]
     assert upload["repo_id"] == "org/dlite-tiny"
     for name in (
+        *HUB_CODE_FILES,
         "model.safetensors",
         "config.json",
-        "configuration_dlite.py",
-        "modeling_dlite.py",
-        "blocks.py",
-        "candidate_generators.py",
-        "drafting.py",
-        "generation_stats.py",
-        "integration.py",
-        "decoding_options.py",
-        "tapping.py",
-        "suffix_index.py",
-        "target_binding.py",
         "README.md",
     ):
         assert name in upload["files"], upload["files"]

@@ -12,31 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import make_drafter, make_tiny_target
+from tiny_models import HUB_CODE_FILES, make_drafter
 from transformers import AutoConfig, AutoModel
 
 import dlite_hf
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 
 MODELING_DIR = Path(dlite_hf.modeling.__file__).parent
-CODE_FILES = [
-    "configuration_dlite.py",
-    "modeling_dlite.py",
-    "blocks.py",
-    "candidate_generators.py",
-    "drafting.py",
-    "generation_stats.py",
-    "integration.py",
-    "decoding_options.py",
-    "tapping.py",
-    "suffix_index.py",
-    "target_binding.py",
-]
-
-
-@pytest.fixture(scope="module")
-def target():
-    return make_tiny_target("qwen3", seed=21)
 
 
 @pytest.fixture(scope="module", params=[0, 3], ids=["history_free", "window3"])
@@ -64,7 +46,7 @@ def _draft_inputs(drafter):
 def test_saved_folder_layout(saved):
     drafter, folder = saved
     names = sorted(os.listdir(folder))
-    assert names == sorted(["config.json", "model.safetensors", *CODE_FILES]), names
+    assert names == sorted(["config.json", "model.safetensors", *HUB_CODE_FILES]), names
     assert not [n for n in names if n.endswith(".bin")]
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] == {
@@ -74,7 +56,7 @@ def test_saved_folder_layout(saved):
     assert config["model_type"] == "dlite"
     assert config["target_layer_ids"] == drafter.config.target_layer_ids
     assert config["target_model"]["name_or_path"] == "tiny"
-    for name in CODE_FILES:  # the code beside the checkpoint is exactly the package's model code
+    for name in HUB_CODE_FILES:  # the code beside the checkpoint is exactly the package's model code
         assert (folder / name).read_text() == (MODELING_DIR / name).read_text(), name
 
 

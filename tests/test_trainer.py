@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from tiny_models import make_drafter, make_tiny_target
+from tiny_models import HUB_CODE_FILES, make_drafter, make_tiny_target
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.draft_vocab import set_draft_vocab
@@ -117,19 +117,7 @@ def test_checkpoint_holds_only_the_drafter_code_and_card(tiny_setup, tmp_path):
     trainer.save_model(args.output_dir)
     folder = Path(args.output_dir)
     names = {p.name for p in folder.iterdir()}
-    code = {
-        "modeling_dlite.py",
-        "blocks.py",
-        "candidate_generators.py",
-        "drafting.py",
-        "generation_stats.py",
-        "integration.py",
-        "decoding_options.py",
-        "tapping.py",
-        "suffix_index.py",
-        "target_binding.py",
-    }
-    assert {"model.safetensors", "config.json", "README.md", *code} <= names
+    assert {"model.safetensors", "config.json", "README.md", *HUB_CODE_FILES} <= names
     assert not any(name.endswith(".bin") and name != "training_args.bin" for name in names)
     with safe_open(folder / "model.safetensors", "pt") as handle:
         keys = list(handle.keys())

@@ -1,6 +1,7 @@
 """Tiny seeded models built in code, for the unit tests: targets of three architectures, DLite drafters for them,
-a drafter fitted to a target's greedy outputs, and a small `dlite-hf train` run on disk. Imported by the tests
-(`from tiny_models import ...`) and by `conftest.py`'s fixtures."""
+a drafter fitted to a target's greedy outputs, a small `dlite-hf train` run on disk, and the names of the Hub code
+files every saved drafter carries. Imported by the tests (`from tiny_models import ...`) and by `conftest.py`'s
+fixtures."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from transformers import (
 from dlite_hf import DLiteConfig, DLiteForSpeculation
 
 __all__ = [
+    "HUB_CODE_FILES",
     "TINY_ARCHS",
     "fit_drafter_to_greedy",
     "make_drafter",
@@ -26,6 +28,22 @@ __all__ = [
     "tiny_prompt",
     "write_tiny_training_run",
 ]
+
+# The model code in modeling/ that every saved drafter folder carries beside its weights (trust_remote_code loads it
+# from there); test_packaging.py checks that this is every file of modeling/ but its __init__.py.
+HUB_CODE_FILES = (
+    "configuration_dlite.py",
+    "modeling_dlite.py",
+    "blocks.py",
+    "candidate_generators.py",
+    "drafting.py",
+    "generation_stats.py",
+    "integration.py",
+    "decoding_options.py",
+    "tapping.py",
+    "suffix_index.py",
+    "target_binding.py",
+)
 
 TINY_ARCHS = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
@@ -82,7 +100,11 @@ def make_smollm_vocab_target(seed: int = 0, num_layers: int = 2, max_positions: 
 
 
 def make_drafter(target, seed: int = 0, **overrides) -> DLiteForSpeculation:
+    """A seeded random DLite drafter for `target` (a model, or only its config): 3 tapped layers, hidden 32, 2
+    layers, head rank 16, recorded as drafting for "tiny"; ``overrides`` changes any `DLiteConfig.for_target`
+    argument (``target_name_or_path`` included)."""
     kwargs = dict(
+        target_name_or_path="tiny",
         num_target_layers_tapped=3,
         hidden_size=32,
         num_hidden_layers=2,
@@ -92,7 +114,7 @@ def make_drafter(target, seed: int = 0, **overrides) -> DLiteForSpeculation:
         intermediate_size=64,
     )
     kwargs.update(overrides)
-    config = DLiteConfig.for_target(target.config, target_name_or_path="tiny", **kwargs)
+    config = DLiteConfig.for_target(getattr(target, "config", target), **kwargs)
     torch.manual_seed(seed)
     return DLiteForSpeculation(config).eval()
 

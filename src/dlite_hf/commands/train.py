@@ -143,18 +143,8 @@ def _check_continuation_flags(script, args) -> None:
         )
 
 
-def run_train(argv: list[str]) -> Path:
-    import torch
-    from transformers.trainer_utils import get_last_checkpoint
-
-    from .. import DLiteForSpeculation
-    from ..assets import open_target
-    from ..derived_drafters import derive_drafter, grow_drafter
-    from ..draft_vocab import set_draft_vocab
-    from ..jsonl import read_jsonl
-    from ..training.data import RegeneratedDataset, response_token_counts
-    from ..training.trainer import DLiteTrainer
-
+def _parse_train_args(argv: list[str]):
+    """`dlite-hf train`'s arguments, checked before the target loads; sets the thread count."""
     parser, _ = build_train_parser()
     # `--teacher DIR` (the issue's spelling) is DLiteTrainingArguments.teacher_path
     argv = ["--teacher_path" if a == "--teacher" else a.replace("--teacher=", "--teacher_path=", 1) for a in argv]
@@ -164,33 +154,51 @@ def run_train(argv: list[str]) -> Path:
         raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
     _check_continuation_flags(script, args)  # before the target loads
     _check_sliding_window(script, args)
-    target, tokenizer, folder = open_target(
-        script.target, script.target_adapter, dtype=script.target_dtype, device_map=script.target_device_map
-    )
-    target_name = script.target if not Path(script.target).exists() else str(folder)
-    teacher = None
-    if args.stage == "warmup":
-        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path, dtype=torch.float32)
+    return script, args
+
+
+def _drafter_from_init(script, args):
+    """The drafter of --init (float32 master weights), as the stage may train it."""
+    import torch
+
+    from .. import DLiteForSpeculation
+    from ..derived_drafters import derive_drafter
+
+    model = DLiteForSpeculation.from_pretrained(script.init, dtype=torch.float32)
+    if not script.sequential_head and model.head is not None:  # the pure-parallel ablation, same start
+        model = derive_drafter(model, "head.", use_sequential_head=False)
+    if args.stage == "teacher" and model.config.history_window == 0:
+        raise SystemExit("--init for stage teacher must be a history-aware checkpoint (history_window != 0).")
+    if args.stage != "teacher" and model.config.history_window != 0 and not args.lora:
+        raise SystemExit(
+            f"--init {script.init} is a history-aware model (history_window={model.config.history_window}); "
+            "stages warmup/stable train the history-free drafter. Pass it as --teacher for warmup."
+        )
+    return model
+
+
+def _starting_drafter(script, args, target_config, target_name: str, teacher):
+    """What the stage trains: --init, else a new teacher, else the warmup teacher's warm start, else a new drafter."""
+    from .. import DLiteForSpeculation
+    from ..derived_drafters import derive_drafter
+
     if script.init:
-        model = DLiteForSpeculation.from_pretrained(script.init, dtype=torch.float32)  # float32 master weights
-        if not script.sequential_head and model.head is not None:  # the pure-parallel ablation, same start
-            model = derive_drafter(model, "head.", use_sequential_head=False)
-        if args.stage == "teacher" and model.config.history_window == 0:
-            raise SystemExit("--init for stage teacher must be a history-aware checkpoint (history_window != 0).")
-        if args.stage != "teacher" and model.config.history_window != 0 and not args.lora:
-            raise SystemExit(
-                f"--init {script.init} is a history-aware model (history_window={model.config.history_window}); "
-                "stages warmup/stable train the history-free drafter. Pass it as --teacher for warmup."
-            )
-    elif args.stage == "teacher":
-        model = DLiteForSpeculation(_new_drafter_config(script, target.config, args.history_window, target_name))
-    elif teacher is not None:
+        return _drafter_from_init(script, args)
+    if args.stage == "teacher":
+        return DLiteForSpeculation(_new_drafter_config(script, target_config, args.history_window, target_name))
+    if teacher is not None:
         # warm start: the teacher's architecture and weights, minus its history projection
         model = derive_drafter(teacher, "history_proj", history_window=0)
         if not script.sequential_head and model.head is not None:
             model = derive_drafter(model, "head.", use_sequential_head=False)
-    else:
-        model = DLiteForSpeculation(_new_drafter_config(script, target.config, script.sliding_window, target_name))
+        return model
+    return DLiteForSpeculation(_new_drafter_config(script, target_config, script.sliding_window, target_name))
+
+
+def _adapted_drafter(script, args, model):
+    """The starting drafter with --grow_layers, --refresh_draft_vocab and --lora applied, in that order."""
+    from ..derived_drafters import derive_drafter, grow_drafter
+
     if script.grow_layers:
         model = grow_drafter(model, script.grow_layers)
     if script.refresh_draft_vocab:
@@ -205,6 +213,18 @@ def run_train(argv: list[str]) -> Path:
 
         targets = args.lora_target_modules or list(LORA_DEFAULT_TARGETS)
         model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, target_modules=targets))
+    return model
+
+
+def _training_rows(script, args, model, teacher):
+    """The rows of --data (several files train together), after choosing the draft vocabulary of a new or
+    refreshed drafter from them; split into (train, eval) by --eval_fraction (eval None without one)."""
+    import torch
+
+    from ..draft_vocab import set_draft_vocab
+    from ..jsonl import read_jsonl
+    from ..training.data import RegeneratedDataset, response_token_counts
+
     paths = [p for p in script.data.split(",") if p]  # several row files (regenerate, label-text) train together
     dataset = RegeneratedDataset(
         paths[0] if len(paths) == 1 else [row for path in paths for row in read_jsonl(path)],
@@ -213,13 +233,33 @@ def run_train(argv: list[str]) -> Path:
     drafter = model.get_base_model() if args.lora else model
     if drafter.draft_vocab_ids is not None and (script.refresh_draft_vocab or (not script.init and teacher is None)):
         set_draft_vocab(drafter, response_token_counts(dataset, drafter.config.vocab_size))
-    eval_dataset = None
-    if script.eval_fraction > 0:
-        n_eval = max(1, int(len(dataset) * script.eval_fraction))
-        generator = torch.Generator().manual_seed(args.seed)
-        order = torch.randperm(len(dataset), generator=generator).tolist()
-        eval_dataset = torch.utils.data.Subset(dataset, order[:n_eval])
-        dataset = torch.utils.data.Subset(dataset, order[n_eval:])
+    if script.eval_fraction <= 0:
+        return dataset, None
+    n_eval = max(1, int(len(dataset) * script.eval_fraction))
+    generator = torch.Generator().manual_seed(args.seed)
+    order = torch.randperm(len(dataset), generator=generator).tolist()
+    return torch.utils.data.Subset(dataset, order[n_eval:]), torch.utils.data.Subset(dataset, order[:n_eval])
+
+
+def run_train(argv: list[str]) -> Path:
+    import torch
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from .. import DLiteForSpeculation
+    from ..assets import open_target
+    from ..training.trainer import DLiteTrainer
+
+    script, args = _parse_train_args(argv)
+    target, _, folder = open_target(
+        script.target, script.target_adapter, dtype=script.target_dtype, device_map=script.target_device_map
+    )
+    target_name = script.target if not Path(script.target).exists() else str(folder)
+    teacher = None
+    if args.stage == "warmup":
+        teacher = DLiteForSpeculation.from_pretrained(args.teacher_path, dtype=torch.float32)
+    model = _starting_drafter(script, args, target.config, target_name, teacher)
+    model = _adapted_drafter(script, args, model)
+    dataset, eval_dataset = _training_rows(script, args, model, teacher)
     card_info = {
         "base_model": target_name,
         "training": {"data": script.data, "target": target_name},

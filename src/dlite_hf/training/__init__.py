@@ -1,1 +1,1 @@
-"""Training: data regeneration, losses, the DLite trainer."""
+"""Training: the DLite trainer, its arguments, losses and metrics (the data pipeline is `dlite_hf.data`)."""

@@ -61,6 +61,70 @@ def _unwrap(model: nn.Module) -> DLiteForSpeculation:
     )
 
 
+def _check_stage(stage: str, drafter: DLiteForSpeculation, teacher: DLiteForSpeculation | None) -> None:
+    """Refuse a drafter or teacher the stage cannot train with, saying what it needs."""
+    if stage == "teacher" and drafter.config.history_window == 0:
+        raise ValueError(
+            "stage='teacher' trains the history-aware teacher, but the model has history_window=0. Build it with "
+            "DLiteConfig(..., history_window=-1) (or N > 0 for a sliding window)."
+        )
+    if stage != "warmup":
+        if teacher is not None:
+            raise ValueError(f"A teacher is only used in stage 'warmup', got one with stage={stage!r}.")
+        return
+    if teacher is None:
+        raise ValueError("stage='warmup' distils to the history-aware teacher: pass teacher=<trained teacher>.")
+    if teacher.config.history_window == 0:
+        raise ValueError("The warmup teacher must be history-aware (history_window != 0), got 0.")
+    if teacher.config.num_draft_tokens != drafter.config.num_draft_tokens or list(
+        teacher.config.target_layer_ids
+    ) != list(drafter.config.target_layer_ids):
+        raise ValueError(
+            f"Teacher (K={teacher.config.num_draft_tokens}, layers {teacher.config.target_layer_ids}) and "
+            f"drafter (K={drafter.config.num_draft_tokens}, layers {drafter.config.target_layer_ids}) must "
+            "share K and the tapped layers."
+        )
+
+
+def _freeze_and_bind(target: nn.Module, drafter: DLiteForSpeculation, teacher: DLiteForSpeculation | None) -> None:
+    """The target (and the teacher) frozen in eval mode; the drafter and the teacher bound to the target."""
+    target.eval()
+    target.requires_grad_(False)
+    drafter.bind_target(target)
+    if teacher is not None:
+        teacher.eval()
+        teacher.requires_grad_(False)
+        teacher.bind_target(target)
+
+
+def _default_collator(target: nn.Module, drafter: DLiteForSpeculation, args: DLiteTrainingArguments) -> DLiteCollator:
+    """Pads with the target's pad token (0 without one) and samples `num_anchors` blocks per sequence."""
+    pad = getattr(target.generation_config, "pad_token_id", None)
+    pad = pad if isinstance(pad, int) else 0
+    return DLiteCollator(
+        pad, args.num_anchors, drafter.config.num_draft_tokens, seed=args.seed, anchor_stride=args.anchor_stride
+    )
+
+
+def _feature_cache(
+    args: DLiteTrainingArguments, target: nn.Module, drafter: DLiteForSpeculation, teacher: DLiteForSpeculation | None
+) -> FeatureCache | None:
+    """The cache of the target's features under ``feature_cache_dir`` (None without one)."""
+    if not args.feature_cache_dir:
+        return None
+    name = getattr(target.config, "_name_or_path", "") or type(target).__name__
+    # history-free stages keep only what their blocks read; the teacher's history needs every position
+    history_free = drafter.config.history_window == 0 and teacher is None
+    return FeatureCache(
+        args.feature_cache_dir,
+        name,
+        drafter.config.target_layer_ids,
+        history_free=history_free,
+        anchor_stride=args.anchor_stride,
+        producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
+    )
+
+
 class DLiteTrainer(Trainer):
     """Trainer for DLite drafters. See the module docstring for the stages.
 
@@ -88,53 +152,14 @@ class DLiteTrainer(Trainer):
         if not isinstance(args, DLiteTrainingArguments):
             raise TypeError(f"args must be DLiteTrainingArguments, got {type(args).__name__}.")
         drafter = _unwrap(model)
-        window = drafter.config.history_window
-        if args.stage == "teacher" and window == 0:
-            raise ValueError(
-                "stage='teacher' trains the history-aware teacher, but the model has history_window=0. Build it with "
-                "DLiteConfig(..., history_window=-1) (or N > 0 for a sliding window)."
-            )
-        if args.stage == "warmup":
-            if teacher is None:
-                raise ValueError(
-                    "stage='warmup' distils to the history-aware teacher: pass teacher=<trained teacher>."
-                )
-            if teacher.config.history_window == 0:
-                raise ValueError("The warmup teacher must be history-aware (history_window != 0), got 0.")
-            if teacher.config.num_draft_tokens != drafter.config.num_draft_tokens or list(
-                teacher.config.target_layer_ids
-            ) != list(drafter.config.target_layer_ids):
-                raise ValueError(
-                    f"Teacher (K={teacher.config.num_draft_tokens}, layers {teacher.config.target_layer_ids}) and "
-                    f"drafter (K={drafter.config.num_draft_tokens}, layers {drafter.config.target_layer_ids}) must "
-                    "share K and the tapped layers."
-                )
-        elif teacher is not None:
-            raise ValueError(f"A teacher is only used in stage 'warmup', got one with stage={args.stage!r}.")
-
-        target.eval()
-        target.requires_grad_(False)
-        drafter.bind_target(target)
-        if teacher is not None:
-            teacher.eval()
-            teacher.requires_grad_(False)
-            teacher.bind_target(target)
-        if data_collator is None:
-            pad = getattr(target.generation_config, "pad_token_id", None)
-            pad = pad if isinstance(pad, int) else 0
-            data_collator = DLiteCollator(
-                pad,
-                args.num_anchors,
-                drafter.config.num_draft_tokens,
-                seed=args.seed,
-                anchor_stride=args.anchor_stride,
-            )
+        _check_stage(args.stage, drafter, teacher)
+        _freeze_and_bind(target, drafter, teacher)
         super().__init__(
             model=model,
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
-            data_collator=data_collator,
+            data_collator=data_collator if data_collator is not None else _default_collator(target, drafter, args),
             processing_class=processing_class,
             **kwargs,
         )
@@ -144,19 +169,7 @@ class DLiteTrainer(Trainer):
         self.target = target if getattr(target, "hf_device_map", None) else target.to(self.args.device)
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
         self.card_info = dict(card_info or {})
-        self.feature_cache = None
-        if args.feature_cache_dir:
-            name = getattr(target.config, "_name_or_path", "") or type(target).__name__
-            # history-free stages keep only what their blocks read; the teacher's history needs every position
-            history_free = drafter.config.history_window == 0 and teacher is None
-            self.feature_cache = FeatureCache(
-                args.feature_cache_dir,
-                name,
-                drafter.config.target_layer_ids,
-                history_free=history_free,
-                anchor_stride=args.anchor_stride,
-                producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
-            )
+        self.feature_cache = _feature_cache(args, target, drafter, teacher)
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self.time_budget = TimeBudget(args.max_train_seconds) if args.max_train_seconds > 0 else None
         if self.time_budget is not None:

@@ -104,7 +104,7 @@ def test_batch_larger_than_one(tiny_pair):
 
 def test_prompt_lookup_with_dlite_assistant_must_be_a_valid_cap(tiny_pair):
     target, drafter = (
-        tiny_pair  # prompt_lookup_num_tokens beside a DLite drafter is hybrid drafting (tests/test_hybrid.py)
+        tiny_pair  # prompt_lookup_num_tokens beside a DLite drafter is hybrid drafting (tests/generate/test_hybrid.py)
     )
     with pytest.raises(ValueError) as raised:
         target.generate(tiny_prompt(), max_new_tokens=3, assistant_model=drafter, prompt_lookup_num_tokens=-3)
@@ -180,3 +180,14 @@ def test_a_mode_that_would_ignore_the_drafter_is_refused(tiny_pair, options, mod
     assert drafter.last_generation_stats is None  # nothing ran
     if "num_beams" in options:  # without the drafter: unchanged (contrastive search needs the Hub in transformers 5)
         assert target.generate(tiny_prompt(), max_new_tokens=4, **options).shape[1] == 9
+
+
+def test_classifier_free_guidance_is_refused_by_name(tiny_pair):
+    """Found by `dlite-hf reliability` (case 49 of seed 0): with guidance_scale the target runs an unconditional
+    forward beside each step, and a drafted call ended in an internal error instead of a refusal."""
+    target, drafter = tiny_pair
+    with pytest.raises(ValueError, match=r"guidance_scale=1.5 \(classifier-free guidance\).*Leave guidance_scale"):
+        target.generate(tiny_prompt(), max_new_tokens=4, assistant_model=drafter, guidance_scale=1.5)
+    assert target.generate(tiny_prompt(), max_new_tokens=4, guidance_scale=1.5).shape[1] == 9  # plain runs it
+    out = target.generate(tiny_prompt(), max_new_tokens=4, assistant_model=drafter, guidance_scale=1.0)
+    assert out.shape[1] == 9  # 1.0 is no guidance

@@ -111,3 +111,10 @@ def test_real_target_random_cases_are_lossless_and_resume(smollm2_dir, tmp_path,
     assert f"{cases} cases" in text and "0 failures" in text
     header = next(line for line in text.splitlines() if line.startswith("| |"))
     assert set(PASSING) <= set(header.replace("|", " ").split())  # the tables name every verdict
+
+
+def test_a_forced_eos_at_the_last_position_is_not_a_broken_ban():
+    """Found by the long run (seed 0, case 176): transformers forces EOS at the last position over every ban."""
+    case = Case(0, generation={"max_new_tokens": 3, "no_repeat_ngram_size": 1, "forced_eos_token_id": 2})
+    assert _violations(case, 2, torch.tensor([[2, 5, 6, 7, 2]]), None, 128) == []
+    assert "repeats a 1-gram" in _violations(case, 2, torch.tensor([[2, 5, 6, 6, 2]]), None, 128)[0]

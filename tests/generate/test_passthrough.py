@@ -19,11 +19,6 @@ HOOKED = GenerationMixin._get_candidate_generator
 ORIGINAL = HOOKED._dlite_original
 
 
-@pytest.fixture(scope="module")
-def target():
-    return make_tiny_target("qwen3", seed=31)
-
-
 def _tiny_dflash_drafter(target, seed: int = 0):
     """A seeded random DFlash drafter of the kind transformers' DFlashTokenCandidateGenerator drives (the
     `muse_glimmer_assistant` model: it reads `noise_embeds` + `context_hidden_states` and a DFlashCache)."""

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 import torch
+from tiny_models import make_drafter
 from transformers import TextIteratorStreamer
 
-from dlite_hf import DLiteConfig, DLiteForSpeculation
 from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.data.prompts import load_prompts
 
@@ -19,18 +19,15 @@ pytestmark = pytest.mark.real
 @pytest.fixture(scope="module")
 def random_drafter(smollm2):
     target, _ = smollm2
-    config = DLiteConfig.for_target(
-        target.config,
+    return make_drafter(
+        target,
+        seed=0,
         num_target_layers_tapped=6,
         target_name_or_path="smollm2-135m",
         hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        intermediate_size=None,  # the config's default, 3 x hidden
         head_rank=32,
     )
-    torch.manual_seed(0)
-    return DLiteForSpeculation(config).eval()
 
 
 def _real_prompts(tokenizer):

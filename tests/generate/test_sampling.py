@@ -319,7 +319,7 @@ def test_hybrid_with_a_wrong_proposal_distribution_is_detected(peaked_pair, monk
 
 
 @pytest.fixture(scope="module")
-def bf16_pair(peaked_pair):
+def bf16_peaked_pair(peaked_pair):
     """The peaked_pair in bfloat16. The exact marginals come from the bfloat16 weights upcast to float64: what the
     bfloat16 target computes up to rounding, which 1,500 samples cannot resolve."""
     target, drafter = peaked_pair
@@ -329,8 +329,8 @@ def bf16_pair(peaked_pair):
 
 
 @pytest.mark.parametrize("setting", [*SETTINGS, "hybrid"])
-def test_bfloat16_sampling_follows_the_target_distribution(bf16_pair, setting):
-    target, drafter = bf16_pair
+def test_bfloat16_sampling_follows_the_target_distribution(bf16_peaked_pair, setting):
+    target, drafter = bf16_peaked_pair
     hybrid = setting == "hybrid"
     settings = SETTINGS["t1" if hybrid else setting]
     prompt = HYBRID_PROMPT if hybrid else PROMPT
