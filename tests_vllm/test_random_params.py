@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import TARGET, Engine
-from random_params import FAMILIES, PASSING, draw_cases, judge, run_all
+from random_params import FAMILIES, PASSING, WHOLE_PREFILL, draw_cases, judge, run_all
 
 CASES, SEED = 64, 1
 
@@ -19,6 +19,7 @@ def test_the_judge_fails_what_it_must():
     outside = {**ok, "outputs": [[1, 3]]}
     assert judge(case, ok, {**outside, "finish": ["stop"]}, ok, 5, 10)[0] == "failure"  # 3 differs from plain's 2
     assert "outside allowed_token_ids" in judge(case, ok, outside, ok, 5, 10)[1]
+    assert judge(case, outside, outside, ok, 5, 10)[0] == "vllm_alike"  # broken the same way without speculation
     refused = {"error": "ValueError: min_p is not supported with speculative decoding"}
     assert judge(case, ok, refused, refused, 5, 10)[0] == "refused_like_ngram"
     assert judge(case, ok, refused, ok, 5, 10)[0] == "failure"
@@ -44,8 +45,8 @@ def test_random_sampling_params_against_the_engine_without_speculation(real_prom
     def make_engine(kind):
         if kind == "ngram":
             spec = {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-            return Engine("float32", dlite=False, max_num_seqs=32, speculative_config=spec)
-        return Engine("float32", dlite=kind == "dlite", max_num_seqs=32)
+            return Engine("float32", dlite=False, **WHOLE_PREFILL, speculative_config=spec)
+        return Engine("float32", dlite=kind == "dlite", **WHOLE_PREFILL)
 
     records = run_all(make_engine, prompts, cases, "vllm float32 dlite", AutoConfig.from_pretrained(TARGET).vocab_size)
     failures = [(r["index"], r["reason"]) for r in records if r["kind"] not in PASSING]
