@@ -118,3 +118,21 @@ def test_a_forced_eos_at_the_last_position_is_not_a_broken_ban():
     case = Case(0, generation={"max_new_tokens": 3, "no_repeat_ngram_size": 1, "forced_eos_token_id": 2})
     assert _violations(case, 2, torch.tensor([[2, 5, 6, 7, 2]]), None, 128) == []
     assert "repeats a 1-gram" in _violations(case, 2, torch.tensor([[2, 5, 6, 6, 2]]), None, 128)[0]
+
+
+def test_processed_gaps_are_zero_on_the_targets_own_processed_greedy_output(fitted_pair):
+    """The bfloat16 check re-scores with the case's logits processors: on a float32 target's own greedy output under
+    those processors, every committed token is the processed maximum (gap 0), and a changed token is not."""
+    from dlite_hf.reliability.verdict import _processed_gaps
+
+    target, _, prompts, _, _ = fitted_pair
+    generation = {"max_new_tokens": 8, "do_sample": False, "repetition_penalty": 1.8, "no_repeat_ngram_size": 2,
+                  "sequence_bias": {(5,): -4.0}, "min_new_tokens": 3}  # fmt: skip
+    case = Case(0, generation=generation)
+    prompt = prompts[:1]
+    out = target.generate(prompt, attention_mask=torch.ones_like(prompt), **generation)
+    gaps = _processed_gaps(target, case, out, prompt.shape[1])
+    assert gaps.shape == (out.shape[1] - prompt.shape[1],) and torch.all(gaps == 0)
+    changed = out.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % 128
+    assert _processed_gaps(target, case, changed, prompt.shape[1])[-1] > 0
