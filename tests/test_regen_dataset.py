@@ -173,3 +173,18 @@ def test_a_dataset_card_only_renders_into_the_readme_that_shows_that_dataset(tmp
     (tmp_path / "README.md").write_text(readme.replace("dlite-mine-regen", "dlite-other-regen"))
     assert cli_main(["dataset", "card", str(out)]) == 0
     assert "| domain |" in (tmp_path / "README.md").read_text()
+
+
+def test_a_truncated_shard_is_an_error_naming_the_file_and_the_fix(tmp_path):
+    prompts = _prompts(3)
+    write_jsonl(prompts, tmp_path / "prompts.jsonl")
+    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
+    folder = tmp_path / "ds"
+    dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    shard = folder / "data" / "greedy-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:200])
+    with pytest.raises(ValueError, match=r"(?s)greedy-00000.parquet cannot be read .* truncated .*git checkout --"):
+        dataset.read_shards(folder)
+    out = tmp_path / "rebuilt.jsonl"
+    with pytest.raises(ValueError, match="greedy-00000.parquet cannot be read"):  # training's rows come through here
+        dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", _Tokenizer(), out)

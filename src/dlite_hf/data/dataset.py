@@ -56,12 +56,21 @@ def _prompt_id(row_id: str) -> str:
 
 
 def read_shards(folder: str | Path) -> list[dict[str, Any]]:
-    """Every row of the dataset at `folder` (its `data/*.parquet`), in shard order."""
-    _, pq = _arrow()
+    """Every row of the dataset at `folder` (its `data/*.parquet`), in shard order; an unreadable shard is a
+    `ValueError` naming it and the fix."""
+    pa, pq = _arrow()
     files = sorted(Path(folder, "data").glob("*.parquet"))
     rows: list[dict[str, Any]] = []
     for path in files:
-        rows.extend(pq.read_table(path).to_pylist())
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowException) as error:  # a truncated file is ArrowInvalid, a missing footer OSError
+            raise ValueError(
+                f"The dataset shard {path} cannot be read ({error}): it is truncated or not a parquet file. Restore "
+                f"it (`git checkout -- {path}` for a shard the repository ships) or delete it and export its rows "
+                "again (`dlite-hf dataset export`)."
+            ) from None
+        rows.extend(table.to_pylist())
     return rows
 
 
