@@ -390,3 +390,16 @@ def test_the_serving_run_on_a_cpu_without_native_bfloat16_is_the_result_file(rep
         min(speedups["dlite"]), max(speedups["dlite"]), min(speedups["hybrid"]), max(speedups["hybrid"])
     )
     assert text in readme, text
+
+
+def test_the_reliability_page_shows_the_committed_verdicts():
+    from dlite_hf.reliability.suite import report
+
+    files = sorted((RESULTS / "reliability").glob("*.jsonl"))
+    assert files, "benchmarks/results/reliability holds the verdict files"
+    text = report(files)
+    assert (RESULTS / "reliability" / "report.md").read_text() == text, "run scripts/reliability.sh's report step"
+    page = (REPO / "docs" / "reliability.md").read_text()
+    summary = page.split("<!-- reliability summary -->")[1].split("<!-- /reliability summary -->")[0]
+    head, by_run = text.split("\n")[0], text.split("### By run\n\n")[1].split("\n\n")[0]
+    assert head in summary and by_run in summary

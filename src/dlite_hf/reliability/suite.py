@@ -118,7 +118,8 @@ def _table(counter: dict[str, Counter], columns: list[str]) -> list[str]:
 def report(paths: Iterable[str | Path]) -> str:
     """A markdown report of result files: verdicts per run label, per option family, refusals by reason, failures."""
     records = [json.loads(line) for p in paths for line in Path(p).read_text(encoding="utf-8").splitlines() if line]
-    kinds = [*PASSING, "failure"]
+    found = {r["kind"] for r in records}  # the vLLM runs' verdicts too (tests_vllm/random_params.py)
+    kinds = [*PASSING, *sorted(found - {*PASSING, "failure"}), "failure"]
     by_label: dict[str, Counter] = {}
     by_family: dict[str, Counter] = {}
     refusals: Counter = Counter()
