@@ -14,6 +14,7 @@ export PER_DOMAIN=${PER_DOMAIN:-1000}
 export MIX_OPTIONS=${MIX_OPTIONS:---weights code=3,code_tasks=3,coding_agent=1}
 export MAX_NEW=${MAX_NEW:-512}
 export MAX_PROMPT=${MAX_PROMPT:-8192}
-export DATASET=${DATASET-}
+# rows already in the repository's Qwen dataset are not regenerated (a fresh machine extends it)
+export DATASET=${DATASET-datasets/dlite-qwen2.5-coder-0.5b-regen}
 export STAGES=${STAGES:-greedy:3000 greedy}
 exec bash scripts/regenerate_mix.sh

@@ -191,3 +191,23 @@ def test_the_mix_script_takes_another_target_its_own_folders_and_stages(tmp_path
     assert "--limit 5" in calls[0] and "--limit" not in calls[1]
     result, calls = _run_mix_script(tmp_path, STAGES="greedy beam:3", **options)
     assert result.returncode == 2 and "STAGES item beam:3: expected greedy or sampled" in result.stderr
+
+
+def test_the_qwen_script_runs_the_mix_script_for_qwen_and_skips_its_shipped_rows(tmp_path):
+    import subprocess
+
+    log, fake = tmp_path / "calls.log", tmp_path / "dlite-hf"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n')
+    fake.chmod(0o755)
+    (tmp_path / "work" / "mix-qwen").mkdir(parents=True)
+    (tmp_path / "work" / "mix-qwen" / "mix.json").write_text("{}")
+    env = {"PATH": "/usr/bin:/bin", "DLITE": str(fake), "DLITE_WORK": str(tmp_path / "work"), "WORKERS": "1"}
+    script = Path(__file__).resolve().parents[1] / "scripts" / "regenerate_qwen.sh"
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and "--limit 3000" in calls[0] and "--limit" not in calls[1]
+    for call in calls:
+        assert "--target qwen2.5-coder-0.5b" in call and "--max-prompt-tokens 8192" in call
+        assert "--skip-dataset datasets/dlite-qwen2.5-coder-0.5b-regen" in call
+        assert f"{tmp_path}/work/regen-qwen/greedy.jsonl" in call
