@@ -280,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "ngram":
             ngram = {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
             return Engine(args.dtype, dlite=False, **WHOLE_PREFILL, speculative_config=ngram)
-        return Engine(args.dtype, dlite=kind == "dlite", **WHOLE_PREFILL, spec=spec)
+        tokens = 16 if args.hybrid else 7  # the hybrid verifies retrieved drafts up to prompt_lookup_max
+        return Engine(args.dtype, dlite=kind == "dlite", num_tokens=tokens, **WHOLE_PREFILL, spec=spec)
 
     from transformers import AutoConfig
 
