@@ -136,3 +136,10 @@ def test_processed_gaps_are_zero_on_the_targets_own_processed_greedy_output(fitt
     changed = out.clone()
     changed[0, -1] = (changed[0, -1] + 1) % 128
     assert _processed_gaps(target, case, changed, prompt.shape[1])[-1] > 0
+
+
+def test_a_one_token_limit_draws_one_token_cases_and_zero_is_refused():
+    rng = random.Random(0)
+    assert all(draw_case(rng, CTX, i, max_new_tokens=1).generation["max_new_tokens"] == 1 for i in range(20))
+    with pytest.raises(ValueError, match="max_new_tokens=0: expected"):
+        draw_case(rng, CTX, 0, max_new_tokens=0)

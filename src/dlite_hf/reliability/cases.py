@@ -222,7 +222,10 @@ def draw_case(rng: random.Random, ctx: Context, index: int, max_new_tokens: int 
     """Draw one case: a length (1 to ``max_new_tokens``, 1 often), greedy or sampled, and 1-4 option families
     (``stop_strings`` only where the context has stop texts: a target without a tokenizer has none)."""
     case = Case(index=index, seed=rng.randrange(2**31))
-    case.generation["max_new_tokens"] = 1 if rng.random() < 0.08 else rng.randint(2, max_new_tokens)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens}: expected the longest case's length, 1 or more (e.g. 16).")
+    short = max_new_tokens == 1 or rng.random() < 0.08
+    case.generation["max_new_tokens"] = 1 if short else rng.randint(2, max_new_tokens)
     names = [n for n in FAMILIES if rng.random() < _RARE.get(n, 1.0) and (n != "stop_strings" or ctx.stop_texts)]
     for name in rng.sample(names, rng.randint(1, min(4, len(names)))):
         case.families.append(name)

@@ -17,6 +17,7 @@ constraint, a greedy difference that is not a near-tie.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ __all__ = ["PASSING", "Outcome", "classify", "run_case"]
 
 PASSING = ("identical", "near_tie", "refused_alike", "refused_named", "sampled_ok")
 _REFUSALS = (ValueError, NotImplementedError, TypeError)
-_REFERENCES: dict[int, Any] = {}
+_REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> its float32 copy
 
 
 @dataclass
@@ -136,9 +137,9 @@ def _bans_broken(gen: dict[str, Any], prompt_length: int, full: list[int], new: 
 def _processed_gaps(target, case: Case, seq: torch.Tensor, start: int) -> torch.Tensor:
     """float32 re-scoring of ``seq`` from ``start`` with the case's logits processors: per position, how far each
     committed token sits below the processed maximum (inf where the processors banned it)."""
-    reference = _REFERENCES.get(id(target))
-    if reference is None:  # one float32 copy per target, made at its first divergence
-        reference = _REFERENCES[id(target)] = float32_reference(target)
+    reference = _REFERENCES.get(target)
+    if reference is None:  # one float32 copy per live target (an id could be reused by a later one), made once
+        reference = _REFERENCES[target] = float32_reference(target)
     config, _ = target._prepare_generation_config(None, **dict(case.generation))
     target._prepare_special_tokens(config, kwargs_has_attention_mask=True, device="cpu")
     processors = target._get_logits_processor(generation_config=config, input_ids_seq_length=start, device="cpu")
