@@ -48,7 +48,7 @@ test-vllm: vllm assets
 	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm
 
 test-vllm-fast: vllm
-	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm/test_rounds.py tests_vllm/test_feature_tap.py
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests_vllm/test_rounds.py tests_vllm/test_feature_tap.py tests_vllm/test_regenerate_order.py
 
 # the serving benchmark (README "Serving with vLLM"): run it on a quiet machine
 VLLM_PROMPTS ?= $(HOME)/.cache/dlite-hf/work/vllm-prompts.json

@@ -1,17 +1,13 @@
 """DLite speed demo: the target alone vs the target with a DLite drafter, side by side, streaming.
 
     python app.py [--target smollm2-135m|DIR] [--drafter DIR] [--dtype fastest|bfloat16|float32|float16|auto]
-                  [--attention packed_gqa|sdpa]
-                  [--host 127.0.0.1] [--port 7860] [--threads N]
+                  [--attention packed_gqa|sdpa] [--host 127.0.0.1] [--port 7860] [--threads N]
 
-Defaults: the target `smollm2-135m` (fetched by `make assets`) and the shipped drafter
-`drafters/dlite-smollm2-135m`, in the fastest dtype for this machine (bfloat16 where the CPU computes it natively,
-AVX512-BF16 or AMX, float32 elsewhere; the page says which mode it runs in);
-the target with the packed grouped-query attention of `dlite_hf.attention`; the environment variables
-DLITE_TARGET, DLITE_DRAFTER, DLITE_DTYPE and DLITE_ATTENTION set them too (flags win).
-A missing target or drafter is explained in the page, with the command that fixes it. The handlers live in
-`dlite_hf.demo`; this file only reads the settings (`parse_app_args`: the flags, or the environment variables
-above and gradio's GRADIO_SERVER_NAME / GRADIO_SERVER_PORT), builds the page and launches it.
+Defaults: the target `smollm2-135m` (fetched by `make assets`), the shipped drafter `drafters/dlite-smollm2-135m`,
+the fastest dtype for this machine (the page says which) and the packed attention of `dlite_hf.attention`; the
+environment variables DLITE_TARGET, DLITE_DRAFTER, DLITE_DTYPE, DLITE_ATTENTION and gradio's GRADIO_SERVER_NAME /
+GRADIO_SERVER_PORT set them too (flags win). A missing target or drafter is explained in the page, with the fix.
+The handlers live in `dlite_hf.demo`; this file reads the settings, builds the page and launches it.
 """
 
 from __future__ import annotations

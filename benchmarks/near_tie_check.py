@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from dlite_hf.assets.loading import load_target, resolve_model
+from dlite_hf.assets.loading import open_target
 from dlite_hf.neartie import NearTieChecker
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = json.loads(args.cases.read_text())
-    target, _ = load_target(resolve_model(args.target), dtype=data["dtype"])
+    target, _, _ = open_target(args.target, dtype=data["dtype"])
     checker = NearTieChecker(target)
     reports = []
     for case in data["cases"]:

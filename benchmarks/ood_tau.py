@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 OOD = ("legal", "clinical", "long")
-MEANS = ("mean_tau_ood", "mean_tau_in_domain")  # either is None when no workload of its kind was replayed
+# summary fields printed; each is None when no workload of its kind was replayed
+SHOWN = ("mean_tau_ood", "mean_tau_in_domain", "first_accepted_ood", "first_accepted_in_domain")
 IN_DOMAIN = ("chat", "code", "math", "tool", "agentic", "news", "writing", "story_qa", "dialogue_qa", "policy_agent",
              "reasoning", "code_tasks", "manpages")  # fmt: skip
 
@@ -127,16 +128,10 @@ def _replay(target, loaded: dict, texts: list[dict], device: str) -> tuple[dict[
 
 def _print_summary(name: str, summary: dict) -> None:
     tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
-    means = {k: "n/a" if summary[k] is None else f"{summary[k]:.3f}" for k in MEANS}
-    first = "/".join(
-        "n/a" if summary[k] is None else f"{summary[k]:.1%}"
-        for k in ("first_accepted_ood", "first_accepted_in_domain")
-    )
-    print(
-        f"{name}: OOD {means['mean_tau_ood']}  in-domain {means['mean_tau_in_domain']}  first draft accepted "
-        f"{first}  | {tau}",
-        flush=True,
-    )
+    shown = {k: "n/a" if summary[k] is None else format(summary[k], ".1%" if "first" in k else ".3f") for k in SHOWN}
+    first = f"{shown['first_accepted_ood']}/{shown['first_accepted_in_domain']}"
+    ood, in_domain = shown["mean_tau_ood"], shown["mean_tau_in_domain"]
+    print(f"{name}: OOD {ood}  in-domain {in_domain}  first draft accepted {first}  | {tau}", flush=True)
 
 
 def main() -> None:

@@ -20,37 +20,32 @@ HISTORY=${2:-drafters/dlite-smollm2-135m-teacher}
 BENCH=${DLITE_HF:-dlite-hf}
 OUT=${OUT:-benchmarks/results}
 COMMON=(--target smollm2-135m --threads 1 --sdpa-gqa --out "$OUT" --no-progress)
+every_method() {  # the main methods' comparison, then the run's own flags
+    "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid "$@"
+}
 
 MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096
       --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-    "${MAIN[@]}" --name smollm2-135m-main
+every_method "${MAIN[@]}" --name smollm2-135m-main
 # the same in bfloat16 (near-tie-exact: every divergence re-scored in float32), and both dtypes with the packed
 # grouped-query attention of dlite_hf.attention (the README's table: bfloat16 + packed_gqa, the fastest mode);
 # the development machine ran each pair side by side, one core each (taskset -c 0 / -c 1)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-    "${MAIN[@]}" --dtype bfloat16 --name smollm2-135m-main-bf16
+every_method "${MAIN[@]}" --dtype bfloat16 --name smollm2-135m-main-bf16
 # (these two with a prefix cache across the turns of a multi-turn session, as a serving stack keeps one)
 for DTYPE in float32 bfloat16; do
     SUFFIX=$([[ $DTYPE == float32 ]] && echo packed || echo bf16-packed)
-    "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-        "${MAIN[@]}" --dtype "$DTYPE" --attention packed_gqa --prefix-cache --name "smollm2-135m-main-$SUFFIX"
+    every_method "${MAIN[@]}" --dtype "$DTYPE" --attention packed_gqa --prefix-cache --name "smollm2-135m-main-$SUFFIX"
 done
 # the README's table: the bfloat16 + packed run alone on the machine, every turn measured twice with every method
 # (the fastest kept, the method order rotated per turn)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-    "${MAIN[@]}" --dtype bfloat16 --attention packed_gqa --prefix-cache --repeats 2 \
+every_method "${MAIN[@]}" --dtype bfloat16 --attention packed_gqa --prefix-cache --repeats 2 \
     --name smollm2-135m-main-bf16-packed-r2
 # out of domain (no training mix uses these sources): the same methods, both modes (side by side, one core each)
 OOD=(--workloads legal,clinical,long --num-prompts 3 --max-new-tokens 96 --long-lengths 1024)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-    "${OOD[@]}" --name smollm2-135m-ood
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-    "${OOD[@]}" --dtype bfloat16 --attention packed_gqa --name smollm2-135m-ood-bf16-packed
+every_method "${OOD[@]}" --name smollm2-135m-ood
+every_method "${OOD[@]}" --dtype bfloat16 --attention packed_gqa --name smollm2-135m-ood-bf16-packed
 # greedy tau out of domain and in domain, replayed over cached float32 greedy texts: the drafter and its draft
-# vocabulary re-chosen from broad-mix rows (VOCAB_ROWS: `dlite-hf regenerate` / `label-text` rows). The one-off
-# studies beside it (the head probe, the drafting round's and a verification's cost, the near-tie epsilon's
-# calibration, tau on bfloat16 features) left the repository; docs/ cites each with the commit that has it.
+# vocabulary re-chosen from broad-mix rows (VOCAB_ROWS: `dlite-hf regenerate` / `label-text` rows)
 TEXTS=${TEXTS:-runs/ood/texts.jsonl}
 DRAFTERS=base=$DRAFTER
 if [[ -n ${VOCAB_ROWS:-} ]]; then
@@ -89,9 +84,8 @@ fi
 
 # 6. BFCL v4 multi-turn sessions (tool results from BFCL's executable backends), contexts 3k-6k tokens, plus one
 #    ToolTalk conversation (the history drafter is left out: seconds per round at these lengths, see scaling)
-"$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid \
-    --workloads agentic --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 --agentic-max-tokens 8192 \
-    --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl
+every_method --workloads agentic --num-prompts 1 --bfcl-sessions 3 --coding-sessions 0 --max-new-tokens 64 \
+    --agentic-max-tokens 8192 --agentic-max-turns 6 --name smollm2-135m-agentic-bfcl
 # 7. the same on BFCL's long-context scenarios (large files and lists in the tool results), to 12k tokens
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,hybrid \
     --workloads agentic --num-prompts 1 --bfcl-sessions 4 --bfcl-category multi_turn_long_context --coding-sessions 0 \

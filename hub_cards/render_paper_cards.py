@@ -2,12 +2,9 @@
 
     .venv/bin/python hub_cards/render_paper_cards.py
 
-The cards go through the package's template (`dlite_hf.cards.render_model_card`) with a `DLiteConfig` built for
-the real Qwen3 shapes. Every figure in their results tables is quoted from the paper (as restated in the project's
-method notes) and the table is labelled as such; nothing here was measured by dlite-hf. What the paper gives:
-tapped layers (12 for 4B, 14 for 8B), K = 7, R (320 / 512), the 5-layer bidirectional backbone and the training
-recipe. What it does not give (backbone heads and MLP width, which layers are tapped) is dlite-hf's
-reconstruction, and the cards say so.
+The cards go through the package's template with a `DLiteConfig` of the real Qwen3 shapes. Every figure in their
+results tables is quoted from the paper and labelled as such. What the paper does not give (backbone heads and MLP
+width, which layers are tapped) is dlite-hf's reconstruction, and the cards say so.
 """
 
 from __future__ import annotations
@@ -105,11 +102,7 @@ def paper_config(size: str) -> DLiteConfig:
     """A DLiteConfig with the real Qwen3 shapes and the paper's drafter settings for `size` ("4b" or "8b")."""
     shape = TARGETS[size]
     target = Qwen3Config(
-        vocab_size=151936,
-        num_key_value_heads=8,
-        head_dim=128,
-        architectures=["Qwen3ForCausalLM"],
-        **shape,
+        vocab_size=151936, num_key_value_heads=8, head_dim=128, architectures=["Qwen3ForCausalLM"], **shape
     )
     return DLiteConfig.for_target(
         target,

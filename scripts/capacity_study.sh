@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The capacity study (issue 27, part 5): new drafters of two widths trained from scratch on the same rows, the same
-# feature cache and the same steps (stable stage, scripts/train_at_scale.sh), then held-out tau of each beside the
-# shipped drafter (benchmarks/ood_tau.py). One core (1); resumable: a finished arm's trainer resumes or skips, the
-# tau texts are cached. Arms run one after the other.
+# The capacity study (issue 27, part 5): drafters of several shapes trained from scratch on the same rows, cache and
+# steps (scripts/train_at_scale.sh, one after the other), then held-out tau of each beside the shipped drafter
+# (benchmarks/ood_tau.py). Resumable.
 #   ROWS=<training rows> nohup bash scripts/capacity_study.sh > ~/.cache/dlite-hf/work/capacity.log 2>&1 &
-# env: ROWS (required), TAG (names the runs, default scratch), EPOCHS=2, LR=1e-3, ARMS (default "w256 w576"; also
-#      l7: 7 layers, nohead: no sequential head)
+# env: ROWS (required), TAG=scratch, EPOCHS=2, LR=1e-3, ARMS="w256 w576" (also l7: 7 layers, nohead: no head)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}

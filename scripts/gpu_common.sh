@@ -1,7 +1,6 @@
 # Sourced by scripts/gpu_burst.sh and scripts/gpu_study.sh (set W and OUT first): the work folder outside the
-# checkout (the device tool re-syncs the checkout between calls), the package as installed (src/dlite_hf with
-# modeling/ as dlite_hf.modeling, pyproject's package-dir), the GGUF's path, a timestamped log line, and `gpu_env`,
-# the env phase both scripts share.
+# checkout, the package laid out as installed (modeling/ as dlite_hf.modeling), the GGUF's path, a timestamped log
+# line, `gpu_env` (the env phase both share) and `last_checkpoint`.
 mkdir -p "$W" "$OUT"
 export DLITE_HF_CACHE=$W/cache PYTHONPATH=$W/pkg:$W/site PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 rm -rf "$W/pkg" && mkdir -p "$W/pkg" && cp -r src/dlite_hf "$W/pkg/" && cp -r modeling "$W/pkg/dlite_hf/modeling"
@@ -20,4 +19,9 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is
       'tokenizers', tokenizers.__version__, 'accelerate', a.__version__)
 import dlite_hf, dlite_hf.training.trainer; print('dlite_hf', dlite_hf.__version__)"
   nproc
+}
+
+# last_checkpoint DIR: DIR when training finished there, else its newest checkpoint-N (empty when none)
+last_checkpoint() {
+  if [ -f "$1/model.safetensors" ]; then echo "$1"; else ls -d "$1"/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -1 || true; fi
 }

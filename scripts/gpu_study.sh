@@ -1,24 +1,18 @@
 #!/usr/bin/env bash
-# Issue 27 on a lent H200 (the workplace's device tool): the shipped drafter's next version trained on the whole
-# regenerated dataset (5.62M response tokens), and the capacity study and the paper-claim pairs run beside it on the
-# same GPU, each with the same wall-clock budget (`--max_train_seconds`: a cosine over time; the runs share the GPU,
-# so their step rates are not known ahead). The target runs online (no feature cache): every position is an anchor
-# candidate, so the windowed and history-aware drafters need no every-position cache.
+# Issue 27 on a lent H200 (docs/training-log.md): the shipped drafter's next version trained on the whole regenerated
+# dataset, with the capacity study and the paper-claim pairs beside it on the same GPU, each arm on the same
+# wall-clock budget (`--max_train_seconds`: a cosine over time). The target runs online (no feature cache).
+# The device tool carries at most 64 MiB a call and re-syncs the checkout, so inputs travel into $W, outside it:
 #
-# The device tool carries at most 64 MiB a call and re-syncs the checkout between calls, so the inputs travel in two
-# calls into a folder outside the checkout ($W, kept while the machine stays warm). Prepare them here with
-# `bash scripts/gpu_study.sh prepare` (.gpu_a: GGUF part 1 and the wheels; .gpu_b: GGUF part 2, the rows, the init
-# drafter in bfloat16 and the held-out texts), move the checkout's large tracked files aside (drafters/, datasets/,
-# benchmarks/results/), then:
-#
+#   bash scripts/gpu_study.sh prepare  # here: .gpu_a (GGUF part 1, wheels), .gpu_b (GGUF part 2, rows, init, texts);
+#                                      # then move drafters/, datasets/ and benchmarks/results/ aside
 #   bash scripts/gpu_study.sh env      # carry .gpu_a: wheels installed, GGUF part 1 put aside, versions
 #   bash scripts/gpu_study.sh study    # carry .gpu_b: GGUF checked and converted, the arms, replay, packing
 #
 # Arms (ARMS, default all): P (the product: the shipped drafter fine-tuned on every row, draft vocabulary chosen
-# again, batch 64), and from scratch at batch 32: A (the shipped architecture, stable stage: the baseline of every
-# pair), B (teacher, KL warm-up, stable: a quarter, a quarter and a half of the budget), C and D (sliding windows of
-# 128 and 512), E (no sequential head), F (width 576), G (7 layers), H (12 tapped layers).
-# On a machine of your own, the same `dlite-hf train` lines run as they are (set W, D and the budgets).
+# again, batch 64), and from scratch at batch 32: A (the shipped shape, stable stage: every pair's baseline), B
+# (teacher, KL warm-up, stable: 1/4, 1/4, 1/2 of the budget), C and D (sliding windows of 128 and 512), E (no
+# sequential head), F (width 576), G (7 layers), H (12 tapped layers).
 set -euo pipefail
 phase=${1:?usage: gpu_study.sh prepare|env|study}
 W=${GPU_WORK:-/tmp/dlite_gpu_study}
@@ -74,7 +68,6 @@ study)
     shift
     "${DLITE[@]}" train "$@" --output_dir "$W/runs/$name" > "$OUT/logs/$name.log" 2>&1
   }
-  declare -A pids
   arms=${ARMS:-P A B C D E F G H}
   for arm in $arms; do
     case $arm in
@@ -95,7 +88,6 @@ study)
     H) run H "${scratch[@]}" "${arch[@]}" "${TAPS_12[@]}" --max_train_seconds "$T" & ;;
     *) echo "unknown arm $arm" >&2 && exit 2 ;;
     esac
-    pids[$arm]=$!
   done
   stamp "arms started: $arms"
   while [ $(($(date +%s) - T0)) -lt "$DEADLINE" ] && jobs -r | grep -q .; do
@@ -108,12 +100,7 @@ study)
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv || true
   for arm in $arms B1-teacher B2-warmup; do
     dir=$W/runs/$arm
-    final=""
-    if [ -f "$dir/model.safetensors" ]; then
-      final=$dir
-    else
-      final=$(ls -d "$dir"/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -1 || true)
-    fi
+    final=$(last_checkpoint "$dir")
     state=$(ls "$dir"/checkpoint-*/trainer_state.json 2>/dev/null | tail -1 || true)
     if [ -n "$state" ]; then cp "$state" "$OUT/logs/$arm-trainer_state.json"; fi
     if [ -n "$final" ]; then ln -sfn "$final" "$W/final-$arm"; fi

@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# The paper's pairs (c) and (d) on this CPU, at a small scale (issue 27, part 6): new drafters of the shipped shape
-# trained from scratch on the same rows, one core per arm, from a feature cache of every position (the layout the
-# history-aware models read: `dlite-hf features --all-positions`, 8.1 KB a token).
-#   A      stable stage, history-free (the baseline of both pairs)
-#   W<N>   stable stage, a sliding window of the target's last N positions before each block's context (pair d)
-#   B      teacher (full history), KL warm-up to it, then stable: a quarter, a quarter and a half of BUDGET seconds
-#          of training (pair c; its baseline is arm A with the same BUDGET)
-# Checkpoints every SAVE_STEPS are kept for the curve (benchmarks/ood_tau.py replays them, windows included).
-# The capacity study's arms are arm A with a variant of scripts/drafter_shapes.sh in TRAIN_ARGS (last wins), e.g.
-#   TRAIN_ARGS="--drafter_layers 7"; another cache layout takes its own flags there too ("--anchor_stride 4").
+# The paper's pairs (c) and (d) on this CPU at a small scale (issue 27, part 6; docs/training-log.md): drafters of the
+# shipped shape trained from scratch on the same rows, one core per arm, from a feature cache of every position
+# (`dlite-hf features --all-positions`). Arms: A, the stable stage, history-free (both pairs' baseline); W<N>, a
+# sliding window of the target's last N positions (pair d); B, teacher, KL warm-up, then stable, on a quarter, a
+# quarter and a half of BUDGET seconds (pair c; its baseline is arm A with the same BUDGET). Capacity variants are
+# arm A with scripts/drafter_shapes.sh flags in TRAIN_ARGS (last wins), e.g. TRAIN_ARGS="--drafter_layers 7".
 #   ROWS=rows.jsonl CACHE=features-all ARM=A STEPS=600 CORE=0 RUN=runs/A bash scripts/history_study.sh
 # env: ROWS, CACHE, ARM, RUN (required); STEPS or BUDGET (seconds of training; B: BUDGET only); CORE=0, LR=1e-3,
-#      MAX_LENGTH=1024,
-#      SAVE_STEPS=100, BF16=true (false: float32, for a CPU without native bfloat16), TRAIN_ARGS (more train flags, last wins: e.g. "--seed 1", "--no_sequential_head"), ANCHORS=32 (blocks per row and step; a window of N costs about N / 14 times a block)
+#      MAX_LENGTH=1024, SAVE_STEPS=100 (checkpoints kept for benchmarks/ood_tau.py), BF16=true (false: float32),
+#      ANCHORS=32, TRAIN_ARGS (more train flags, last wins)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DLITE=${DLITE:-.venv/bin/dlite-hf}

@@ -16,5 +16,7 @@ export MAX_NEW=${MAX_NEW:-512}
 export MAX_PROMPT=${MAX_PROMPT:-8192}
 # rows already in the repository's Qwen dataset are not regenerated (a fresh machine extends it)
 export DATASET=${DATASET-datasets/dlite-qwen2.5-coder-0.5b-regen}
-export STAGES=${STAGES:-greedy:3000 greedy}
+# stages of growing limits: the worker sorts its prompts by token ids (shared prefixes prefilled once), so a
+# stage cut short holds a skewed share of domains; each finished stage holds the mix's first N, balanced
+export STAGES=${STAGES:-greedy:3000 greedy:6000 greedy:9000 greedy}
 exec bash scripts/regenerate_mix.sh

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
-# Run the generate()-integration tests against another transformers release, in a venv of its own:
-#
+# Run the tests of the generate() integration and of drafter loading/saving against another transformers release,
+# in a venv of its own: how a new release is vetted before constraints.txt's pin moves (docs/upstream-protocol.md).
 #   scripts/test_transformers_release.sh 5.23.0        # builds .venv-transformers-5.23.0 once, then tests
-#
-# The tests are the ones that exercise the wrapper of transformers' private generation API and everything
-# that loads or saves a drafter: generation (greedy identity, stats, refusals), the hybrid, the error paths,
-# pass-through of other generation modes, save/load round trips (package and trust_remote_code), the modeling
-# and config checks. constraints.txt pins the releases CI installs; this script is how a new one is vetted
-# before the pin moves (docs/upstream-protocol.md, "Tested against").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=${1:?usage: scripts/test_transformers_release.sh TRANSFORMERS_VERSION}

@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
-# The stable stage at the regenerated dataset's scale on this CPU (issue 27, part 4), as a resumable background job:
-# the target's features come once from vLLM's forward (`dlite-hf features`, a few times transformers' speed here:
-# benchmarks/results/features-engines.json) into the trainer's history-free cache (anchors every 4th position:
-# 2.9 KB per response token), then the shipped drafter is fine-tuned from that cache, one core each. Run it again
-# after a kill: the feature job skips the entries it wrote, the trainer resumes from its last checkpoint.
+# The stable stage at the regenerated dataset's scale on this CPU (issue 27, part 4), resumable: the target's features
+# come once from vLLM's forward (`dlite-hf features`) into the trainer's history-free cache (anchors every STRIDE-th
+# position), then the drafter is trained from that cache, one core each. Run it again after a kill.
 #   nohup bash scripts/train_at_scale.sh > ~/.cache/dlite-hf/work/train-at-scale.log 2>&1 &
-# env: ROWS (training rows; default the regeneration's greedy rows, or `make dataset`'s data/regen.jsonl),
-#      RUN, EPOCHS=1, LR=3e-4, MAX_LENGTH=2560 (every row whole: prompts up to 2,048, responses up to 512), STRIDE=4,
-#      INIT (the drafter to fine-tune, default the shipped one; empty: a new drafter from scratch, shaped by ARCH,
-#      e.g. ARCH="--drafter_hidden_size 576 --drafter_heads 9 --drafter_kv_heads 3 --drafter_intermediate_size 1536"),
-#      CORE=1 (the core both steps run on), STEPS (max_steps instead of EPOCHS), SAVE_STEPS=100, SAVE_LIMIT=2
-#      (checkpoints kept: raise it to evaluate a curve of tau against training tokens), TRAIN_ARGS (more train flags,
-#      e.g. "--refresh_draft_vocab --draft_vocab_size 4096": a fine-tuned drafter's vocabulary chosen from ROWS)
+# env: ROWS (default the regeneration's greedy rows), RUN, EPOCHS=1 or STEPS, LR=3e-4, MAX_LENGTH=2560, STRIDE=4,
+#      CORE=1, SAVE_STEPS=100, SAVE_LIMIT=2, INIT (default the shipped drafter; empty: a new drafter of the shipped
+#      shape, then ARCH's flags, e.g. ARCH="--drafter_layers 7"), TRAIN_ARGS (more train flags, e.g.
+#      "--refresh_draft_vocab --draft_vocab_size 4096")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}

@@ -25,7 +25,7 @@ WHEEL_SOURCES = [s for s in S.SOURCES.values() if s.wheel is not None]
 
 
 def test_every_source_declares_package_path_license_and_split() -> None:
-    assert len(S.SOURCES) >= 25
+    assert len(S.SOURCES) >= 25 and len(S.SOURCES) == len(S._ALL)  # no two sources share a name
     for source in S.SOURCES.values():
         assert source.name and source.path and source.license.strip() and source.split.strip(), source
         assert source.used_by, source.name

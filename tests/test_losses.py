@@ -8,18 +8,16 @@ import pytest
 import torch
 
 from dlite_hf.training.losses import (
+    expected_acceptance_length,
+    one_minus_tv,
+    one_minus_tv_on_support,
     position_weights,
+    top1_agreement,
+    top1_agreement_from_ids,
     weighted_cross_entropy,
     weighted_forward_kl,
     weighted_l1,
     weighted_l1_on_support,
-)
-from dlite_hf.training.metrics import (
-    expected_acceptance_length,
-    one_minus_tv,
-    one_minus_tv_on_support,
-    top1_agreement,
-    top1_agreement_from_ids,
 )
 
 N, K, V = 6, 4, 11

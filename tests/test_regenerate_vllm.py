@@ -206,7 +206,9 @@ def test_the_qwen_script_runs_the_mix_script_for_qwen_and_skips_its_shipped_rows
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     calls = log.read_text().splitlines()
-    assert len(calls) == 2 and "--limit 3000" in calls[0] and "--limit" not in calls[1]
+    # greedy stages of growing limits (each finished stage holds the mix's first N prompts), then all of them
+    limits = [call.split("--limit ")[1].split()[0] if "--limit" in call else None for call in calls]
+    assert limits == ["3000", "6000", "9000", None]
     for call in calls:
         assert "--target qwen2.5-coder-0.5b" in call and "--max-prompt-tokens 8192" in call
         assert "--skip-dataset datasets/dlite-qwen2.5-coder-0.5b-regen" in call

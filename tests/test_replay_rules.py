@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModel
 
 from dlite_hf.bench import replay_rules
-from dlite_hf.bench.replay_costs import context_key
+from dlite_hf.bench.replay import context_key
 from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.cli import main
 from dlite_hf.data.prompts import load_prompts

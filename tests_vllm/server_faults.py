@@ -150,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the run's summary (JSON)")
+    parser.add_argument("--log-dir", default=None, help="the two servers' logs (default: beside --out)")
     args = parser.parse_args(argv)
     conversations = [row["messages"] for row in json.loads(Path(args.prompts).read_text())["prompts"]]
-    summary = run(args.requests, args.seed, conversations, Path(args.out).parent)
+    summary = run(args.requests, args.seed, conversations, Path(args.log_dir or Path(args.out).parent))
     Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     ok = not summary["failures"] and summary["healthy_after"] and summary["greedy_after_equal_plain"]

@@ -45,12 +45,10 @@ _LAZY_MODULES = ("attention", "neartie")  # `dlite_hf.attention.register()` work
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name in _LAZY_MODULES:
-        import importlib
-
         return importlib.import_module(f"dlite_hf.{name}")
     raise AttributeError(f"module 'dlite_hf' has no attribute {name!r}")

@@ -1,25 +1,15 @@
 """An opt-in attention function for grouped-query targets on CPU: SDPA with the query groups packed into rows.
 
-transformers' `sdpa` attention gives a grouped-query model (fewer key/value heads than query heads) to
-`scaled_dot_product_attention` with `enable_gqa=True`, or copies the keys and values to every query head
-(`repeat_kv`). On this CPU (torch 2.13) both are slow for short queries in bfloat16: one decode step of
-SmolLM2-135M spends 57.4 ms in its attention modules at 2k tokens of context with `sdpa`, 12.0 ms with the query
-heads of each key/value head laid out as rows (219.7 against 44.6 ms at 8k; `benchmarks/verify_cost.py`, removed: `git
-show 2a88d8b:benchmarks/verify_cost.py`).
-The packed layout computes the same thing with the same kernel: each key/value head attends over
-`groups x q` query rows, and the causal mask is repeated per group.
+transformers' `sdpa` gives a grouped-query model to `scaled_dot_product_attention` with `enable_gqa=True`, or
+copies keys and values to every query head; on CPU both are slow for short queries in bfloat16 (docs/design.md).
+Here each key/value head attends over `groups x q` query rows with the same kernel, the causal mask repeated per
+group. Registered through transformers' `AttentionInterface`; nothing changes unless you ask for it:
 
-This module registers that layout as an attention implementation through transformers' public interfaces
-(`AttentionInterface`, `AttentionMaskInterface`). Nothing changes unless you ask for it:
-
-    import dlite_hf.attention
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=dlite_hf.attention.register())
-    # or, on a loaded model:
-    dlite_hf.attention.use_packed_gqa_attention(model)
+    dlite_hf.attention.use_packed_gqa_attention(model)  # or, on a loaded model
 
-Queries longer than :data:`MAX_PACKED_QUERY` tokens (a prefill), models without grouped-query attention, and calls
-with options this function does not implement (per-head masks, position bias, softcapping) go to transformers'
-own `sdpa` function unchanged.
+Prefills longer than :data:`MAX_PACKED_QUERY`, models without grouped-query attention, and options this function
+does not implement (per-head masks, position bias, softcapping) go to transformers' own `sdpa` unchanged.
 """
 
 from __future__ import annotations

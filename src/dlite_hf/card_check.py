@@ -42,23 +42,15 @@ def _section(text: str, heading: str) -> str:
 
 def _tables(section: str) -> list[tuple[str, list[str], list[list[str]]]]:
     """``(text before the table, header cells, body rows as cells)`` for every markdown table in ``section``."""
-    tables, before, current = [], [], None
-
-    def close() -> None:
-        tables.append(("\n".join(before), current[0], current[2:]))  # current[1] is the separator
-
-    for line in section.splitlines():
+    tables, before, current = [], [], []
+    for line in [*section.splitlines(), ""]:  # the empty line closes a table that ends the section
         if line.lstrip().startswith("|"):
-            if current is None:
-                current = []
             current.append([cell.strip() for cell in line.strip().strip("|").split("|")])
             continue
-        if current is not None:
-            close()
-            before, current = [], None
+        if current:
+            tables.append(("\n".join(before), current[0], current[2:]))  # current[1] is the separator
+            before, current = [], []
         before.append(line)
-    if current is not None:
-        close()
     return tables
 
 
@@ -112,14 +104,10 @@ def _check_table(index: int, header: list[str], rows: list[list[str]], source: P
 
 
 def check_card(text: str, base_dir: str | Path | None = None) -> list[str]:
-    """Problems of a card (empty list: valid).
-
-    Checks: the front matter parses with huggingface_hub's ``ModelCard`` and has library_name transformers,
-    base_model, pipeline_tag, license and tags; every section of ``REQUIRED_SECTIONS`` is present; every
-    results table is labelled as the paper's figures, or names a source file (``Source: `PATH` ``, relative to
-    ``base_dir``; by default the repository root, then the working directory) in which every number of the table
-    appears (after rounding to the decimals printed; for a JSON source and a table with workload and method
-    columns, in the objects of that same workload and method).
+    """Problems of a card (empty list: valid): its front matter (``ModelCard``: library_name transformers,
+    base_model, pipeline_tag, license, tags), the ``REQUIRED_SECTIONS``, and every results table labelled as the
+    paper's figures or naming a source file (``Source: `PATH` ``, relative to ``base_dir``, by default the repository
+    root then the working directory) that holds each of its numbers as printed (see :func:`_check_table`).
     """
     from huggingface_hub import ModelCard
 

@@ -1,17 +1,15 @@
-"""Model cards for DLite drafters: the one renderer, used by `dlite-hf card`, the trainer (a card beside every saved
-drafter) and `hub_cards/render_paper_cards.py` (the paper's released drafters).
+"""Model cards for DLite drafters, for `dlite-hf card`, the trainer and `hub_cards/render_paper_cards.py`.
 
-:func:`render_model_card` fills the template shipped in the package (`templates/model_card.md`) from a drafter's
-config and the card's texts; :func:`card_from_checkpoint` renders a drafter folder's card, its results table read
-from a bench result (the formats accepted: `dlite-hf card --help`, :mod:`dlite_hf.commands.card`). Every number of
-that table is the file's value rounded for display, and the card names the file
-(:func:`dlite_hf.card_check.check_card` verifies both).
+:func:`render_model_card` fills the package's `templates/model_card.md` from a drafter's config and the card's texts;
+:func:`card_from_checkpoint` renders a drafter folder's card with a results table read from a bench result (formats:
+`dlite-hf card --help`), each number the file's value rounded for display (`card_check.check_card` verifies it).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,9 @@ HUB_IDS = {
     "qwen2.5-coder-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
 }
 _CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lossless")
+# config fields the template prints as they are
+_CONFIG_FIELDS = ("num_target_layers", "target_hidden_size", "vocab_size", "num_hidden_layers", "backbone_type",
+                  "hidden_size", "num_attention_heads", "num_key_value_heads", "head_rank")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)
@@ -126,9 +127,8 @@ _WINDOWS = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teac
 def _training_table(training: dict[str, Any] | None) -> str:
     if not training:
         return "Not recorded."
-    return "| setting | value |\n|---|---|\n" + "".join(
-        f"| {k} | {_setting(v)} |\n" for k, v in training.items() if v is not None
-    )
+    rows = [{"setting": k, "value": _setting(v)} for k, v in training.items() if v is not None]
+    return _table(rows, ["setting", "value"])
 
 
 def _results_text(
@@ -198,13 +198,10 @@ def render_model_card(
 ) -> str:
     """Render a card for a drafter with config `config`.
 
-    `fastest`: the decoding the usage example shows, ``"hybrid"`` (DLite plus a suffix index of the context,
-    `prompt_lookup_num_tokens`) or ``"dlite"`` (the default): the one the results measured fastest. `dtype` and
-    `attention`: the mode the results were measured in (the usage example loads the models so), or None (float32,
-    transformers' attention).
-
-    `results` rows are printed as a table; `results_source` says where every number comes from (a bench result
-    file, with the command that produced it), or set `results_are_paper=True` for figures quoted from the paper.
+    `fastest` (``"hybrid"``, or ``"dlite"`` the default), `dtype` and `attention` (None: float32, transformers'
+    attention): the decoding the results measured fastest and the mode they were measured in, as the usage example
+    shows them. `results` rows are printed as a table, whose numbers come from `results_source` (a bench result file
+    and the command that wrote it), or from the paper with `results_are_paper=True`.
     """
     target = dict(config.target_model or {})
     base_model = base_model or target.get("name_or_path") or "unknown-target"
@@ -221,19 +218,11 @@ def render_model_card(
         "base_model": base_model,
         "repo_id": repo_id,
         "license": license,
+        **{name: getattr(config, name) for name in _CONFIG_FIELDS},
         "num_tapped": len(config.target_layer_ids),
         "k": config.num_draft_tokens,
         "target_architecture": target.get("architecture", "?"),
-        "num_target_layers": config.num_target_layers,
-        "target_hidden_size": config.target_hidden_size,
-        "vocab_size": config.vocab_size,
         "target_layer_ids": ", ".join(str(i) for i in config.target_layer_ids),
-        "num_hidden_layers": config.num_hidden_layers,
-        "backbone_type": config.backbone_type,
-        "hidden_size": config.hidden_size,
-        "num_attention_heads": config.num_attention_heads,
-        "num_key_value_heads": config.num_key_value_heads,
-        "head_rank": config.head_rank,
         "history_window_text": _WINDOWS.get(
             config.history_window, f"{config.history_window} past positions (sliding-window ablation)"
         ),
@@ -254,12 +243,8 @@ def render_model_card(
 
 def read_bench_result(document: Any, source: str = "the bench result") -> BenchResult:
     """A ``--bench-result`` document in either accepted format (:mod:`dlite_hf.commands.card`), typed: the document
-    ``dlite-hf bench`` writes is read with :func:`dlite_hf.bench.results.parse_result`; a list of rows (or
-    ``{"rows": [...]}``) becomes a result whose summary is those rows.
-
-    Raises:
-        ValueError: the structure is neither format, or a row lacks workload, method, tau or speedup.
-    """
+    ``dlite-hf bench`` writes (:func:`dlite_hf.bench.results.parse_result`), or a list of rows (or
+    ``{"rows": [...]}``) as a result whose summary is those rows. Raises ``ValueError`` for anything else."""
     if isinstance(document, dict) and "summary" in document:
         return parse_result(document, source)
     meta = {}
@@ -286,11 +271,7 @@ def _simple_row(index: int, row: Any) -> SummaryRow:
 
 
 def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[dict[str, Any]]:
-    """Card rows (display strings) from a bench result's summary rows (:func:`read_bench_result` reads a file's).
-
-    Raises:
-        ValueError: no row (of ``methods``).
-    """
+    """Card rows (display strings) from a bench result's summary rows, of ``methods`` (None: all); at least one."""
     rows = [_card_row(row) for row in result.summary if not methods or row.method in methods]
     if not rows:
         raise ValueError("The bench result has no rows" + (f" for methods {methods}." if methods else "."))
@@ -329,80 +310,52 @@ def _num_parameters(checkpoint: Path) -> int | None:
         return None
     from safetensors import safe_open
 
-    total = 0
     with safe_open(str(weights), framework="pt") as handle:
-        for key in handle.keys():
-            tensor = handle.get_slice(key)
-            if not tensor.get_dtype().startswith(("F", "BF")):
-                continue
-            shape = tensor.get_shape()
-            count = 1
-            for dim in shape:
-                count *= int(dim)
-            total += count
-    return total
+        slices = [handle.get_slice(key) for key in handle.keys()]
+        return sum(math.prod(s.get_shape()) for s in slices if s.get_dtype().startswith(("F", "BF")))
 
 
 def card_from_checkpoint(
     checkpoint: str | Path,
     bench_result: str | Path | None = None,
     *,
-    repo_id: str | None = None,
     base_model: str | None = None,
-    title: str | None = None,
-    license: str = "apache-2.0",
     methods: list[str] | None = None,
-    extra_limits: list[str] | None = None,
+    **card: Any,
 ) -> str:
     """The card of the drafter in ``checkpoint`` (its config.json, dlite_training.json, weights header), with the
-    rows of ``bench_result`` as its results table."""
+    rows of ``bench_result`` (of ``methods``) as its results table; ``card``: :func:`render_model_card`'s
+    ``repo_id``, ``title``, ``license`` or ``extra_limits``."""
     checkpoint = Path(checkpoint)
     if not (checkpoint / "config.json").is_file():
         raise FileNotFoundError(f"No config.json in {checkpoint}: pass a drafter folder saved by `dlite-hf train`.")
     config = DLiteConfig.from_pretrained(checkpoint)
     target = (config.target_model or {}).get("name_or_path") or ""
-    base_model = base_model or HUB_IDS.get(target) or target or None
-    training = None
-    training_file = checkpoint / "dlite_training.json"
-    if training_file.is_file():
-        training = json.loads(training_file.read_text(encoding="utf-8"))
-    results = source = fastest = dtype = attention = None
+    if (checkpoint / "dlite_training.json").is_file():
+        card["training"] = json.loads((checkpoint / "dlite_training.json").read_text(encoding="utf-8"))
     if bench_result is not None:
         path = Path(bench_result)
         document = json.loads(path.read_text(encoding="utf-8"))
         result = read_bench_result(document, str(path))
-        results = bench_rows(result, methods)
+        rows = bench_rows(result, methods)
+        card.update(_measured_mode(result, path), results=rows)
+        card["results_columns"] = [c for c in _CARD_COLUMNS if any(c in r for r in rows)]
         if isinstance(document, dict) and "summary" in document:  # a row list compares no decodings
-            fastest = fastest_decoding(result)
-        dtype, attention, source = _measured_mode(result, path)
-    return render_model_card(
-        config,
-        base_model=base_model,
-        repo_id=repo_id,
-        title=title,
-        license=license,
-        training=training,
-        results=results,
-        results_columns=[c for c in _CARD_COLUMNS if results and any(c in r for r in results)] or None,
-        results_source=source,
-        num_parameters=_num_parameters(checkpoint),
-        extra_limits=extra_limits,
-        fastest=fastest,
-        dtype=dtype,
-        attention=attention,
-    )
+            card["fastest"] = fastest_decoding(result)
+    base_model = base_model or HUB_IDS.get(target) or target or None
+    return render_model_card(config, base_model=base_model, num_parameters=_num_parameters(checkpoint), **card)
 
 
-def _measured_mode(result: BenchResult, path: Path) -> tuple[str | None, str | None, str]:
-    """(dtype, attention, the source line) of a bench result: how its numbers were measured, and where."""
+def _measured_mode(result: BenchResult, path: Path) -> dict[str, str | None]:
+    """How a bench result's numbers were measured (dtype, attention) and where (the source line)."""
     meta = result.meta
-    attention = "packed_gqa" if meta.attention == PACKED_GQA_SDPA else meta.attention
     source = f"`{_display_path(path)}`" + (f", written by `{meta.command}`" if meta.command else "")
     machine = meta.machine
     if machine is not None and machine.cpu:  # speedups are ratios on one CPU: another CPU gives other ratios
         cores = f", {machine.cpu_count} cores" if machine.cpu_count else ""
         source += f", on {machine.cpu}{cores}, {meta.value_or('threads', '?')} thread(s)"
-    return meta.dtype, attention, source
+    attention = "packed_gqa" if meta.attention == PACKED_GQA_SDPA else meta.attention
+    return {"dtype": meta.dtype, "attention": attention, "results_source": source}
 
 
 def fastest_decoding(result: BenchResult) -> str | None:

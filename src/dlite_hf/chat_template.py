@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["chat_prompt_ids", "token_ids"]
-
 
 def token_ids(encoded: Any) -> list[int]:
     """The flat token ids of what ``apply_chat_template(..., tokenize=True)`` returned (a list, a batch of one, or

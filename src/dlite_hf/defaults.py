@@ -7,19 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = [
-    "ATTENTION_CHOICES",
-    "DEFAULT_ATTENTION",
-    "DEFAULT_DTYPE",
-    "DEFAULT_TARGET",
-    "DTYPE_CHOICES",
-    "check_attention",
-    "check_dtype",
-    "default_drafter_dir",
-    "native_bfloat16",
-    "resolve_dtype",
-]
-
 DEFAULT_TARGET = "smollm2-135m"
 """The registry name of the default target (see :data:`dlite_hf.assets.MODELS`)."""
 
@@ -28,13 +15,10 @@ DTYPE_CHOICES = ("fastest", "float32", "bfloat16", "float16", "auto")
 checkpoint's own `config.dtype`)."""
 
 DEFAULT_DTYPE = "fastest"
-"""The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively,
-float32 elsewhere (:func:`resolve_dtype`). Measured in both modes on both kinds of CPU
-(`benchmarks/results/smollm2-135m-main*.json`, `smollm2-135m-dtype-*-avx2.json`; `tests/test_dtypes.py` checks that the
-committed results still say so): with native bfloat16 (AVX512-BF16, AMX) it is the faster mode end to end; without
-(AVX2), bfloat16 matrix products are emulated, tens of times slower than float32, and every method is slower in it,
-DLite most. bfloat16 greedy decoding is near-tie-exact (every divergence from plain bfloat16 greedy is a
-float32-verified near-tie); float32 is the token-exact mode."""
+"""The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively
+(the faster mode there; emulated bfloat16 is far slower than float32), float32 elsewhere (:func:`resolve_dtype`;
+`tests/test_dtypes.py` checks the committed results still say so). bfloat16 greedy decoding is near-tie-exact
+(:mod:`dlite_hf.neartie`); float32 is the token-exact mode."""
 
 
 BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -61,8 +45,7 @@ def resolve_dtype(name: str, device: str = "cpu") -> str:
 
 
 ATTENTION_CHOICES = ("sdpa", "packed_gqa")
-"""What `--attention` accepts: transformers' `sdpa`, or `packed_gqa` (`dlite_hf.attention`: the same SDPA kernel
-with a grouped-query model's query heads packed into rows, much faster for short queries in bfloat16 on CPU)."""
+"""What `--attention` accepts: transformers' `sdpa`, or `packed_gqa` (:mod:`dlite_hf.attention`)."""
 
 DEFAULT_ATTENTION = "packed_gqa"
 """The attention `dlite-hf compare`, `make run` and the demo load the target with (measured fastest: README)."""

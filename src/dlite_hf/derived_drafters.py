@@ -1,10 +1,5 @@
-"""Drafters derived from others: a changed config (weights kept where they still fit), identity layers grown on,
-or two drafters' weights averaged.
-
-Used by `dlite-hf train` (`--init` with `--no_sequential_head`, a teacher's weights for the warm-up drafter,
-`--grow_layers`, `--refresh_draft_vocab`) and `dlite-hf interpolate` (a fine-tuned drafter's weights averaged with
-those it started from, WiSE-FT: Wortsman et al., 2022). Another draft vocabulary for a trained drafter is
-`draft_vocab.py`'s.
+"""Drafters derived from others: a changed config (weights kept where they still fit), identity layers grown on
+(`dlite-hf train`), or two drafters' weights averaged (`dlite-hf interpolate`, WiSE-FT: Wortsman et al., 2022).
 """
 
 from __future__ import annotations
@@ -13,13 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORD", "derive_drafter", "grow_drafter", "interpolate_drafters"]
+__all__ = ["RECORD", "derive_drafter", "extend_record", "grow_drafter", "interpolate_drafters"]
 
 RECORD = "dlite_training.json"
 # config fields two drafters must share for their weights to be averaged (shapes alone miss the tapped layers)
 SHARED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                  "intermediate_size", "head_rank", "num_draft_tokens", "target_layer_ids", "use_sequential_head",
                  "history_window", "vocab_size", "target_hidden_size", "backbone_type")  # fmt: skip
+
+
+def extend_record(source: Path, out: Path, key: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Write `out`'s training record: `source`'s (if any) with `key` set to `value`; return it."""
+    record = json.loads((source / RECORD).read_text(encoding="utf-8")) if (source / RECORD).is_file() else {}
+    record[key] = value
+    (out / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
 
 
 def derive_drafter(source, drop_prefix: str | None, new_prefixes: tuple[str, ...] = (), **changes):
@@ -58,17 +61,9 @@ def grow_drafter(source, extra_layers: int):
 
 
 def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: float, out: str | Path) -> dict[str, Any]:
-    """Save ``(1 - alpha) * base + alpha * tuned`` (every floating-point weight) to ``out``, with the tuned drafter's
-    config and draft vocabulary; return the record written beside it.
-
-    ``tuned`` should be ``base`` fine-tuned (WiSE-FT): averaging keeps much of the base's skill on what the fine-tuning
-    data lacked. The draft vocabulary is not a weight (it names rows of the target's lm_head), so the two drafters'
-    vocabularies may differ.
-
-    Raises:
-        ValueError: ``alpha`` outside [0, 1], ``out`` is one of the inputs, or the drafters differ in a shared config
-            field or in a weight's name or shape.
-    """
+    """Save ``(1 - alpha) * base + alpha * tuned`` (every floating-point weight) to ``out`` with the tuned drafter's
+    config and draft vocabulary (it names lm_head rows, not weights, so the two may differ); return the record
+    written beside it. ``tuned`` should be ``base`` fine-tuned (WiSE-FT)."""
     import math
 
     import torch
@@ -100,9 +95,6 @@ def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: flo
     }  # fmt: skip
     tuned.load_state_dict(merged)
     tuned.save_pretrained(out)
-    record = {}
-    if (tuned_dir / RECORD).is_file():
-        record = json.loads((tuned_dir / RECORD).read_text(encoding="utf-8"))
-    record["interpolated"] = {"base": str(base_dir), "tuned": str(tuned_dir), "alpha": float(alpha)}
-    (out / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return record
+    return extend_record(
+        tuned_dir, out, "interpolated", {"base": str(base_dir), "tuned": str(tuned_dir), "alpha": float(alpha)}
+    )

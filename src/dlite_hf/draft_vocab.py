@@ -1,38 +1,24 @@
-"""A drafter's draft vocabulary, chosen from data: at training (`dlite-hf train`) or after it (`dlite-hf draft-vocab`).
-
-A DLite drafter drafts among `config.draft_vocab_size` tokens: each drafted position reads those rows of the
-target's lm_head. The drafter's own weights do not depend on which rows (they are the target's), so the
-vocabulary can be changed after training. A smaller one makes every drafting round cheaper where reading the
-lm_head slice dominates, at the price of the tokens it drops: they can no longer be drafted (outputs stay
-identical to the target's; only acceptance can fall).
-"""
+"""A drafter's draft vocabulary, chosen from data: at training (`dlite-hf train`) or after it (`dlite-hf draft-vocab`,
+whose help says what a smaller one costs and buys)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .derived_drafters import RECORD
+from .derived_drafters import extend_record
 
 __all__ = ["coverage", "resize_draft_vocab", "set_draft_vocab"]
 
 
 @torch.no_grad()
 def set_draft_vocab(drafter: Any, token_counts: torch.Tensor, size: int | None = None) -> torch.Tensor:
-    """Give `drafter` the draft vocabulary of the most frequent tokens of `token_counts` `[V]`; returns its ids.
-
-    Args:
-        drafter: a `DLiteForSpeculation`.
-        token_counts: how often each token of the target's vocabulary occurs in the responses to draft.
-        size: how many tokens to keep (default: `config.draft_vocab_size`; required for a drafter over the full
-            vocabulary). A new size updates the config. The drafter's own weights do not depend on it (the
-            draft vocabulary's rows are read from the target's lm_head), so a trained drafter can be given a
-            smaller vocabulary without retraining: each round then reads fewer lm_head rows, and it can no
-            longer draft the tokens it dropped.
+    """Give the `DLiteForSpeculation` `drafter` the draft vocabulary of the `size` (default:
+    `config.draft_vocab_size`, which a new size updates) most frequent tokens of `token_counts` `[V]`; returns its
+    ids. The drafter's weights do not depend on it (its rows are the target's lm_head's), so no retraining is needed.
     """
     config = drafter.config
     if drafter.draft_vocab_ids is None and size is None:
@@ -42,12 +28,13 @@ def set_draft_vocab(drafter: Any, token_counts: torch.Tensor, size: int | None =
         )
     if token_counts.shape != (config.vocab_size,):
         raise ValueError(f"token_counts has shape {tuple(token_counts.shape)}; expected ({config.vocab_size},).")
-    if size is not None:
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= config.vocab_size:
-            raise ValueError(
-                f"size={size!r}: expected an integer in [1, {config.vocab_size}] (the target's vocabulary), "
-                "or None to keep config.draft_vocab_size."
-            )
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= config.vocab_size
+    ):
+        raise ValueError(
+            f"size={size!r}: expected an integer in [1, {config.vocab_size}] (the target's vocabulary), "
+            "or None to keep config.draft_vocab_size."
+        )
     keep = config.draft_vocab_size if size is None else size
     return drafter.use_draft_vocab(torch.topk(token_counts.float(), keep).indices.sort().values)
 
@@ -62,12 +49,7 @@ def resize_draft_vocab(
     drafter_dir: str | Path, data: str | Path, size: int, out: str | Path, max_length: int = 1024
 ) -> dict[str, Any]:
     """Save the drafter of ``drafter_dir`` to ``out`` with the ``size`` most frequent response tokens of ``data``
-    as its draft vocabulary; return what changed (sizes and coverage of ``data`` before and after).
-
-    Raises:
-        ValueError: ``out`` is ``drafter_dir``, the data's token ids do not fit the drafter's vocabulary, or a bad
-            size (see :func:`set_draft_vocab`).
-    """
+    as its draft vocabulary; return what changed (sizes and coverage of ``data`` before and after)."""
     from . import DLiteForSpeculation
     from .training.data import RegeneratedDataset, response_token_counts
 
@@ -89,11 +71,7 @@ def resize_draft_vocab(
         "coverage_after": round(coverage(counts, ids), 4),
     }
     drafter.save_pretrained(out)
-    record = {}
-    if (source / RECORD).is_file():
-        record = json.loads((source / RECORD).read_text(encoding="utf-8"))
-    record["draft_vocab_resized"] = report
-    (out / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    extend_record(source, out, "draft_vocab_resized", report)
     if (source / "README.md").is_file() and not (out / "README.md").exists():
         shutil.copy(source / "README.md", out / "README.md")  # re-render it with `dlite-hf card` after benchmarking
     return report

@@ -1,7 +1,5 @@
-"""JSONL files: the prompt files, the rows `regenerate` and `label-text` write, and resuming an appended one.
-
-Light on purpose (no torch import): prompts, regeneration, label-text, training and the benchmarks read through here.
-"""
+"""JSONL files: the prompt files, the rows `regenerate` and `label-text` write, and resuming an appended one
+(no torch import: prompts, regeneration, training and the benchmarks read through here)."""
 
 from __future__ import annotations
 
@@ -13,16 +11,10 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["completed_ids", "read_jsonl", "write_jsonl"]
-
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file, one per non-empty line.
-
-    Raises:
-        FileNotFoundError: no file at `path`.
-        ValueError: a line is not JSON or not an object; the message names the file and line.
-    """
+    """The JSON objects of a JSONL file, one per non-empty line; a line that is not a JSON object is a `ValueError`
+    naming the file and line."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"No JSONL file at {path}: pass the path of a file with one JSON object per line.")
     rows = []

@@ -1,27 +1,15 @@
 """Losslessness in reduced precision: prove that every divergence from plain greedy decoding is a near-tie.
 
-In float32, speculative greedy decoding is token-identical to plain greedy decoding (the tests and the benchmarks
-check exact equality). In bfloat16 or float16 it is not, and cannot be: a verification forward over n tokens runs
-other kernels than a 1-token decode step (a GEMM instead of a GEMV, another attention split), so the target's
-logits are rounded differently, and where its two best tokens are within rounding of each other the two runs may
-pick different ones. From there on the texts differ, both being greedy continuations of the same target.
+In bfloat16 or float16 a verification forward over n tokens rounds the target's logits differently from a 1-token
+decode step, so where its two best tokens are within rounding of each other speculative and plain greedy decoding
+may pick different ones (float32 is token-exact). This module tells that apart from a bug: it re-scores both
+continuations teacher-forced with a float32 copy of the target (same weights, upcast exactly) and checks
 
-This module tells that apart from a bug. Given the prompt, the plain output and the speculative output, it
-re-scores both continuations teacher-forced with a float32 copy of the target (the same reduced-precision weights,
-upcast exactly, so only the arithmetic differs), and checks:
+1. at the first divergence, both chosen tokens are within ``epsilon`` of the float32 maximum logit (a near-tie);
+2. from there on, every token the speculative run committed is within ``epsilon`` of its context's float32 argmax.
 
-1. at the first divergence (where both runs saw the same context), both chosen tokens are within ``epsilon`` of the
-   target's float32 maximum logit, so the target's top-2 logit margin there is below ``epsilon``: a near-tie;
-2. from that position on, every token the speculative run committed is the target's float32 argmax under its own
-   context, or within ``epsilon`` of it.
-
-A verification that accepts a draft the target would not have chosen fails check 1 or 2 by the draft's logit gap
-(several logits for a typical wrong token), unless the draft happens to be a near-tie itself. Positions before the
-divergence are plain's own choices, so they are not re-checked. ``epsilon`` is stated per dtype
-(:data:`NEAR_TIE_EPSILON`), from the calibration in ``benchmarks/near_tie_epsilon.py`` (removed: ``git show
-79d638a:benchmarks/near_tie_epsilon.py``): the largest difference
-between a reduced-precision and the float32 logit of the same token, over the top tokens of real decoding, doubled
-(a wrong pick needs both logits off, in opposite directions), and rounded up.
+A wrong accepted draft fails by its logit gap. ``epsilon`` per dtype (:data:`NEAR_TIE_EPSILON`) is calibrated in
+docs/design.md ("Epsilon, calibrated").
 """
 
 from __future__ import annotations
@@ -33,16 +21,6 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = [
-    "NEAR_TIE_EPSILON",
-    "NearTieChecker",
-    "NearTieReport",
-    "check_near_ties",
-    "epsilon_for",
-    "float32_reference",
-    "logit_gaps",
-]
-
 NEAR_TIE_EPSILON = {"bfloat16": 1.75, "float16": 0.25, "float32": 0.0}
 """Logit units: how far a committed token may sit below the float32 maximum before the divergence is a bug."""
 
@@ -51,18 +29,9 @@ NEAR_TIE_EPSILON = {"bfloat16": 1.75, "float16": 0.25, "float32": 0.0}
 class NearTieReport:
     """The verdict on one speculative output against plain greedy decoding (positions count new tokens).
 
-    Attributes:
-        identical: the two outputs are the same tokens.
-        first_divergence: where they first differ (None when identical).
-        plain_token / speculative_token: the tokens each run chose there (None past the end of a shorter output).
-        divergence_margin: float32 |logit(plain token) - logit(speculative token)| at the first divergence.
-        top2_margin: the target's float32 top-2 logit margin at the first divergence.
-        max_gap: the largest float32 (max logit - committed logit) over the speculative run's tokens from the first
-            divergence on; 0 when every one of them is the float32 argmax.
-        worst_position: where ``max_gap`` occurs.
-        epsilon: the bound the checks use.
-        ok: both checks passed (always True when ``identical``).
-        reason: why not, in words ("" when ok).
+    At the first divergence: the token each run chose (None past the end of a shorter output), their float32 logit
+    difference (``divergence_margin``) and the target's top-2 margin. ``max_gap``: the largest float32 (max logit -
+    committed logit) over the speculative tokens from there on, at ``worst_position``. ``reason``: why not ``ok``.
     """
 
     identical: bool
@@ -131,14 +100,8 @@ def check_near_ties(
     epsilon: float,
 ) -> NearTieReport:
     """Check that ``speculative`` differs from ``plain`` (both ``[1, prompt + new]``, greedy outputs of the same
-    target on the same prompt) only through near-ties; see the module docstring.
-
-    Args:
-        reference: the float32 target (:func:`float32_reference` of the reduced-precision one).
-        prompt_length: the number of prompt tokens both sequences start with.
-        plain / speculative: the two outputs.
-        epsilon: the near-tie bound in logits (:data:`NEAR_TIE_EPSILON` of the dtype decoded in).
-    """
+    target on the same prompt) only through near-ties of the float32 ``reference`` (:func:`float32_reference`),
+    within ``epsilon`` logits (:data:`NEAR_TIE_EPSILON` of the dtype decoded in)."""
     if epsilon < 0:
         raise ValueError(f"epsilon={epsilon} must be >= 0 (logit units).")
     if not torch.equal(plain[:, :prompt_length].cpu(), speculative[:, :prompt_length].cpu()):

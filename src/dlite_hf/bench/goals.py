@@ -1,11 +1,6 @@
-"""The benchmark issues' performance goals, checked against a `dlite-hf bench` run (met, not met, or not measured).
-
-The thresholds here are the project's benchmark policy: a run's results document is complete without them, and
-``dlite-hf bench goals RESULTS.json [MORE.json ...]`` adds the verdicts afterwards (``goals`` in each document, and
-its markdown table re-rendered beside it, ``NAME.md``). Every goal reads only the summary rows of one run
-(:func:`dlite_hf.bench.report.summarize`), so it compares methods measured side by side, on the same prompts and
-threads. A goal whose rows are missing from the run (a workload or a method that was not run) is reported with
-``met = None`` and says what it needs.
+"""The benchmark issues' performance goals, checked on one `dlite-hf bench` run's summary rows (methods measured
+side by side): met, not met, or not measured (``met = None``, saying what the run lacks).
+``dlite-hf bench goals RESULTS.json ...`` adds them to each document and re-renders its table.
 """
 
 from __future__ import annotations
@@ -16,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from .results import Goal, ResultsError, SummaryRow, as_summary_rows, load_result
-
-__all__ = ["GENERAL_WORKLOADS", "add_goals", "evaluate_goals"]
 
 GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
 SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt lookup's on these
@@ -48,15 +41,13 @@ def _speedup_goal(rows: Rows, workload: str, strict: bool, method: str, peer: st
     return _goal(name, met, f"{a:.2f}x vs {b:.2f}x (tau {mine.mean_tau:.2f} vs {theirs.mean_tau:.2f})")
 
 
-def _general_tau(rows: Rows, method: str) -> float | None:
-    taus = [rows[(w, method)].mean_tau for w in GENERAL_WORKLOADS if (w, method) in rows]
-    return sum(taus) / len(taus) if taus else None
-
-
 def _tau_drop(rows: Rows, method: str) -> tuple[float, float, float] | None:
-    general, agentic = _general_tau(rows, method), rows.get(("agentic", method))
-    if general is None or agentic is None:
+    """(mean tau over the general workloads, agentic tau, the relative drop), or None when not measured."""
+    taus = [rows[(w, method)].mean_tau for w in GENERAL_WORKLOADS if (w, method) in rows]
+    agentic = rows.get(("agentic", method))
+    if not taus or agentic is None:
         return None
+    general = sum(taus) / len(taus)
     return general, agentic.mean_tau, 1.0 - agentic.mean_tau / general
 
 
@@ -78,23 +69,25 @@ def _agentic_tau_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
     return _goal(name, met and theirs[2] > drop, text)
 
 
-def _long_rows(rows: Rows, method: str) -> list[tuple[int, SummaryRow]]:
-    found = []
-    for (workload, name), row in rows.items():
-        if name == method and workload.startswith("long-") and workload[5:].isdigit():
-            found.append((int(workload[5:]), row))
-    return sorted(found, key=lambda item: item[0])
+def _long_ms(rows: Rows, method: str) -> list[tuple[int, float]]:
+    """(context length, drafter ms per round) of `method`'s long-N rows that have a drafter time, by length."""
+    points = {
+        int(workload[5:]): row.drafter_ms_per_round
+        for (workload, name), row in rows.items()
+        if name == method and workload.startswith("long-") and workload[5:].isdigit() and row.drafter_ms_per_round
+    }
+    return sorted(points.items())
 
 
 def _drafter_ms_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
     name = f"long context: {method} drafter ms per round varies < {MAX_DRAFTER_MS_SPREAD:.0%} across lengths"
-    points = [(n, r.drafter_ms_per_round) for n, r in _long_rows(rows, method) if r.drafter_ms_per_round]
+    points = _long_ms(rows, method)
     if len(points) < 2:
         return _goal(name, None, f"not measured (run the long workload at two or more lengths with {method})")
     values = [v for _, v in points]
     spread = (max(values) - min(values)) / min(values)
     text = ", ".join(f"{n}: {v:.1f} ms" for n, v in points) + f" (spread {spread:.0%})"
-    others = [(n, r.drafter_ms_per_round) for n, r in _long_rows(rows, history) if r.drafter_ms_per_round]
+    others = _long_ms(rows, history)
     if others:
         text += f"; {history}: " + ", ".join(f"{n}: {v:.1f} ms" for n, v in others)
     return _goal(name, spread < MAX_DRAFTER_MS_SPREAD, text)
@@ -132,17 +125,11 @@ def evaluate_goals(
     fixed: str = "dlite_fixed",
     hybrid: str = "hybrid",
 ) -> list[dict[str, Any]]:
-    """The performance goals of the benchmark issue, checked on one run's summary rows.
+    """The performance goals, one ``{"goal", "met", "measured"}`` dict each, checked on one run's summary rows.
 
-    The drafter-ms goal is checked for `method` and, when the run has it at two or more long-context lengths, for
-    `fixed` too: the same drafter drafting K every round. With adaptive drafting a call's cost follows how many
-    positions the drafter chose to draft (a skipped round runs one head step, a full one K), so only the fixed-K
-    method isolates how the drafting cost depends on the context. When the run has `hybrid`, its goals follow:
-    on every workload its tau is at least the best of `peer` and `method`; on agentic workloads its speedup is at
-    least 1.25x `peer`'s; on chat, code and math its speedup is at least `method`'s.
-
-    Returns:
-        One ``{"goal", "met", "measured"}`` dict per goal; ``met`` is True, False, or None (not measured here).
+    The drafter-ms goal is also checked for `fixed` (K drafts every round) when the run has it at two or more
+    long-context lengths: adaptive drafting's cost follows how much it chose to draft, fixed K isolates how the
+    drafting cost depends on the context. The `hybrid` goals apply only when the run has it.
     """
     rows = _rows(summary)
     goals = [_speedup_goal(rows, w, True, method, peer) for w in SPEEDUP_WORKLOADS]
@@ -156,8 +143,7 @@ def evaluate_goals(
 
 
 def add_goals(path: str | Path) -> list[dict[str, Any]]:
-    """Evaluate the goals on the results document at `path`, store them in it as ``goals`` and re-render its
-    markdown table (``NAME.md`` beside it); returns the goals."""
+    """Evaluate the goals on the results document at `path`, store them in it and re-render ``NAME.md``."""
     from .report import markdown_table
 
     path = Path(path)

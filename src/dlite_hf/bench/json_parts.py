@@ -1,10 +1,6 @@
 """Dataclasses read from and written to JSON objects, for the results document (:mod:`.results`): every value
-checked against its field's type, unknown keys kept, and the keys written back in the order they were read.
-
-A :class:`Part`'s fields are the object's keys. :meth:`Part.from_dict` checks every value (numbers are kept as
-they are: an int stays an int, so a document read and written back is the same bytes); :meth:`Part.to_dict` writes
-the keys it was read with, in their order, then any field set since that is written only when set
-(:func:`when_set`); a part built in code is written in the order of its fields.
+checked against its field's type (numbers kept as they are, so a document read and written back is the same bytes),
+unknown keys kept, and the keys written back in the order they were read.
 """
 
 from __future__ import annotations
@@ -16,8 +12,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-__all__ = ["ABSENT", "Invalid", "Part", "ResultsError", "shown", "when_set"]
-
 _WRITTEN_WHEN_SET = "written_when_set"  # field metadata: the key is written only when the value is not None
 
 
@@ -26,8 +20,7 @@ class ResultsError(ValueError):
 
 
 class Invalid(Exception):
-    """A value of the wrong type at ``where`` (a path such as ``records[3].tau``);
-    :func:`~dlite_hf.bench.results.parse_result` adds the document's name and says how to fix it."""
+    """A value of the wrong type at ``where`` (a path such as ``records[3].tau``)."""
 
     def __init__(self, where: str, value: Any, expected: str):
         super().__init__(where)
@@ -44,19 +37,15 @@ P = TypeVar("P", bound="Part")
 
 @dataclass(kw_only=True)
 class Part:
-    """A JSON object of the document: declared fields, plus ``extra`` (keys this version does not define, kept as
-    they are) and the keys it was read with (``_keys``, None when built in code)."""
+    """A JSON object of the document: declared fields, ``extra`` (keys this version does not define) and the keys
+    it was read with (``_keys``, None when built in code)."""
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     _keys: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls: type[P], data: Any, where: str = "") -> P:
-        """Read one JSON object (``where``: its place in the document, for the error message).
-
-        Raises:
-            ResultsError: a value of the wrong type, or a required key missing.
-        """
+        """Read one JSON object (``where``: its place in the document); :class:`ResultsError` when invalid."""
         try:
             return cls._read(data, where)
         except Invalid as error:
@@ -78,7 +67,8 @@ class Part:
         return cls(**values, extra=extra, _keys=tuple(data))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: the keys it was read with, in their order, then the fields set since."""
+        """The JSON object: the keys it was read with, in their order, then the :func:`when_set` fields set
+        since (a part built in code: its fields in order)."""
         specs = {spec.name: spec for spec in _fields(type(self))}
         keys = list(self._keys) if self._keys is not None else list(specs)
         keys += [name for name, spec in specs.items() if name not in keys and spec.metadata.get(_WRITTEN_WHEN_SET)]
@@ -89,11 +79,8 @@ class Part:
             if spec is None:
                 if key in self.extra:
                     out[key] = self.extra[key]
-                continue
-            value = getattr(self, key)
-            if value is None and spec.metadata.get(_WRITTEN_WHEN_SET):
-                continue
-            out[key] = _dump(value)
+            elif getattr(self, key) is not None or not spec.metadata.get(_WRITTEN_WHEN_SET):
+                out[key] = _dump(getattr(self, key))
         return out
 
     @classmethod
@@ -102,8 +89,7 @@ class Part:
         return tuple(spec.name for spec in _fields(cls))
 
     def value_or(self, name: str, default: Any) -> Any:
-        """The field's value, or ``default`` when the document has no such key (a display fallback: a key
-        present with null stays None)."""
+        """The field's value, or ``default`` when the document has no such key (a null one stays None)."""
         if self._keys is not None and name not in self._keys:
             return default
         return getattr(self, name)
@@ -119,12 +105,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return get_type_hints(cls)
 
 
-class _Absent:
-    def __repr__(self) -> str:
-        return "absent"
-
-
-ABSENT = _Absent()
+ABSENT = object()  # a required key the object lacks
 
 
 def _describe(hint: Any) -> str:
@@ -138,8 +119,7 @@ def _describe(hint: Any) -> str:
 
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
-    """``value`` checked against ``hint`` (numbers are kept as they are: an int stays an int); JSON objects of a
-    :class:`Part` type become that part."""
+    """``value`` checked against ``hint``; JSON objects of a :class:`Part` type become that part."""
     origin = get_origin(hint)
     if hint is Any:
         return value

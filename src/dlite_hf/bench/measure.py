@@ -1,9 +1,8 @@
 """Measuring one generate() call: forward hooks that count and time every forward, peak memory, and the metrics of
 a run (:class:`_Runner`, the state of one benchmark run: models, hooks, greedy settings).
 
-Measurement is method-agnostic: hooks on the target's (and the assistant's) top-level forward count and time every
-forward, so plain, prompt lookup, DLite and assisted decoding are measured by the same code. DLite drafters add
-their own statistics (rounds, drafts, accepted tokens, drafter time) from `drafter.last_generation_stats`.
+Hooks on the target's (and the assistant's) top-level forward time every forward, so every method is measured by
+the same code; DLite drafters add their own statistics from `drafter.last_generation_stats`.
 """
 
 from __future__ import annotations
@@ -24,11 +23,6 @@ from ..defaults import native_bfloat16
 from ..neartie import NearTieChecker, NearTieReport
 from .methods import BenchMethod
 
-__all__ = ["ForwardTimer", "environment_info"]
-
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-_STATUS = Path("/proc/self/status")
-
 
 class ForwardTimer:
     """Forward pre/post hooks on one module: the number of input positions and the wall time of every forward."""
@@ -36,11 +30,11 @@ class ForwardTimer:
     def __init__(self, module: nn.Module):
         self.forwards: list[tuple[int, float]] = []
         self._started: float | None = None
+        self._length = 0
         self._handles = [
             module.register_forward_pre_hook(self._pre, with_kwargs=True),
             module.register_forward_hook(self._post, with_kwargs=True),
         ]
-        self._length = 0
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         inputs = kwargs.get("input_ids")
@@ -60,29 +54,31 @@ class ForwardTimer:
         self.forwards = []
         self._started = None
 
-    def total_s(self) -> float:
-        return sum(t for _, t in self.forwards)
-
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
 
 
-def _rss_kb(field: str) -> int | None:
+def _proc_field(path: str, key: str, missing: str | None = None) -> str | None:
+    """The value of the first line starting with ``key`` in a ``/proc`` file: ``missing`` without such a line, None
+    when the file cannot be read."""
     try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
+        lines = Path(path).read_text().splitlines()
     except OSError:
         return None
-    return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(key)), missing)
+
+
+def _rss_kb(key: str) -> int | None:
+    value = _proc_field("/proc/self/status", key + ":")
+    return int(value.split()[0]) if value else None
 
 
 def _reset_peak_rss() -> int | None:
     """Reset the kernel's peak-RSS mark (Linux ``clear_refs`` 5); return the current RSS in kB, or None."""
     try:
-        _CLEAR_REFS.write_text("5")
+        Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         return None
     return _rss_kb("VmRSS")
@@ -94,36 +90,19 @@ def environment_info() -> dict[str, Any]:
 
     from .. import __version__
 
-    cpu = platform.processor() or ""
-    amx = avx512_bf16 = None
-    try:
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
-        amx = "amx_bf16" in flags  # bfloat16 matmuls in hardware: it moves every bfloat16 ratio here
-        avx512_bf16 = "avx512_bf16" in flags
-    except OSError:
-        pass
-    memory_gb = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory_gb = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
+    flags = _proc_field("/proc/cpuinfo", "flags", missing="")
+    flags = flags.split() if flags is not None else None
+    memory = _proc_field("/proc/meminfo", "MemTotal:")
     return {
         "machine": {
             "platform": platform.platform(),
-            "cpu": cpu,
-            "amx_bf16": amx,
-            "avx512_bf16": avx512_bf16,
+            "cpu": _proc_field("/proc/cpuinfo", "model name") or platform.processor() or "",
+            "amx_bf16": None if flags is None else "amx_bf16" in flags,  # bfloat16 matmuls in hardware
+            "avx512_bf16": None if flags is None else "avx512_bf16" in flags,
             # what `--dtype fastest` resolves by: without native bfloat16, torch emulates its matrix products
             "bf16_native": native_bfloat16("cpu"),
             "cpu_count": os.cpu_count(),
-            "memory_gb": memory_gb,
+            "memory_gb": round(int(memory.split()[0]) / 2**20, 1) if memory else None,
             "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
         "threads": torch.get_num_threads(),
@@ -152,12 +131,10 @@ def _drafting(
     """A DLite method's drafting from its drafter's statistics; any other method's from the target's forwards
     (a verification forward over n > 1 positions checked n - 1 drafts)."""
     if method.kind != "dlite":
-        verify = forwards[1:]
-        rounds = sum(1 for n, _ in verify if n > 1)
-        drafted = sum(n - 1 for n, _ in verify if n > 1)
+        verify = [n for n, _ in forwards[1:] if n > 1]
         accepted = max(0, new_tokens - len(forwards)) if method.kind != "plain" else 0
-        drafter_s = assistant_timer.total_s() if assistant_timer is not None else None
-        return _Drafting(rounds, rounds, drafted, accepted, drafter_s, {})
+        drafter_s = sum(t for _, t in assistant_timer.forwards) if assistant_timer is not None else None
+        return _Drafting(len(verify), len(verify), sum(verify) - len(verify), accepted, drafter_s, {})
     stats = method.model.last_generation_stats
     if stats is None:
         raise RuntimeError(
@@ -191,7 +168,6 @@ def _metrics(
     rss: tuple[int | None, int | None],
 ) -> dict[str, Any]:
     """The record fields of one generate() call (the keys of :class:`~dlite_hf.bench.results.Record`)."""
-    target_forwards = len(forwards)
     prefill_s = forwards[0][1] if forwards else 0.0
     verify = forwards[1:]
     verify_s = sum(t for _, t in verify)
@@ -202,12 +178,12 @@ def _metrics(
         "prompt_tokens": int(prompt_tokens),
         "cached_prompt_tokens": int(cached),
         "new_tokens": new_tokens,
-        "target_forwards": target_forwards,
+        "target_forwards": len(forwards),
         "rounds": int(drafting.rounds),
         "draft_calls": int(draft_calls),
         "drafted": int(drafting.drafted),
         "accepted": int(drafting.accepted),
-        "tau": new_tokens / target_forwards if target_forwards else 0.0,
+        "tau": new_tokens / len(forwards) if forwards else 0.0,
         "wall_s": wall,
         "prefill_s": prefill_s,
         "decode_s": decode_s,
@@ -224,12 +200,6 @@ def _metrics(
     }
 
 
-def _cache_keyword(target: nn.Module) -> str:
-    """generate()'s name for a cache to start from: the model forward's (``cache`` from transformers 5.24,
-    ``past_key_values`` before)."""
-    return "cache" if "cache" in inspect.signature(type(target).forward).parameters else "past_key_values"
-
-
 class _Runner:
     """State of one benchmark run: models, hooks, greedy settings."""
 
@@ -241,11 +211,8 @@ class _Runner:
         max_new_tokens: int,
         prefix_cache: bool = False,
     ):
-        self.target = target
-        self.prefix_cache = prefix_cache
-        self.tokenizer = tokenizer
-        self.methods = methods
-        self.max_new_tokens = max_new_tokens
+        self.target, self.tokenizer, self.methods = target, tokenizer, methods
+        self.max_new_tokens, self.prefix_cache = max_new_tokens, prefix_cache
         self.timer = ForwardTimer(target)
         self.assistant_timers = {
             m.name: ForwardTimer(m.model) for m in methods if m.kind == "assisted" and m.model is not None
@@ -262,14 +229,16 @@ class _Runner:
         # float32 is the token-exact mode; in reduced precision a divergence from plain must be a near-tie
         self.checker = NearTieChecker(target)
         self.dtype, self.epsilon = self.checker.dtype, self.checker.epsilon
+        # generate()'s name for a cache to start from: the forward's (`cache` from transformers 5.24)
+        forward = inspect.signature(type(target).forward).parameters
+        self.cache_keyword = "cache" if "cache" in forward else "past_key_values"
 
     def near_tie(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
         """The near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)."""
         return self.checker.check(prompt_length, plain, other)
 
     def close(self) -> None:
-        self.timer.remove()
-        for timer in self.assistant_timers.values():
+        for timer in (self.timer, *self.assistant_timers.values()):
             timer.remove()
 
     def generate(
@@ -282,7 +251,7 @@ class _Runner:
     ):
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
         if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
-            kwargs[_cache_keyword(self.target)] = cache
+            kwargs[self.cache_keyword] = cache
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
         models = {
@@ -314,10 +283,9 @@ class _Runner:
         sequences = self.generate(method, input_ids, session=session, cache=cache)
         wall = time.perf_counter() - started
         peak = _rss_kb("VmHWM") if rss_before is not None else None
-
         prompt_tokens = input_ids.shape[1]
         new_tokens = int(sequences.shape[1] - prompt_tokens)
-        forwards = self.timer.forwards
-        drafting = _drafting(method, forwards, new_tokens, assistant_timer)
-        metrics = _metrics(prompt_tokens, cached, new_tokens, forwards, wall, drafting, (rss_before, peak))
-        return sequences, metrics
+        drafting = _drafting(method, self.timer.forwards, new_tokens, assistant_timer)
+        return sequences, _metrics(
+            prompt_tokens, cached, new_tokens, self.timer.forwards, wall, drafting, (rss_before, peak)
+        )

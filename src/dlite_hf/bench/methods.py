@@ -2,20 +2,13 @@
 
 ==================  ==============================================================================================
 ``plain``           greedy decoding, one target forward per token: the reference for speed and for losslessness
-``prompt_lookup``   transformers' prompt lookup decoding (``prompt_lookup_num_tokens=7``, n-gram size default)
-``dlite``           a DLite drafter (history-free, ``history_window=0``) as ``assistant_model``, drafting as its
-                    config says (``draft_confidence_threshold``: stop a round's drafts where the drafter's confidence
-                    falls below it; ``draft_skip_threshold``: propose nothing when the first draft is unlikely)
+``prompt_lookup``   transformers' prompt lookup decoding (``prompt_lookup_num_tokens=7``)
+``dlite``           a history-free DLite drafter as ``assistant_model``, drafting as its config says
 ``dlite_fixed``     the same drafter drafting K tokens every round (both thresholds 0, the paper's decoding)
-``hybrid``          the DLite drafter plus a suffix index of the session (``prompt_lookup_num_tokens=32`` beside
-                    ``assistant_model``): a round whose context suffix occurred before (at least
-                    ``lookup_min_match`` tokens) drafts what followed it there, every other round asks the drafter;
-                    a multi-turn session keeps one ``DraftSession`` (one index) across its turns
-``dlite_nohead``    the no-sequential-head ablation (``use_sequential_head=False``, pure parallel, DFlash-like)
-``history``         a history-aware checkpoint (``history_window != 0``, e.g. the stage-0 teacher): it keeps and
-                    re-reads the target states of every accepted position, as EAGLE / DSpark-style drafters do
-``assisted``        classic assisted decoding with a small assistant language model; universal assisted decoding
-                    (``tokenizer=`` / ``assistant_tokenizer=``) when the two vocabularies differ
+``hybrid``          the DLite drafter plus a suffix index of the session (one ``DraftSession`` across its turns)
+``dlite_nohead``    the no-sequential-head ablation (``use_sequential_head=False``, DFlash-like)
+``history``         a history-aware checkpoint (``history_window != 0``), as EAGLE / DSpark-style drafters
+``assisted``        assisted decoding with a small assistant LM (universal when the vocabularies differ)
 ==================  ==============================================================================================
 """
 
@@ -34,19 +27,17 @@ from ..modeling.candidate_generators import options_for_call
 from ..modeling.decoding_options import DECODING_OPTIONS, DEFAULT_LOOKUP_TOKENS
 from ..modeling.suffix_index import DraftSession
 
-__all__ = [
-    "DLITE_METHODS",
-    "FIXED_K_OVERRIDES",
-    "HYBRID_LOOKUP_TOKENS",
-    "METHOD_CHOICES",
-    "BenchMethod",
-    "check_drafter_kind",
-    "dlite_overrides",
-    "make_method",
-    "make_methods",
-    "parse_methods",
-    "weights_sha256",
-]
+METHOD_CHOICES = ("plain", "prompt_lookup", "dlite", "dlite_fixed", "hybrid", "dlite_nohead", "history", "assisted")
+DLITE_METHODS = ("dlite", "dlite_fixed", "hybrid", "dlite_nohead", "history")
+# dlite_fixed: K drafts every round, never skipped nor stopped early (the paper's decoding)
+FIXED_K_OVERRIDES: dict[str, Any] = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
+PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
+HYBRID_LOOKUP_TOKENS = DEFAULT_LOOKUP_TOKENS  # the hybrid's cap on a retrieved draft
+# the drafter config fields a results document records
+DESCRIBED_FIELDS = (
+    "history_window use_sequential_head num_draft_tokens target_layer_ids hidden_size num_hidden_layers head_rank "
+    "draft_confidence_threshold draft_skip_threshold draft_lengths draft_vocab_size"
+).split()
 
 
 def weights_sha256(checkpoint: str | None) -> str | None:
@@ -59,24 +50,6 @@ def weights_sha256(checkpoint: str | None) -> str | None:
     return sha256_file(path) if path.is_file() else None
 
 
-METHOD_CHOICES: tuple[str, ...] = (
-    "plain",
-    "prompt_lookup",
-    "dlite",
-    "dlite_fixed",
-    "hybrid",
-    "dlite_nohead",
-    "history",
-    "assisted",
-)
-DLITE_METHODS: tuple[str, ...] = ("dlite", "dlite_fixed", "hybrid", "dlite_nohead", "history")
-# method dlite_fixed: K drafts every round, never skipped (the paper's decoding); with no confidence threshold a
-# round never stops early, so the drafter's draft_lengths do not apply
-FIXED_K_OVERRIDES: dict[str, Any] = {"draft_confidence_threshold": 0.0, "draft_skip_threshold": 0.0}
-PROMPT_LOOKUP_TOKENS = 7  # K of DLite, so both methods verify blocks of the same size
-HYBRID_LOOKUP_TOKENS = DEFAULT_LOOKUP_TOKENS  # the hybrid's cap on a retrieved draft
-
-
 @dataclass
 class BenchMethod:
     """One method of a benchmark run.
@@ -87,14 +60,10 @@ class BenchMethod:
         model: the drafter (``dlite``) or the assistant language model (``assisted``).
         assistant_tokenizer: ``assisted`` across vocabularies only: the assistant's tokenizer.
         checkpoint: where the model came from (recorded in the results).
-        extra_kwargs: more `generate()` arguments (recorded in the results).
-        drafter_overrides: ``dlite`` only: drafter decoding options of this method's generate() calls (e.g.
-            ``{"draft_confidence_threshold": 0.0}``; see `DECODING_OPTIONS`), passed per call in its
-            `GenerationConfig`, so one drafter object serves several methods; validated when the method is made.
-        lookup_tokens: ``dlite`` only: hybrid drafting, the cap on a retrieved draft (``prompt_lookup_num_tokens``);
-            None for DLite drafts only.
-        lookup_min_match: hybrid only: the `DraftSession(min_match=...)` of its sessions (None: the drafter's
-            ``lookup_min_match``).
+        drafter_overrides: ``dlite`` only: decoding options (`DECODING_OPTIONS`) passed per call in the
+            `GenerationConfig`, so one drafter object serves several methods; validated here.
+        lookup_tokens: hybrid only: the cap on a retrieved draft (``prompt_lookup_num_tokens``).
+        lookup_min_match: hybrid only: its sessions' `DraftSession(min_match=...)` (None: the drafter's).
     """
 
     name: str
@@ -102,16 +71,13 @@ class BenchMethod:
     model: nn.Module | None = None
     assistant_tokenizer: Any = None
     checkpoint: str | None = None
-    extra_kwargs: dict[str, Any] = field(default_factory=dict)
     drafter_overrides: dict[str, Any] = field(default_factory=dict)
     lookup_tokens: int | None = None
     lookup_min_match: int | None = None
 
     def new_session(self) -> Any:
         """A fresh `DraftSession` for one benchmark session (hybrid methods), or None."""
-        if self.lookup_tokens is None:
-            return None
-        return DraftSession(min_match=self.lookup_min_match)
+        return None if self.lookup_tokens is None else DraftSession(min_match=self.lookup_min_match)
 
     def __post_init__(self) -> None:
         if not self.drafter_overrides:
@@ -128,9 +94,8 @@ class BenchMethod:
         options_for_call(SimpleNamespace(**self.drafter_overrides), config)  # validated now, not mid-run
 
     def generation_config(self, **settings: Any) -> GenerationConfig:
-        """The `GenerationConfig` of one of this method's generate() calls: `settings` (greedy, max_new_tokens, ...)
-        plus :attr:`drafter_overrides`, which the DLite candidate generator reads per call (the drafter's config,
-        shared by the methods, is never changed)."""
+        """The `GenerationConfig` of one generate() call: `settings` plus :attr:`drafter_overrides` (the drafter's
+        shared config is never changed)."""
         return GenerationConfig(**settings, **self.drafter_overrides)
 
     def generate_kwargs(self, tokenizer: Any) -> dict[str, Any]:
@@ -144,7 +109,7 @@ class BenchMethod:
                 kwargs["prompt_lookup_num_tokens"] = self.lookup_tokens
             if self.assistant_tokenizer is not None:
                 kwargs.update(tokenizer=tokenizer, assistant_tokenizer=self.assistant_tokenizer)
-        return {**kwargs, **self.extra_kwargs}
+        return kwargs
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready description (the model's config summary, not its weights)."""
@@ -153,29 +118,12 @@ class BenchMethod:
             info["prompt_lookup_num_tokens"] = PROMPT_LOOKUP_TOKENS
         config = getattr(self.model, "config", None)
         if config is not None and self.kind == "dlite":
-            info["drafter"] = {
-                key: getattr(config, key, None)
-                for key in (
-                    "history_window",
-                    "use_sequential_head",
-                    "num_draft_tokens",
-                    "target_layer_ids",
-                    "hidden_size",
-                    "num_hidden_layers",
-                    "head_rank",
-                    "draft_confidence_threshold",
-                    "draft_skip_threshold",
-                    "draft_lengths",
-                )
-            }
-            info["drafter"]["draft_vocab_size"] = getattr(config, "draft_vocab_size", None)
-            info["drafter"].update(self.drafter_overrides)
+            info["drafter"] = {key: getattr(config, key, None) for key in DESCRIBED_FIELDS} | self.drafter_overrides
             if self.lookup_tokens is not None:
+                min_match = self.lookup_min_match
                 info["hybrid"] = {
                     "prompt_lookup_num_tokens": self.lookup_tokens,
-                    "lookup_min_match": self.lookup_min_match
-                    if self.lookup_min_match is not None
-                    else getattr(config, "lookup_min_match", None),
+                    "lookup_min_match": getattr(config, "lookup_min_match", None) if min_match is None else min_match,
                     "lookup_length_factor": getattr(config, "lookup_length_factor", None),
                     "lookup_fallback_min_match": self.drafter_overrides.get(
                         "lookup_fallback_min_match", getattr(config, "lookup_fallback_min_match", 0)
@@ -191,8 +139,6 @@ class BenchMethod:
                 "parameters": sum(p.numel() for p in self.model.parameters()),
                 "universal": self.assistant_tokenizer is not None,
             }
-        if self.extra_kwargs:
-            info["extra_generate_kwargs"] = {k: repr(v) for k, v in self.extra_kwargs.items()}
         return info
 
 
@@ -209,9 +155,8 @@ def parse_methods(spec: str | Iterable[str]) -> list[str]:
 
 def check_drafter_kind(name: str, drafter: nn.Module, where: str = "") -> None:
     """Raise `ValueError` when a DLite checkpoint does not fit the method it was given for."""
-    config = drafter.config
-    history = getattr(config, "history_window", 0)
-    head = getattr(config, "use_sequential_head", True)
+    history = getattr(drafter.config, "history_window", 0)
+    head = getattr(drafter.config, "use_sequential_head", True)
     source = f" ({where})" if where else ""
     if name == "history" and history == 0:
         raise ValueError(
@@ -242,12 +187,9 @@ def dlite_overrides(name: str, requested: Mapping[str, Any] | None = None) -> di
 
 
 def make_method(name: str, spec: Any = None) -> BenchMethod:
-    """Build a method from a name and what it needs.
-
-    ``spec`` is a :class:`BenchMethod` (returned as is), ``None`` for ``plain`` / ``prompt_lookup``, a DLite drafter
-    for ``dlite`` / ``dlite_nohead`` / ``history``, and an assistant model or ``(model, assistant_tokenizer)`` for
-    ``assisted``. A name outside :data:`METHOD_CHOICES` needs a :class:`BenchMethod`.
-    """
+    """Build a method from a name and what it needs: ``spec`` is a :class:`BenchMethod` (returned as is), None for
+    ``plain`` / ``prompt_lookup``, a DLite drafter for the DLite methods, and an assistant model or
+    ``(model, assistant_tokenizer)`` for ``assisted``."""
     if isinstance(spec, BenchMethod):
         return spec
     if name in ("plain", "prompt_lookup"):
@@ -272,14 +214,11 @@ def make_method(name: str, spec: Any = None) -> BenchMethod:
 
 def make_methods(methods: Mapping[str, Any] | Iterable[BenchMethod]) -> list[BenchMethod]:
     """Normalise a ``{name: spec}`` mapping or a list of :class:`BenchMethod`; ``plain`` first, added if missing."""
-    items = (
-        [make_method(n, s) for n, s in methods.items()]
-        if isinstance(methods, Mapping)
-        else [make_method(m.name, m) for m in methods]
-    )
+    pairs = methods.items() if isinstance(methods, Mapping) else ((m.name, m) for m in methods)
+    items = [make_method(n, s) for n, s in pairs]
     names = [m.name for m in items]
     if len(set(names)) != len(names):
         raise ValueError(f"Duplicate method names: {names}.")
-    plain = [m for m in items if m.kind == "plain" and m.name == "plain"]
-    others = [m for m in items if not (m.kind == "plain" and m.name == "plain")]
-    return [plain[0] if plain else BenchMethod("plain", "plain"), *others]
+    is_plain = [m.kind == "plain" and m.name == "plain" for m in items]
+    plain = next((m for m, p in zip(items, is_plain) if p), BenchMethod("plain", "plain"))
+    return [plain, *(m for m, p in zip(items, is_plain) if not p)]

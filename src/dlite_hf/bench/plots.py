@@ -10,8 +10,6 @@ from typing import Any
 
 from .results import BenchResult, as_result
 
-__all__ = ["PLOT_NAMES", "write_plots"]
-
 PLOT_NAMES = ("speedup_tau", "drafter_ms_vs_context", "tau_vs_context", "agentic_turns")
 
 
@@ -26,19 +24,18 @@ def write_plots(result: BenchResult | Mapping[str, Any], stem: Path) -> dict[str
     methods = [m for m in result.methods if m != "plain"]
     colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(result.methods)}
     title = f"{result.meta.value_or('target', '')} (threads={result.meta.threads})"
-    written = {
-        "speedup_tau": _speedup_tau(plt, result, methods, colors, title, stem),
-        "drafter_ms_vs_context": _drafter_ms_vs_context(plt, result, methods, colors, title, stem),
-        "tau_vs_context": _tau_vs_context(plt, result, methods, colors, title, stem),
-    }
-    turns = _agentic_turns(plt, result, methods, colors, title, stem)
-    if turns is not None:
-        written["agentic_turns"] = turns
+    written = {}
+    for name, draw in zip(PLOT_NAMES, (_speedup_tau, _drafter_ms_vs_context, _tau_vs_context, _agentic_turns)):
+        fig = draw(plt, result, methods, colors, title)
+        if fig is not None:  # None: the run has nothing to draw there
+            fig.tight_layout()
+            written[name] = stem.with_name(f"{stem.name}_{name}.png")
+            fig.savefig(written[name], dpi=110)
     plt.close("all")
     return written
 
 
-def _speedup_tau(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str, stem: Path) -> Path:
+def _speedup_tau(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
     """1. speedup and tau per workload per method."""
     summary = [r for r in result.summary if r.method != "plain"]
     workloads = list(dict.fromkeys(r.workload for r in result.summary))
@@ -54,13 +51,10 @@ def _speedup_tau(plt: Any, result: BenchResult, methods: list[str], colors: dict
         ax.set_ylabel(label)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, stem, "speedup_tau")
+    return fig
 
 
-def _drafter_ms_vs_context(
-    plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str, stem: Path
-) -> Path:
+def _drafter_ms_vs_context(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
     """2. drafter (and target) ms per round against context length."""
     records = result.records
     timed = [m for m in methods if any(r.method == m and r.drafter_ms_per_round is not None for r in records)]
@@ -87,11 +81,10 @@ def _drafter_ms_vs_context(
     if not timed:
         axes[0].text(0.5, 0.5, "no method with a drafter model", ha="center", transform=axes[0].transAxes)
     fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, stem, "drafter_ms_vs_context")
+    return fig
 
 
-def _tau_vs_context(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str, stem: Path) -> Path:
+def _tau_vs_context(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
     """3. tau against context length, every record."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for method in methods:
@@ -104,13 +97,10 @@ def _tau_vs_context(plt: Any, result: BenchResult, methods: list[str], colors: d
     if methods:
         ax.legend(fontsize=8)
     ax.set_title(title)
-    fig.tight_layout()
-    return _save(fig, stem, "tau_vs_context")
+    return fig
 
 
-def _agentic_turns(
-    plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str, stem: Path
-) -> Path | None:
+def _agentic_turns(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
     """4. agentic sessions: tau and context length against the turn index (None: no multi-turn session)."""
     from matplotlib.ticker import MaxNLocator
 
@@ -142,11 +132,4 @@ def _agentic_turns(
         axes[0].legend(fontsize=8)
     axes[1].legend(fontsize=6)
     fig.suptitle(f"{title}: multi-turn sessions")
-    fig.tight_layout()
-    return _save(fig, stem, "agentic_turns")
-
-
-def _save(fig: Any, stem: Path, name: str) -> Path:
-    path = stem.with_name(f"{stem.name}_{name}.png")
-    fig.savefig(path, dpi=110)
-    return path
+    return fig

@@ -1,39 +1,32 @@
 """Greedy tau offline: replay speculative decoding of a drafter over a fixed greedy text.
 
-Greedy speculative decoding that drafts K tokens every round commits exactly the target's greedy text, so its
-rounds are fully determined by that text: at each round the drafter drafts from the target's states at the
-round's start, the drafts that match the text are accepted, and the round commits them plus one token. With the
-text and one teacher-forced target forward, every round of a drafter can be replayed without generating: tau of
-many drafters (a capacity study, training checkpoints) costs one target forward per text each, not a decode.
+Greedy decoding that drafts K tokens every round commits exactly the target's greedy text, so its rounds follow from
+that text and one teacher-forced target forward: tau of many drafters costs one forward per text each, not a decode.
+The replay equals a real float32 ``generate(assistant_model=drafter)`` run token for token (``tests/test_replay.py``);
+in reduced precision a real run's texts can differ after a near-tie, so replay float32 texts to compare drafters.
 
-The replay equals a real float32 run of ``generate(assistant_model=drafter)`` with K drafts every round
-(``tests/test_replay.py`` checks it token for token on a tiny model); in reduced precision the texts and states of
-a real run can differ after a near-tie, so replay in float32 texts (:func:`greedy_texts` default) to compare
-drafters.
+Also what the rule replays (:mod:`.replay_hybrid`, :mod:`.replay_rules`) charge a round: the target's forward over
+``q`` new tokens, timed at the turn's context and interpolated between the timed sizes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import statistics
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
-
-__all__ = ["greedy_texts", "replay_tau", "replay_text", "summarise"]
 
 HISTORY_KEYS = ("history_states", "history_valid", "history_positions")  # `DLiteForSpeculation.draft`'s keywords
 
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
-    """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` that drafts
-    K every round, exactly as ``generate`` runs it: the prefill forward commits the first new token, then each
-    round drafts after the last committed token and its verify forward commits the accepted drafts plus one.
+    """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` (prompt and
+    greedy continuation, from ``prompt_length`` >= 2) that drafts K every round, as ``generate`` runs it: the
+    prefill commits the first new token, then each round's verify forward commits its accepted drafts plus one.
 
-    Args:
-        drafter: a bound ``DLiteForSpeculation``, or anything with its ``draft`` method. A history variant
-            (``config.history_window != 0``: the teacher, a sliding window) gets the states of the committed
-            positions before each round's context, the last ``history_window`` of them, as ``generate`` gives it.
-        states: the target's tapped states over ``tokens``, ``[1, T, L, H_t]``.
-        tokens: prompt followed by the target's greedy continuation.
-        prompt_length: where the continuation starts (>= 2).
+    ``drafter`` has ``DLiteForSpeculation.draft``; a history variant (``config.history_window != 0``) gets the
+    states of the committed positions before each round's context, as ``generate`` gives it. ``states``: the
+    target's tapped states over ``tokens``, ``[1, T, L, H_t]``.
     """
     import torch
 
@@ -57,12 +50,8 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
             skip_threshold=0.0,
             **history,
         )
-        run = 0
-        for draft, actual in zip(drafts[0].tolist(), tokens[position:]):
-            if draft != actual:
-                break
-            run += 1
-        run = min(run, len(tokens) - position - 1)  # the round's own token must exist too
+        draft = drafts[0].tolist()[: len(tokens) - position]
+        run = min(accepted_prefix(draft, tokens, position), len(tokens) - position - 1)  # and the round's own token
         accepted.append(run)
         position += run + 1
         forwards += 1
@@ -108,10 +97,9 @@ def replay_text(drafter: Any, target: Any, text: dict) -> dict[str, Any]:
 
 
 def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> dict[str, Any]:
-    """Tau per workload (pooled: new tokens / target forwards), the mean over workloads, and the means over the
-    out-of-domain workloads and over the others; and the same means of the share of verify rounds whose first draft
-    is accepted (``first_accepted_*``: what bounds tau when it is low, since a round accepts draft n only after
-    drafts 1..n-1)."""
+    """Tau per workload (pooled: new tokens / target forwards) and its means over all workloads, the out-of-domain
+    ones and the others; and those means of the share of verify rounds whose first draft is accepted
+    (``first_accepted_*``: a round accepts draft n only after drafts 1..n-1)."""
     by: dict[str, list[int]] = {}
     for row in rows:
         totals = by.setdefault(row["workload"], [0, 0, 0, 0])
@@ -136,3 +124,68 @@ def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> 
         "first_accepted_ood": mean(first, ood),
         "first_accepted_in_domain": mean(first, ind),
     }
+
+
+def forward_costs(target: Any, context: int, sizes: Sequence[int], repeats: int = 5) -> dict[int, float]:
+    """Median seconds of a target forward over q new tokens on a cache of `context` tokens, for each q of `sizes`."""
+    import torch
+    from transformers import DynamicCache
+
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(100, 10000, (1, context), generator=generator)
+    cache = DynamicCache()
+    with torch.no_grad():
+        target(prompt, past_key_values=cache, use_cache=True)
+        costs = {}
+        for q in sizes:
+            times = []
+            for _ in range(repeats):
+                new = torch.randint(100, 10000, (1, q), generator=generator)
+                started = time.perf_counter()
+                target(new, past_key_values=cache, use_cache=True, logits_to_keep=q)
+                times.append(time.perf_counter() - started)
+                cache.crop(-q)
+            costs[q] = statistics.median(times)
+    return costs
+
+
+def cost_at(costs: dict[int, float], q: int) -> float:
+    """The forward cost at q new tokens: measured, or linearly interpolated between the measured sizes (scaled from
+    the nearest one outside them)."""
+    if q in costs:
+        return costs[q]
+    lower = max((s for s in costs if s < q), default=min(costs))
+    upper = min((s for s in costs if s > q), default=max(costs))
+    if upper == lower:
+        return costs[lower] * q / lower
+    return costs[lower] + (costs[upper] - costs[lower]) * (q - lower) / (upper - lower)
+
+
+def context_key(prompt_tokens: int) -> int:
+    """The context whose timed forwards price a turn of `prompt_tokens`: the nearest multiple of 512, 512..8192."""
+    return min(8192, 512 * max(1, round(prompt_tokens / 512)))
+
+
+def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], position: int) -> int:
+    """How many of `draft` greedy verification accepts at `position`: its common prefix with `tokens` there."""
+    accepted = 0
+    while accepted < len(draft) and draft[accepted] == tokens[position + accepted]:
+        accepted += 1
+    return accepted
+
+
+def load_models(target: str, drafter: str, attention: str, threads: int) -> tuple[Any, Any, Any]:
+    """(target in float32 with `attention`, its tokenizer, the drafter bound to it), on `threads` threads with
+    grouped-query SDPA forced, as the README's benchmark runs (``--sdpa-gqa``)."""
+    import os
+
+    import torch
+
+    from .. import DLiteForSpeculation
+    from ..assets import load_target, resolve_drafter, resolve_model
+
+    torch.set_num_threads(threads)
+    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    model, tokenizer = load_target(resolve_model(target), dtype="float32", attention=attention)
+    bound = DLiteForSpeculation.from_pretrained(resolve_drafter(drafter)).bind_target(model).eval()
+    return model, tokenizer, bound

@@ -1,22 +1,13 @@
 """The hybrid's selection rule, replayed offline on a tuning split (`dlite-hf bench replay hybrid`).
 
-For greedy decoding, what a round accepts is fixed by plain greedy's output: the longest common prefix of the
-draft with the tokens plain greedy produced there. So one plain run per turn, plus one teacher-forced target
-forward for the tapped states at every position, lets any selection rule be replayed exactly (the drafter's
-drafts come from teacher-forced states, which match the verification forwards' up to rounding). A round's cost is
-the measured target forward over `q` new tokens at the turn's context, plus the drafter's measured time when it
-drafts; the estimated speedup is plain's cost over the rule's.
+What a greedy round accepts is the common prefix of its draft with plain greedy's output, so one plain run per turn
+and one teacher-forced forward (the drafter's drafts at every position) let any rule be replayed exactly. A round
+costs the measured target forward over `q` new tokens at the turn's context, plus the drafter's time when it drafts.
+The rules are the engine-neutral core's (`drafting.HybridRule`, `select_proposal`: the code `generate()` runs) over
+a grid of settings (:func:`hybrid_grid`): min match `m`, cap `N`, length factor `f`, fallback match `F`.
 
-Rules: the hybrid rule of the engine-neutral core (`dlite_hf.modeling.drafting.HybridRule`, `select_proposal`:
-the code `generate()` runs), over a grid of its settings (:func:`hybrid_grid`). A round drafts the retrieved
-continuation when the matched suffix has at least `m` tokens, `min(N, f x match length)` of them (at least 1);
-with `fallback` F, a round whose drafter proposes nothing (its first draft is below the checkpoint's
-`draft_skip_threshold`) drafts the retrieved continuation of a match of at least F tokens instead of a plain
-one-token step. Otherwise the drafter drafts (its checkpoint's adaptive decoding).
-
-The tuning split (:func:`tuning_workloads`) shares no prompt with any benchmark: training-split prompts of chat /
-code / math / tool, training-split ToolTalk conversations replayed turn by turn, and a coding session over
-standard-library modules that no benchmark coding session reads (:data:`TUNING_MODULES`).
+The tuning split (:func:`tuning_workloads`) shares no prompt with any benchmark: training-split prompts, ToolTalk
+conversations and a coding session over modules no benchmark session reads (:data:`TUNING_MODULES`).
 """
 
 from __future__ import annotations
@@ -26,20 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from .replay_costs import accepted_prefix, context_key, cost_at, forward_costs, load_models
-
-__all__ = [
-    "COST_SIZES",
-    "LOOKUP_S",
-    "TUNING_MODULES",
-    "HybridTurn",
-    "collect",
-    "hybrid_grid",
-    "replay",
-    "rule_label",
-    "rule_rows",
-    "tuning_workloads",
-]
+from .replay import accepted_prefix, context_key, cost_at, forward_costs, load_models
 
 COST_SIZES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]  # block sizes (q new tokens) whose forward is timed
 LOOKUP_S = 10e-6  # a suffix-index lookup: a few microseconds a round at every context length (docs/design.md)
@@ -79,17 +57,14 @@ class HybridTurn:
         return cls(data["ids"], data["plain"], {int(k): v for k, v in data["drafts"].items()}, [])
 
     def dlite(self, position: int, budget: int) -> list[int]:
-        """The drafter's drafts after `position` committed tokens (context: the state that predicted the last)."""
+        """The drafter's drafts after `position` committed tokens."""
         return self._drafts.get(position, [])[:budget]
 
 
 def replay(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int) -> dict[str, float]:
-    """Tau and estimated speedup of `rule` over sessions of turns; a session shares one index across its turns.
-
-    `rule` is `(lookup_tokens, HybridRule)`, or `(None, None)` for the drafter alone; `costs_by_turn[id(turn)]`
-    the turn's forward costs. Each round's choice is the engine-neutral core's own
-    (`dlite_hf.modeling.drafting.select_proposal`, the one `generate()` and the vLLM plugin call), fed with the
-    replayed suffix index and the drafter's replayed drafts."""
+    """Tau and estimated speedup of `rule` (`(lookup_tokens, HybridRule)`, or `(None, None)`: the drafter alone)
+    over sessions of turns, one suffix index per session; `costs_by_turn[id(turn)]`: the turn's forward costs.
+    Each round chooses with the core's `select_proposal`, fed with the replayed index and drafts."""
     from ..modeling.drafting import select_proposal
     from ..modeling.suffix_index import SuffixIndex
 
@@ -123,8 +98,7 @@ def replay(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float, max
 
 def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turns: int) -> dict[str, list[dict]]:
     """The tuning split: `num_prompts` training-split prompts of chat, code, math and tool, and agentic sessions
-    (training-split ToolTalk conversations and a coding session over :data:`TUNING_MODULES`) of at most `max_turns`
-    turns and `max_tokens` tokens of context."""
+    of at most `max_turns` turns and `max_tokens` tokens of context."""
     from ..data.prompts import load_prompts
     from ..data.workloads import CODING_TASKS, CodingTask, coding_session, session_from_messages
 
@@ -156,9 +130,9 @@ def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turn
     return workloads
 
 
-def collect(args: Any) -> tuple[dict[str, list[list[HybridTurn]]], dict[int, dict[int, float]], float]:
-    """Plain runs, drafts at every position and forward costs of the tuning split (loads the models):
-    ``(sessions by workload, forward costs by context, the drafter's median seconds a call)``."""
+def collect(args: Any) -> dict[str, Any]:
+    """The replay data of the tuning split, loading the models: its turns (plain runs, the drafts at every
+    position), the forward costs by context, and the drafter's median seconds a call."""
     import torch
 
     from ..chat_template import chat_prompt_ids
@@ -183,10 +157,13 @@ def collect(args: Any) -> tuple[dict[str, list[list[HybridTurn]]], dict[int, dic
                 history = messages + [{"role": "assistant", "content": reply}]
                 print(f"{label} {session['id']} turn {index}: {len(ids)} + {len(out)} tokens", flush=True)
             sessions.setdefault(label, []).append(turns)
-    contexts = sorted({context_key(len(t.ids)) for s in sessions.values() for ts in s for t in ts})
-    cost_tables = {c: forward_costs(target, c, COST_SIZES) for c in contexts}
-    drafter_s = statistics.median(d for s in sessions.values() for ts in s for t in ts for d in t.draft_s)
-    return sessions, cost_tables, drafter_s
+    turns = [t for s in sessions.values() for ts in s for t in ts]
+    contexts = sorted({context_key(len(t.ids)) for t in turns})
+    return {
+        "sessions": {label: [[t.to_json() for t in ts] for ts in s] for label, s in sessions.items()},
+        "forward_s": {c: forward_costs(target, c, COST_SIZES) for c in contexts},
+        "drafter_s": statistics.median(d for t in turns for d in t.draft_s),
+    }
 
 
 def hybrid_grid() -> list[tuple[int | None, Any]]:

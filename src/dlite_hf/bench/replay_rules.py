@@ -1,23 +1,14 @@
 """A drafter's adaptive-drafting thresholds, replayed offline with this machine's costs (`dlite-hf bench replay
-rules`).
+rules`): the best `draft_confidence_threshold`, `draft_skip_threshold` and `draft_lengths` depend on what a
+verification forward over q = n + 1 tokens and a drafter round cost here.
 
-The best `draft_confidence_threshold`, `draft_skip_threshold` and `draft_lengths` depend on the hardware: what a
-verification forward over q = n + 1 tokens costs against a one-token step, and what a drafter round costs. This
-replays every rule of a grid on prompts the drafter never saw, with this machine's measured costs:
+What a greedy round accepts is fixed by plain greedy's output, and where a rule stops is a function of what the
+round reads (`drafting.rule_probabilities` -> `drafting.lengths_under_rules`, the function `generate()` calls); so one
+plain run, one teacher-forced forward and one K-draft round at every position let any rule be replayed. A round
+costs the target forward over q tokens at the prompt's context plus the drafter's round (a skipped one pays the
+backbone and the first step, n drafts n steps); plain pays one one-token forward per token.
 
-* for greedy decoding, what a round accepts is fixed by plain greedy's output (the longest common prefix of the
-  drafts with it), as in :mod:`dlite_hf.bench.replay_hybrid`;
-* where a rule stops is a function of what the round reads, each draft's probability and the first position's top
-  probability (`drafting.rule_probabilities`), through `drafting.lengths_under_rules`: the function `generate()` and
-  the vLLM plugin call. So one plain run per prompt, one teacher-forced target forward, and one K-draft round at
-  every position (batched; the drafter is history-free) let any rule be replayed;
-* a round costs the target forward over q tokens at the prompt's context (:mod:`dlite_hf.bench.replay_costs`) plus
-  the drafter's round: a skipped round pays for the backbone and the first step, a round of n drafts for n steps
-  (both measured here). Plain pays one one-token forward per decoded token.
-
-Prompts: train-split prompts of mix domains that hold more prompts than the mix took (`--domains`), minus every id
-in `--exclude` (the mix's prompts, which the dataset answered and the drafter trained on): prompts no drafter saw,
-and no evaluation prompt (the eval splits are other groups).
+Prompts: train-split prompts of `--domains` minus every id in `--exclude` (the mix the drafter trained on).
 """
 
 from __future__ import annotations
@@ -30,22 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .replay_costs import accepted_prefix, context_key, cost_at, forward_costs, load_models
-
-__all__ = [
-    "COST_SIZES",
-    "DEFAULT_GRID",
-    "SHIPPED_GRID",
-    "RulesTurn",
-    "collect",
-    "drafter_cost",
-    "measure_drafter_round",
-    "parse_grid",
-    "replay",
-    "rule_name",
-    "rule_rows",
-    "unseen_prompts",
-]
+from .replay import accepted_prefix, context_key, cost_at, forward_costs, load_models
 
 COST_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # q = n + 1 new tokens of a verification forward (K = 7)
 SHIPPED_GRID = "0:0,0.3:0.5:3+7"  # K every round, then the shipped drafter's rule: the first two rows of a replay
@@ -127,16 +103,9 @@ class RulesTurn:
         return cls(**data)
 
 
-def drafter_cost(n: int, skip_s: float, step_s: float) -> float:
-    """A round's drafter time: the backbone and the first step (all a skip pays), then one step per further draft."""
-    return skip_s + max(0, n - 1) * step_s
-
-
 def replay(turns: list[RulesTurn], lengths_by_turn, costs, skip_s: float, step_s: float, trace: bool = False) -> dict:
     """Tau and estimated decode speedup of a rule over `turns`, given where it stops at every position
-    (`lengths_by_turn[id(turn)]`, from `lengths_under_rules`) and the forward costs by context (`costs`): rounds
-    from the first decoded token on, each proposing that many of the K drafts there (never past plain's end) and
-    accepting their common prefix with plain's output. `trace`: also the drafts each round proposed, in order
+    (`lengths_by_turn[id(turn)]`) and the forward costs by context; `trace`: also the drafts each round proposed
     (`drafted_per_round`)."""
     tokens = forwards = 0
     cost = plain_cost = 0.0
@@ -150,7 +119,8 @@ def replay(turns: list[RulesTurn], lengths_by_turn, costs, skip_s: float, step_s
             row = p - len(turn.ids) - 1
             n = min(lengths[row], end - p - 1)
             accepted = accepted_prefix(turn.drafts[row][:n], turn.tokens, p)
-            cost += drafter_cost(lengths[row], skip_s, step_s) + cost_at(table, n + 1)
+            # the drafter: the backbone and the first step (all a skip pays), then one step per further draft
+            cost += skip_s + max(0, lengths[row] - 1) * step_s + cost_at(table, n + 1)
             drafted, accepted_total, skipped = drafted + n, accepted_total + accepted, skipped + (lengths[row] == 0)
             p += accepted + 1
             forwards += 1
@@ -200,8 +170,8 @@ def unseen_prompts(domains: str, exclude: str, seed: int, max_prompt_tokens: int
 
 
 def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int = 30) -> tuple[float, float]:
-    """Median seconds of a skipped round (backbone and first step) and of one further draft step, single-row rounds
-    at the replayed positions (what `generate()` runs)."""
+    """Median seconds of a skipped round (backbone and first step) and of one further draft step (single-row
+    rounds, as `generate()` runs them)."""
     import torch
 
     from ..data.features.transformers import target_features
@@ -232,9 +202,9 @@ def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int 
     return skip_s, max(0.0, full_s - skip_s) / (k - 1)
 
 
-def collect(args: Any) -> tuple[list[RulesTurn], dict[int, dict[int, float]], float, float]:
-    """Plain runs, K drafts and what the rules read at every position, forward costs and the drafter's round costs
-    (loads the models): ``(turns, forward costs by context, skipped-round seconds, further-step seconds)``."""
+def collect(args: Any) -> dict[str, Any]:
+    """The replay data, loading the models: the turns (plain runs, K drafts and what the rules read at every
+    position), the forward costs by context, and the drafter's round costs."""
     import torch
 
     target, tokenizer, drafter = load_models(args.target, args.drafter, args.attention, args.threads)
@@ -249,12 +219,13 @@ def collect(args: Any) -> tuple[list[RulesTurn], dict[int, dict[int, float]], fl
     contexts = sorted({context_key(len(t.ids)) for t in turns})
     costs = {c: forward_costs(target, c, COST_SIZES, repeats=9) for c in contexts}
     skip_s, step_s = measure_drafter_round(target, drafter, turns)
-    return turns, costs, skip_s, step_s
+    data = {"turns": [t.to_json() for t in turns], "forward_s": costs}
+    return {**data, "drafter_skip_s": skip_s, "drafter_step_s": step_s}
 
 
 def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, step_s: float) -> list[dict[str, Any]]:
     """The shipped rules (:data:`SHIPPED_GRID`), then every other rule of `grid`, replayed per domain and over all
-    turns, in that order."""
+    turns."""
     import torch
 
     from ..modeling.drafting import lengths_under_rules

@@ -25,8 +25,6 @@ from typing import Any
 
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 
-__all__ = ["add_replay_parser", "run_hybrid", "run_rules"]
-
 
 def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``replay`` (with its kinds ``hybrid`` and ``rules``) under `dlite-hf bench`."""
@@ -89,19 +87,24 @@ def _command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _read_data(path: Path | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
-    """The saved replay data at `path` (None when there is none yet), which must hold `keys`."""
-    if path is None or not path.expanduser().is_file():
-        return None
+def _replay_data(args: argparse.Namespace, keys: tuple[str, ...], collect: Any) -> dict[str, Any]:
+    """What the replay needs: read from --replay-data when it is there (no model loaded), which must hold `keys`;
+    else ``collect(args)`` (loading the models), written to --replay-data when given."""
+    path = args.replay_data.expanduser() if args.replay_data is not None else None
+    if path is None or not path.is_file():
+        data = collect(args)
+        if path is not None:
+            _write_json(path, data)
+        return data
     try:
-        data = json.loads(path.expanduser().read_text())
+        data = json.loads(path.read_text())
     except ValueError as error:
-        raise SystemExit(f"--replay-data {path}: not JSON ({error}).") from None
+        raise SystemExit(f"--replay-data {args.replay_data}: not JSON ({error}).") from None
     missing = [key for key in keys if not isinstance(data, dict) or key not in data]
     if missing:
         raise SystemExit(
-            f"--replay-data {path}: no {', '.join(missing)}; expected the replay data this kind of replay writes "
-            "(another kind's, or another file?)."
+            f"--replay-data {args.replay_data}: no {', '.join(missing)}; expected the replay data this kind of "
+            "replay writes (another kind's, or another file?)."
         )
     return data
 
@@ -113,6 +116,11 @@ def _write_json(path: Path, document: dict[str, Any], indent: int | None = None)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(document, indent=indent) + ("\n" if indent else ""))
     temporary.replace(path)
+
+
+def _costs(tables: dict) -> dict[int, dict[int, float]]:
+    """Forward cost tables as read from JSON (string keys) or as measured."""
+    return {int(c): {int(q): t for q, t in table.items()} for c, table in tables.items()}
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -130,7 +138,6 @@ def _cost_lines(tables: dict[int, dict[int, float]]) -> str:
     return "; ".join(f"{c}: " + ", ".join(f"q={q} {1000 * s:.1f}" for q, s in t.items()) for c, t in tables.items())
 
 
-# ----------------------------------------------------------------------------------------------- hybrid
 def run_hybrid(args: argparse.Namespace) -> int:
     """Replay the hybrid's rule grid on the tuning split; print the best rules and write `--out`."""
     from . import replay_hybrid as H
@@ -139,16 +146,9 @@ def run_hybrid(args: argparse.Namespace) -> int:
     if min(args.num_prompts, args.max_turns) < 1 or args.max_tokens < 256:
         raise SystemExit("--num-prompts and --max-turns must be >= 1 and --max-tokens >= 256.")
     started = time.time()
-    saved = _read_data(args.replay_data, ("sessions", "forward_s", "drafter_s"))
-    if saved is not None:
-        sessions = {k: [[H.HybridTurn.from_json(t) for t in ts] for ts in v] for k, v in saved["sessions"].items()}
-        tables = {int(c): {int(q): t for q, t in tb.items()} for c, tb in saved["forward_s"].items()}
-        drafter_s = saved["drafter_s"]
-    else:
-        sessions, tables, drafter_s = H.collect(args)
-        if args.replay_data is not None:
-            turns = {k: [[t.to_json() for t in ts] for ts in v] for k, v in sessions.items()}
-            _write_json(args.replay_data, {"sessions": turns, "forward_s": tables, "drafter_s": drafter_s})
+    data = _replay_data(args, ("sessions", "forward_s", "drafter_s"), H.collect)
+    sessions = {k: [[H.HybridTurn.from_json(t) for t in ts] for ts in v] for k, v in data["sessions"].items()}
+    tables, drafter_s = _costs(data["forward_s"]), data["drafter_s"]
     if args.cost_dtype is not None:
         tables = _remeasure_costs(args, sorted(tables), H.COST_SIZES)
     results = H.rule_rows(sessions, tables, drafter_s, args.max_new_tokens)
@@ -180,14 +180,13 @@ def _remeasure_costs(args: argparse.Namespace, contexts: list[int], sizes: list[
     import torch
 
     from ..assets import load_target, resolve_model
-    from .replay_costs import forward_costs
+    from .replay import forward_costs
 
     torch.set_num_threads(args.threads)
     target, _ = load_target(resolve_model(args.target), dtype=args.cost_dtype, attention=args.cost_attention)
     return {c: forward_costs(target, c, sizes) for c in contexts}
 
 
-# ----------------------------------------------------------------------------------------------- rules
 def run_rules(args: argparse.Namespace) -> int:
     """Replay the adaptive rules' grid on unseen prompts; print the best rules and write `--out`."""
     from . import replay_rules as R
@@ -196,16 +195,9 @@ def run_rules(args: argparse.Namespace) -> int:
     grid = R.parse_grid(args.grid if args.grid is not None else R.DEFAULT_GRID)
     _check_counts(args)
     started = time.time()
-    saved = _read_data(args.replay_data, ("turns", "forward_s", "drafter_skip_s", "drafter_step_s"))
-    if saved is not None:
-        turns = [R.RulesTurn.from_json(t) for t in saved["turns"]]
-        costs = {int(c): {int(q): t for q, t in table.items()} for c, table in saved["forward_s"].items()}
-        skip_s, step_s = saved["drafter_skip_s"], saved["drafter_step_s"]
-    else:
-        turns, costs, skip_s, step_s = R.collect(args)
-        if args.replay_data is not None:
-            payload = {"turns": [t.to_json() for t in turns], "forward_s": costs}
-            _write_json(args.replay_data, {**payload, "drafter_skip_s": skip_s, "drafter_step_s": step_s})
+    data = _replay_data(args, ("turns", "forward_s", "drafter_skip_s", "drafter_step_s"), R.collect)
+    turns = [R.RulesTurn.from_json(t) for t in data["turns"]]
+    costs, skip_s, step_s = _costs(data["forward_s"]), data["drafter_skip_s"], data["drafter_step_s"]
     results = R.rule_rows(turns, grid, costs, skip_s, step_s)
     ranked = sorted(results, key=lambda r: -r["all"]["speedup_est"])
     domains = sorted({t.domain for t in turns})

@@ -1,8 +1,11 @@
 """Summaries, the markdown table and the files of a benchmark run, from its typed results
-(:mod:`dlite_hf.bench.results`); the PNG plots are :mod:`dlite_hf.bench.plots`'."""
+(:mod:`dlite_hf.bench.results`; the PNG plots are :mod:`dlite_hf.bench.plots`'), and what is done with a results
+document after the run: `dlite-hf bench report` (the summary, goals, markdown and plots recomputed from the stored
+records, re-timing nothing), `goals` (:mod:`.goals`) and `tables` (the README's speed tables, :mod:`.tables`)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections import defaultdict
@@ -10,19 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .plots import PLOT_NAMES, write_plots
+from .plots import PLOT_NAMES, write_plots  # noqa: F401 (PLOT_NAMES: the names of the plots written here)
 from .results import BenchResult, Goal, Machine, Record, RunMeta, SummaryRow, as_goals, as_records, as_result
-
-__all__ = [
-    "ALL_WORKLOADS",
-    "PLOT_NAMES",
-    "goals_markdown",
-    "markdown_table",
-    "summarize",
-    "summary_rows",
-    "write_outputs",
-    "write_plots",
-]
 
 ALL_WORKLOADS = "all"
 
@@ -223,11 +215,8 @@ def markdown_table(result: BenchResult | Mapping[str, Any]) -> str:
 def write_outputs(
     result: BenchResult | Mapping[str, Any], out_dir: str | Path, name: str | None = None, plots: bool = False
 ) -> dict[str, Path]:
-    """Write ``<name>.json`` and ``<name>.md`` (with `plots`, also ``<name>_<plot>.png``) into ``out_dir``;
-    returns {kind: path}.
-
-    The files are recorded in the document written (``files``), and in ``result`` when it is a
-    :class:`~dlite_hf.bench.results.BenchResult` (a JSON document is read with ``as_result`` first)."""
+    """Write ``<name>.json`` and ``<name>.md`` (with `plots`, also ``<name>_<plot>.png``) into ``out_dir`` and
+    record them in the document (``files``); returns {kind: path}."""
     result = as_result(result)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -243,8 +232,70 @@ def write_outputs(
 
 
 def goals_markdown(goals: Sequence[Goal | Mapping[str, Any]]) -> list[str]:
-    """Markdown lines: one table row per goal (``{"goal", "met", "measured"}``, as `dlite-hf bench goals` adds)."""
+    """Markdown lines: one table row per goal (as `dlite-hf bench goals` adds them)."""
     verdict = {True: "met", False: "**not met**", None: "not measured"}
     lines = ["| goal | result | measured |", "|---|---|---|"]
     lines += [f"| {g.goal} | {verdict[g.met]} | {g.measured} |" for g in as_goals(goals)]
     return lines
+
+
+def add_postprocess_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register ``report``, ``goals`` and ``tables`` under `dlite-hf bench`."""
+    report = sub.add_parser("report", help="recompute results documents' summaries from their records")
+    report.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
+    report.add_argument("--plot", action="store_true", help="also redraw the PNG plots beside each document")
+    report.set_defaults(func=cmd_report)
+    goals = sub.add_parser("goals", help="add the benchmark's performance goals to results documents")
+    goals.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
+    goals.set_defaults(func=cmd_goals)
+    tables = sub.add_parser("tables", help="print a README speed table from a results document")
+    tables.add_argument("table", choices=("main", "ood"))
+    tables.add_argument("run", help="a run name in --results (or a path to its JSON)")
+    tables.add_argument("--results", default="benchmarks/results", help="the folder of the run names")
+    tables.set_defaults(func=cmd_tables)
+
+
+def resummarize(path: str | Path, plots: bool = False) -> list[dict]:
+    """Rewrite the results document at `path` (summary, goals, markdown, with `plots` its PNGs); returns the
+    summary."""
+    from .goals import evaluate_goals
+
+    path = Path(path)
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"{path}: not a readable results document ({error}).") from None
+    if not isinstance(result, dict) or "records" not in result or "workloads" not in result:
+        raise SystemExit(f"{path}: not a `dlite-hf bench` results document (it has no records or workloads).")
+    result["summary"] = summarize(result["records"], list(result["methods"]), list(result["workloads"]))
+    if "goals" in result:
+        result["goals"] = evaluate_goals(result["summary"])
+    write_outputs(result, path.parent, path.stem, plots=plots)
+    return result["summary"]
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    for path in args.results:
+        resummarize(path, plots=args.plot)
+        print(f"{path}: summary recomputed")
+    return 0
+
+
+def cmd_goals(args: argparse.Namespace) -> int:
+    from .goals import add_goals
+
+    for path in args.results:
+        print(f"{path}:", *goals_markdown(add_goals(path)), sep="\n")
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from .tables import HEADER, load, rows
+
+    try:
+        rendered = rows(load(args.run, args.results), args.table)
+    except (OSError, ValueError) as error:
+        raise SystemExit(str(error)) from None
+    print(HEADER)
+    print("\n".join(rendered.values()))
+    return 0

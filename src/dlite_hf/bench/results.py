@@ -1,18 +1,10 @@
 """The benchmark results document (``NAME.json`` of `dlite-hf bench`), typed: one definition for every reader.
 
 :class:`BenchResult` and its parts are dataclasses whose fields are the document's keys (``benchmarks/README.md``
-lists them). :func:`load_result` / :func:`parse_result` read a document, check every value's type (an error names
-the file, the key, what it holds, what was expected and how to fix it) and migrate an older schema version's
-values to the current version's meaning:
-
-- version 1 had no ``draft_calls``; it divided drafter time by verified rounds, so ``draft_calls = rounds``;
-- version 2 had no dtype, attention, near_tie, lossless_ok nor divergences: it ran float32 with sdpa, where
-  lossless meant identical to plain.
-
-A key a document lacks reads as its field's default (None: not recorded). ``to_dict()`` writes the document back
-with the keys it was read with, in their order (and what was set since: ``files``, ``goals``), so a rewrite changes
-only what the caller changed; a document built by the runner is written in the order of the fields below. No torch
-here: the cards, the README tables and the goals read results without it.
+lists them). :func:`parse_result` checks every value's type and migrates an older schema version's values to the
+current meaning (1 had no ``draft_calls``: drafter time was divided by verified rounds; 2 was float32-only, where
+lossless meant identical to plain). A key a document lacks reads as its field's default (None: not recorded), and
+``to_dict()`` writes the keys back in the order they were read. No torch here: cards and tables read results too.
 """
 
 from __future__ import annotations
@@ -25,28 +17,6 @@ from typing import Any, TypeVar
 
 from .json_parts import Invalid, Part, ResultsError, shown, when_set
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "SUPPORTED_VERSIONS",
-    "BenchResult",
-    "Divergence",
-    "Goal",
-    "Machine",
-    "Mismatch",
-    "NearTie",
-    "Record",
-    "ResultsError",
-    "RunMeta",
-    "SessionLog",
-    "SummaryRow",
-    "as_goals",
-    "as_records",
-    "as_result",
-    "as_summary_rows",
-    "load_result",
-    "parse_result",
-]
-
 SCHEMA_VERSION = 3  # 2: records gained draft_calls; 3: reduced precision (meta dtype, records near_tie, divergences)
 SUPPORTED_VERSIONS = (1, 2, 3)
 _NOT_A_DOCUMENT = "is not a `dlite-hf bench` results document"
@@ -57,7 +27,6 @@ _HOW_TO_FIX = (
 P = TypeVar("P", bound=Part)
 
 
-# ---------------------------------------------------------------------------------------------------- the parts
 @dataclass(kw_only=True)
 class Machine(Part):
     """Where the run ran (``meta.machine``)."""
@@ -74,8 +43,7 @@ class Machine(Part):
 
 @dataclass(kw_only=True)
 class RunMeta(Part):
-    """The run's setup (``meta``): machine, versions, the command and its settings. Keys a caller adds
-    (``run_bench(meta=...)``) beyond these are kept in ``extra``."""
+    """The run's setup (``meta``): machine, versions, the command and its settings (other keys: ``extra``)."""
 
     machine: Machine | None = None
     threads: int | None = None
@@ -132,8 +100,7 @@ class NearTie(Part):
 
 @dataclass(kw_only=True)
 class Record(Part):
-    """One generate() call: one prompt (or agentic turn) with one method. Times in seconds unless named ms;
-    None: does not apply (or, in a hand-made document, not recorded)."""
+    """One generate() call: one prompt (or agentic turn) with one method. Times in seconds unless named ms."""
 
     workload: str
     session_id: str | None = None
@@ -181,8 +148,7 @@ class Record(Part):
 
 @dataclass(kw_only=True)
 class SummaryRow(Part):
-    """One workload x method of the run (workload ``all``: over every workload); speedups against plain on the
-    same prompts (:func:`dlite_hf.bench.report.summarize`)."""
+    """One workload x method of the run (workload ``all``: over every workload; :func:`~.report.summarize`)."""
 
     workload: str
     method: str
@@ -228,7 +194,7 @@ class Mismatch(Part):
 @dataclass(kw_only=True)
 class _DivergenceWhere(Part):
     """Where a divergence happened: a :class:`Divergence`'s first keys (a dataclass lists its last base's fields
-    first, so these come before the :class:`NearTie` fields)."""
+    first)."""
 
     workload: str
     prompt_id: str
@@ -252,7 +218,7 @@ class Divergence(NearTie, _DivergenceWhere):
 @dataclass(kw_only=True)
 class Goal(Part):
     """A performance goal checked on the run's summary rows (``dlite-hf bench goals``); ``met`` None: not
-    measured in this run."""
+    measured."""
 
     goal: str
     met: bool | None
@@ -261,8 +227,7 @@ class Goal(Part):
 
 @dataclass(kw_only=True)
 class BenchResult(Part):
-    """The whole document. ``schema_version`` is the version it was written in; the values are the current
-    version's (see the module docstring)."""
+    """The whole document: ``schema_version`` is the version it was written in, the values the current one's."""
 
     schema_version: int = SCHEMA_VERSION
     meta: RunMeta = field(default_factory=lambda: RunMeta(_keys=()))  # none: every key absent
@@ -280,22 +245,6 @@ class BenchResult(Part):
     def rows_by_key(self) -> dict[tuple[str, str], SummaryRow]:
         """``{(workload, method): summary row}``."""
         return {(row.workload, row.method): row for row in self.summary}
-
-
-# ---------------------------------------------------------------------------------------------------- loading
-def _from_version_1(result: BenchResult) -> None:
-    for record in result.records:  # version 1 divided drafter time by verified rounds
-        if record.draft_calls is None:
-            record.draft_calls = record.rounds
-
-
-def _from_version_2(result: BenchResult) -> None:
-    for record in result.records:  # float32 only: lossless meant identical to plain
-        if record.lossless_ok is None:
-            record.lossless_ok = record.identical_to_plain
-
-
-MIGRATIONS = {1: _from_version_1, 2: _from_version_2}  # version -> what makes its values the next version's
 
 
 def _check_document(data: Any, source: str) -> None:
@@ -322,12 +271,8 @@ def _check_document(data: Any, source: str) -> None:
 
 
 def parse_result(data: Any, source: str = "the results document") -> BenchResult:
-    """A results document (parsed JSON) as a :class:`BenchResult`, checked and migrated to the current version.
-    A document without ``schema_version`` (made by hand) reads as the current version.
-
-    Raises:
-        ResultsError: not a results document, a version this dlite-hf cannot read, or a value of the wrong type.
-    """
+    """A results document (parsed JSON) as a :class:`BenchResult`, checked and migrated to the current version
+    (without ``schema_version``: the current one); :class:`ResultsError` says what is wrong."""
     _check_document(data, source)
     try:
         result = BenchResult._read(data, "")
@@ -335,24 +280,21 @@ def parse_result(data: Any, source: str = "the results document") -> BenchResult
         raise ResultsError(
             f"{source}: {error.where} is {shown(error.value)}: expected {error.expected}. {_HOW_TO_FIX}"
         ) from None
-    for version in range(result.schema_version, SCHEMA_VERSION):
-        MIGRATIONS[version](result)
+    for record in result.records:
+        if result.schema_version < 2 and record.draft_calls is None:  # 1 divided drafter time by verified rounds
+            record.draft_calls = record.rounds
+        if result.schema_version < 3 and record.lossless_ok is None:  # 2: float32 only, lossless meant identical
+            record.lossless_ok = record.identical_to_plain
     if result.ok is None:
         result.ok = not result.mismatches
     return result
 
 
 def load_result(path: str | Path) -> BenchResult:
-    """Read ``path`` (a ``NAME.json`` of `dlite-hf bench`) with :func:`parse_result`.
-
-    Raises:
-        OSError: the file cannot be read.
-        ResultsError: it is not JSON, or not a results document (see :func:`parse_result`).
-    """
+    """Read ``path`` (a ``NAME.json`` of `dlite-hf bench`) with :func:`parse_result` (OSError: unreadable)."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
     try:
-        data = json.loads(text)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:
         raise ResultsError(f"{path} {_NOT_A_DOCUMENT}: it is not JSON ({error}).") from None
     return parse_result(data, str(path))
@@ -368,15 +310,15 @@ def _as_parts(items: Sequence[Any], cls: type[P], name: str) -> list[P]:
 
 
 def as_summary_rows(rows: Sequence[SummaryRow | Mapping[str, Any]]) -> list[SummaryRow]:
-    """Summary rows, typed (JSON rows are checked as :func:`parse_result` checks a document's)."""
+    """Summary rows, typed (JSON rows are checked as a document's)."""
     return _as_parts(rows, SummaryRow, "summary")
 
 
 def as_records(records: Sequence[Record | Mapping[str, Any]]) -> list[Record]:
-    """Records, typed (JSON records are checked as :func:`parse_result` checks a document's)."""
+    """Records, typed (JSON records are checked as a document's)."""
     return _as_parts(records, Record, "records")
 
 
 def as_goals(goals: Sequence[Goal | Mapping[str, Any]]) -> list[Goal]:
-    """Goals, typed (JSON goals, ``{"goal", "met", "measured"}``, are checked as a document's)."""
+    """Goals, typed (JSON goals are checked as a document's)."""
     return _as_parts(goals, Goal, "goals")

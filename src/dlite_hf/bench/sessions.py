@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +17,11 @@ import torch
 
 from ..chat_template import chat_prompt_ids
 from ..neartie import first_difference
-from .checks import Run, check_runs, report_mismatch
 from .measure import _Runner
 from .methods import BenchMethod
-from .results import Mismatch, Record, SessionLog
+from .results import Mismatch, NearTie, Record, SessionLog
 
-__all__ = ["Measured", "run_sessions"]
+Run = tuple[torch.Tensor, dict[str, Any]]  # one measured generate(): (sequences, metrics)
 
 
 @dataclass
@@ -49,10 +48,12 @@ def run_sessions(
     runner: _Runner, sessions: Mapping[str, Sequence[Mapping[str, Any]]], repeats: int, progress: bool
 ) -> Measured:
     """Measure every session of every workload; the method order rotates by one per turn over the whole run."""
-    total = sum(len(list(_iterate_turns(s))) for items in sessions.values() for s in items) * len(runner.methods)
+    from tqdm.auto import tqdm
+
+    total = sum(len(_turns(s)) for items in sessions.values() for s in items) * len(runner.methods) * repeats
     measured = Measured()
-    turns_done = 0  # turns measured so far, over every session: the method order rotates with it
-    with _progress(total * repeats, progress) as bar:
+    turns_done = 0
+    with tqdm(total=total, disable=not progress, unit="gen", dynamic_ncols=True, file=sys.stderr) as bar:
         for label, items in sessions.items():
             for session in items:
                 entry = _run_session(runner, label, session, measured, bar, repeats, turns_done)
@@ -61,51 +62,32 @@ def run_sessions(
     return measured
 
 
-def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, disable=not enabled, unit="gen", dynamic_ncols=True, file=sys.stderr)
-
-
-def _iterate_turns(session: Mapping[str, Any]) -> Iterable[tuple[int, list[dict[str, str]]]]:
-    limit = session.get("max_turns")
-    for index, turn in enumerate(session["turns"]):
-        if limit is not None and index >= limit:
-            return
-        yield index, turn
+def _turns(session: Mapping[str, Any]) -> list:
+    return session["turns"][: session.get("max_turns")]
 
 
 def _run_session(
-    runner: _Runner,
-    label: str,
-    session: Mapping[str, Any],
-    measured: Measured,
-    bar: Any,
-    repeats: int = 1,
-    rotation: int = 0,
+    runner: _Runner, label: str, session: Mapping[str, Any], measured: Measured, bar: Any, repeats: int, rotation: int
 ) -> SessionLog:
-    """Measure every turn of one session with every method, ``repeats`` times (the fastest kept), in an order
-    rotated by ``rotation`` + the turn's number; returns the session's log entry."""
+    """Measure every turn of one session with every method, in an order rotated by ``rotation`` + the turn's
+    number; returns the session's log entry."""
     history: list[dict[str, str]] = []
-    multi_turn = len(session["turns"]) > 1
-    turns = list(_iterate_turns(session))
+    turns = _turns(session)
     stop = "max_turns" if len(turns) < len(session["turns"]) else "end"
     done = context_tokens = 0
     # hybrid methods keep one DraftSession (one suffix index) across the turns of a session, as an agent would
     draft_sessions = {method.name: method.new_session() for method in runner.methods}
-    # with prefix_cache, each method keeps its own KV cache across the turns, as a serving stack's prefix cache does
-    caches: dict[str, tuple[Any, list[int]]] = {}
-    for index, messages in turns:
+    caches: dict[str, tuple[Any, list[int]]] = {}  # with prefix_cache: each method's own KV cache across the turns
+    for index, messages in enumerate(turns):
         messages = history + list(messages)
         ids = chat_prompt_ids(runner.tokenizer, messages)
-        limit = session.get("max_tokens")
-        if limit is not None and len(ids) > limit:
+        if session.get("max_tokens") is not None and len(ids) > session["max_tokens"]:
             stop = "max_tokens"
             bar.total -= (len(turns) - index) * len(runner.methods) * repeats
             bar.refresh()
             break
         context_tokens = len(ids)
-        prompt_id = f"{session['id']}#{index}" if multi_turn else session["id"]
+        prompt_id = f"{session['id']}#{index}" if len(session["turns"]) > 1 else session["id"]
         turn = _Turn(label, session, index, prompt_id, ids)
         reference = _run_turn(runner, turn, rotation + done, draft_sessions, caches, measured, bar, repeats)
         done += 1
@@ -134,7 +116,6 @@ def _run_turn(
     """Measure one turn with every method (in an order rotated by ``rotation``), record every method's fastest run
     and check it against plain's; returns plain's output (its reply feeds the next turn)."""
     methods = runner.methods
-    input_ids = torch.tensor([turn.ids])
     shift = rotation % len(methods)
     order = methods[shift:] + methods[:shift]
     starts = {
@@ -142,10 +123,10 @@ def _run_turn(
         for m in methods
     }
     postfix = f"{turn.label} {turn.prompt_id[-28:]} ctx={len(turn.ids)}"
-    runs = _measure_turn(runner, input_ids, order, starts, draft_sessions, repeats, bar, postfix)
+    runs = _measure_turn(runner, torch.tensor([turn.ids]), order, starts, draft_sessions, repeats, bar, postfix)
     reference = runs["plain"][-1][0]
     for method in methods:  # records in the methods' own order, plain first
-        (_, metrics), fields, reason = check_runs(runner, method, runs[method.name], reference, len(turn.ids))
+        (_, metrics), fields, reason = _check_runs(runner, method, runs[method.name], reference, len(turn.ids))
         if starts[method.name] is not None:
             cache = starts[method.name]
             caches[method.name] = (cache, runs[method.name][-1][0][0, : cache.get_seq_length()].tolist())
@@ -163,11 +144,55 @@ def _run_turn(
         measured.records.append(record)
         if not record.lossless_ok:
             plain_new_tokens = int(reference.shape[1] - len(turn.ids))
-            measured.mismatches.append(report_mismatch(record, plain_new_tokens, reason, bar))
+            measured.mismatches.append(_report_mismatch(record, plain_new_tokens, reason, bar))
     return reference
 
 
-def _reuses(method: Any) -> bool:
+def _check_runs(
+    runner: _Runner, method: BenchMethod, runs: list[Run], reference: torch.Tensor, prompt_length: int
+) -> tuple[Run, dict[str, Any], str | None]:
+    """The fastest of a method's runs of a turn, its verdict fields against plain's ``reference``, and why it
+    fails the check (None when it passes): another output than plain's other than at a verified near-tie, or
+    repeats that disagree with each other."""
+    fastest = min(runs, key=lambda run: run[1]["wall_s"])
+    unstable = [r for r, (other, _) in enumerate(runs) if not torch.equal(other, runs[-1][0])]
+    sequences = fastest[0]
+    difference = (
+        None
+        if method.name == "plain"
+        else first_difference(reference[0, prompt_length:].tolist(), sequences[0, prompt_length:].tolist())
+    )
+    verdict = None if difference is None else runner.near_tie(prompt_length, reference, sequences)
+    fields = {
+        "identical_to_plain": difference is None,
+        "first_mismatch": difference,
+        "near_tie": NearTie(**verdict.to_dict()) if verdict is not None else None,
+        "lossless_ok": not unstable and (difference is None or (verdict is not None and verdict.ok)),
+    }
+    reason = None
+    if unstable:
+        reason = (
+            f"repeats {unstable} of {len(runs)} gave another output than the last repeat: greedy decoding from the "
+            "same state must repeat exactly"
+        )
+    elif verdict is not None and not verdict.ok:
+        reason = verdict.reason
+    return fastest, fields, reason
+
+
+def _report_mismatch(record: Record, plain_new_tokens: int, reason: str | None, bar: Any) -> Mismatch:
+    """The lossless failure of ``record``, said on stderr (through the progress bar) as soon as it is found."""
+    where = {key: getattr(record, key) for key in ("workload", "prompt_id", "turn", "method", "first_mismatch")}
+    why = f": {reason}" if reason is not None else ""
+    bar.write(
+        f"LOSSLESS CHECK FAILED: {record.method} on {record.workload} {record.prompt_id}: greedy output differs from "
+        f"plain at new token {record.first_mismatch} ({record.new_tokens} vs {plain_new_tokens} new tokens){why}.",
+        file=sys.stderr,
+    )
+    return Mismatch(**where, new_tokens=record.new_tokens, plain_new_tokens=plain_new_tokens, reason=reason)
+
+
+def _reuses(method: BenchMethod) -> bool:
     """Whether a method can start a turn on its previous turn's cache. Plain decoding and DLite calls can;
     transformers' own assisted loop (prompt lookup, another assistant model) runs its first forward over the whole
     prompt on top of a pre-filled cache, and dlite-hf leaves those calls exactly as upstream, so they prefill each
@@ -192,17 +217,6 @@ def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: li
     return DynamicCache(config=runner.target.config)
 
 
-def _snapshot(cache: Any, session: Any) -> tuple[Any, Any]:
-    """Copies of a turn's starting state (a method's KV cache and its `DraftSession`'s suffix index), for a repeat
-    that must not change what the next repeat starts from."""
-    cache_copy = copy.deepcopy(cache) if cache is not None else None
-    session_copy = None
-    if session is not None:
-        session_copy = type(session)(min_match=session.min_match)
-        session_copy.index = copy.deepcopy(session.index)
-    return cache_copy, session_copy
-
-
 def _measure_turn(
     runner: _Runner,
     input_ids: torch.Tensor,
@@ -217,12 +231,14 @@ def _measure_turn(
     each method's starting cache and suffix index, the last on the real ones (the next turn goes on from them)."""
     runs: dict[str, list[Run]] = {m.name: [] for m in order}
     for repeat in range(repeats):
-        last = repeat == repeats - 1
         for method in order:
             bar.set_postfix_str(f"{postfix} {method.name}", refresh=False)
             cache, draft_session = starts[method.name], draft_sessions[method.name]
-            if not last:
-                cache, draft_session = _snapshot(cache, draft_session)
+            if repeat < repeats - 1:  # a copy: this repeat must not change what the next one starts from
+                cache = copy.deepcopy(cache)
+                if draft_session is not None:
+                    index, draft_session = draft_session.index, type(draft_session)(min_match=draft_session.min_match)
+                    draft_session.index = copy.deepcopy(index)
             runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
             bar.update(1)
     return runs

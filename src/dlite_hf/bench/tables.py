@@ -1,11 +1,6 @@
-"""The README's speed tables, rendered from a committed bench result (the README quotes these lines verbatim).
-
-    dlite-hf bench tables main smollm2-135m-main-bf16-packed-r4
-    dlite-hf bench tables ood smollm2-135m-ood-bf16-packed
-
-print the table's header and one row per workload: plain's tokens/s, then one cell per method. A main-table cell
-is `mean tau / speedup`; the fastest method's speedup of each row is bold. `tests/test_readme_figures.py` checks
-the README's rows against this output.
+"""The README's speed tables, rendered from a committed bench result (`dlite-hf bench tables main|ood RUN`): the
+header and one row per workload, plain's tokens/s then `mean tau / speedup` per method, the fastest in bold
+(`tests/test_readme_figures.py` checks the README against it).
 """
 
 from __future__ import annotations
@@ -14,9 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .results import BenchResult, SummaryRow, as_result, load_result
-
-__all__ = ["HEADER", "LABELS", "METHODS", "RESULTS", "load", "rows"]
+from .results import BenchResult, as_result, load_result
 
 RESULTS = Path("benchmarks") / "results"  # where `dlite-hf bench` writes by default (--out)
 METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")
@@ -66,19 +59,12 @@ def rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str, str]:
     for workload, label in LABELS[table].items():
         if (workload, "plain") not in summary:
             continue
-        cells = _cells([summary[(workload, m)] for m in METHODS])
+        methods = [summary[(workload, m)] for m in METHODS]
+        fastest = max(range(len(methods)), key=lambda index: methods[index].speedup)
+        cells = [
+            f"{s.mean_tau:.2f} / " + (f"**{s.speedup:.2f}x**" if index == fastest else f"{s.speedup:.2f}x")
+            for index, s in enumerate(methods)
+        ]
         plain = summary[(workload, "plain")]
-        shown = label.format(n=plain.prompts)
-        out[workload] = f"| {shown} | {plain.tok_s:.2f} | " + " | ".join(cells) + " |"
+        out[workload] = f"| {label.format(n=plain.prompts)} | {plain.tok_s:.2f} | " + " | ".join(cells) + " |"
     return out
-
-
-def _cells(methods: list[SummaryRow]) -> list[str]:
-    """One cell per method (in METHODS order); the fastest method's speedup bold."""
-    fastest = max(range(len(methods)), key=lambda index: methods[index].speedup)
-    cells = []
-    for index, s in enumerate(methods):
-        speed = f"{s.speedup:.2f}x"
-        speed = f"**{speed}**" if index == fastest else speed
-        cells.append(f"{s.mean_tau:.2f} / {speed}")  # the README's lines stay within 120 characters
-    return cells

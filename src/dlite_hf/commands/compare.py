@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +22,15 @@ from .common import set_threads
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Plain greedy vs DLite on a few real prompts of the default target: tokens/s, tau, identical (or, in reduced
-    precision, a near-tie)? Exit status 1 if an output differs from plain otherwise.
-
-    The measurement is the benchmark's (:func:`dlite_hf.bench.run_bench` with two methods, a warm-up first), so
-    both commands time, count and check outputs the same way; this one prints a row per prompt."""
-    from ..data.domains import eval_prompts  # the prompt sources, imported first as they always were
-    from ..data.user_prompts import load_prompt_file
-
-    _check_flags(args)
-    workloads = _workloads(args, eval_prompts, load_prompt_file)  # checked before any model loads
+    """Plain greedy vs DLite on a few real prompts: tokens/s, tau, identical (or, in reduced precision, a near-tie)?
+    Exit status 1 if an output differs from plain otherwise. The measurement is the benchmark's
+    (:func:`dlite_hf.bench.run_bench` with two methods, a warm-up first); this command prints a row per prompt."""
+    workloads = _workloads(args)  # the flags and prompts are checked before any model loads
     set_threads(args.threads)
-    target, tokenizer, drafter, drafter_dir = _load_models(args)
-    decoding, method = _method(args, drafter, drafter_dir)
+    target, tokenizer, method, decoding, drafter_dir = _load_method(args)
     result = _run(args, target, tokenizer, method, workloads, decoding, drafter_dir)
-    rows = [_prompt_row(record, plain) for record, plain in _paired_records(result)]
+    plain_runs = {(r.workload, r.prompt_id): r for r in result.records if r.method == "plain"}
+    rows = [_prompt_row(r, plain_runs[r.workload, r.prompt_id]) for r in result.records if r.method != "plain"]
     summary = _summary(args, result, rows, workloads, method.name, decoding)
     print(json.dumps(summary, indent=2))
     if args.out:
@@ -47,7 +40,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if summary["lossless_ok"] else 1
 
 
-def _check_flags(args: argparse.Namespace) -> None:
+def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Check the flags, then ``{workload: [prompt, ...]}``: the user's --prompts (all unless --num-prompts caps
+    them), or the eval split of each --workloads entry (a workload or a prompt domain of the broad mix)."""
+    from ..data.domains import eval_prompts  # imported before the flags are checked, as they always were
+    from ..data.user_prompts import load_prompt_file
+
     for flag in ("num_prompts", "max_new_tokens"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise SystemExit(
@@ -58,13 +56,6 @@ def _check_flags(args: argparse.Namespace) -> None:
             check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
         except ValueError as error:
             raise SystemExit(f"{error} (--lookup-tokens 0: DLite drafts only)") from None
-
-
-def _workloads(
-    args: argparse.Namespace, eval_prompts: Callable[..., list[dict]], load_prompt_file: Callable[[str], list[dict]]
-) -> dict[str, list[dict]]:
-    """``{workload: [prompt, ...]}``: the user's --prompts (all unless --num-prompts caps them), or the eval split
-    of each --workloads entry (a workload of dlite_hf.data.prompts or a prompt domain of the broad mix)."""
     workloads: dict[str, list[dict]] = {}
     if args.prompts:
         try:
@@ -82,9 +73,11 @@ def _workloads(
     return workloads
 
 
-def _load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
-    """(target, tokenizer, drafter, the drafter's folder); the drafter is found before any model loads."""
+def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, str, Path]:
+    """(target, tokenizer, the DLite or hybrid bench method, the decoding in words, the drafter's folder); the
+    drafter is found before any model loads."""
     from ..assets import AssetError, load_drafter, open_target, resolve_drafter
+    from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
 
     try:
         drafter_dir = resolve_drafter(args.drafter or DEFAULT_DRAFTER)
@@ -95,35 +88,18 @@ def _load_models(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
         drafter = load_drafter(drafter_dir, target)
     except (OSError, ValueError) as error:
         raise SystemExit(f"--drafter {drafter_dir}: {error}") from None
-    return target, tokenizer, drafter, drafter_dir
-
-
-def _method(args: argparse.Namespace, drafter: Any, drafter_dir: Path) -> tuple[str, Any]:
-    """(the decoding in words, the DLite or hybrid bench method) the flags ask for."""
-    from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
-
     decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
     if args.fixed_k:  # per call (the drafter's config is not changed): tau as the drafter gives it
         decoding += ", K drafts every round"
-    method = BenchMethod(
-        "hybrid" if args.lookup_tokens else "dlite",
-        "dlite",
-        model=drafter,
-        checkpoint=str(drafter_dir),
-        drafter_overrides=dict(FIXED_K_OVERRIDES) if args.fixed_k else {},
-        lookup_tokens=args.lookup_tokens or None,
-    )
-    return decoding, method
+    overrides = dict(FIXED_K_OVERRIDES) if args.fixed_k else {}
+    name = "hybrid" if args.lookup_tokens else "dlite"
+    method = BenchMethod(name, "dlite", model=drafter, checkpoint=str(drafter_dir), drafter_overrides=overrides,
+                         lookup_tokens=args.lookup_tokens or None)  # fmt: skip
+    return target, tokenizer, method, decoding, drafter_dir
 
 
 def _run(
-    args: argparse.Namespace,
-    target: Any,
-    tokenizer: Any,
-    method: Any,
-    workloads: dict,
-    decoding: str,
-    drafter_dir: Path,
+    args: argparse.Namespace, target: Any, tokenizer: Any, method: Any, workloads: dict, decoding: str, drafter: Path
 ) -> BenchResult:
     """Plain and ``method`` on ``workloads`` with the benchmark runner; prints the setup, then the dtype mode."""
     import torch
@@ -132,7 +108,7 @@ def _run(
     from ..bench.runner import run_bench
 
     print(
-        f"target={args.target} drafter={drafter_dir} decoding={decoding} attention={args.attention} "
+        f"target={args.target} drafter={drafter} decoding={decoding} attention={args.attention} "
         f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens}"
     )
     document = run_bench(
@@ -142,18 +118,12 @@ def _run(
         workloads,
         max_new_tokens=args.max_new_tokens,
         progress=False,
-        meta={"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter_dir)},
+        meta={"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter)},
     )
     result = as_result(document)
     exact = result.meta.near_tie_epsilon is None
     print(f"dtype={result.meta.dtype} ({'token-exact' if exact else 'near-tie-exact'})")
     return result
-
-
-def _paired_records(result: BenchResult) -> list[tuple[Record, Record]]:
-    """Every record of the DLite method with plain's record of the same prompt."""
-    plain_runs = {(r.workload, r.prompt_id): r for r in result.records if r.method == "plain"}
-    return [(r, plain_runs[r.workload, r.prompt_id]) for r in result.records if r.method != "plain"]
 
 
 def _prompt_row(record: Record, plain: Record) -> dict[str, Any]:
@@ -209,50 +179,25 @@ def _summary(
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     """Register the subcommand."""
     compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
-    compare.add_argument("--target", default=DEFAULT_TARGET)
-    compare.add_argument(
-        "--drafter",
-        default=None,
-        help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout has it)",
-    )
-    compare.add_argument("--workloads", default="chat,code,math")
-    compare.add_argument(
-        "--num-prompts", type=int, default=None, help="eval prompts per workload (default 2; with --prompts: all)"
-    )
-    compare.add_argument(
-        "--prompts",
-        default=None,
-        help="your own prompts instead of --workloads: a JSONL file, one row per prompt with `messages` (the chat "
-        "format) and optionally `id`",
-    )
-    compare.add_argument("--max-new-tokens", type=int, default=96)
-    compare.add_argument("--threads", type=int, default=1)
-    compare.add_argument(
-        "--dtype",
-        default=DEFAULT_DTYPE,
-        choices=DTYPE_CHOICES,
-        help=f"both models' dtype (default {DEFAULT_DTYPE}: bfloat16 where this machine computes it natively, else "
-        "float32; measured: README, Results). float32 is token-exact; in bfloat16/float16 each divergence from plain "
-        "must be a float32-verified near-tie",
-    )
-    compare.add_argument(
-        "--attention",
-        default=DEFAULT_ATTENTION,
-        choices=ATTENTION_CHOICES,
-        help=f"the target's attention (default {DEFAULT_ATTENTION}: dlite_hf.attention, measured fastest here; "
-        "sdpa: transformers' own)",
-    )
-    compare.add_argument(
-        "--lookup-tokens",
-        type=int,
-        default=HYBRID_LOOKUP_TOKENS,
-        help="hybrid drafting: DLite plus drafts retrieved from the context, at most this many a round (default "
-        f"{HYBRID_LOOKUP_TOKENS}, the decoding measured fastest: README); 0 = DLite drafts only",
-    )
-    compare.add_argument(
-        "--fixed-k",
-        action="store_true",
-        help="draft K tokens every round (adaptive drafting off, per call): tau as the drafter gives it",
-    )
-    compare.add_argument("--out", default=None, help="write the rows and summary as JSON here")
+    add = compare.add_argument
+    add("--target", default=DEFAULT_TARGET)
+    add("--drafter", help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout "
+        "has it)")  # fmt: skip
+    add("--workloads", default="chat,code,math")
+    add("--num-prompts", type=int, help="eval prompts per workload (default 2; with --prompts: all)")
+    add("--prompts", help="your own prompts instead of --workloads: a JSONL file, one row per prompt with `messages` "
+        "(the chat format) and optionally `id`")  # fmt: skip
+    add("--max-new-tokens", type=int, default=96)
+    add("--threads", type=int, default=1)
+    add("--dtype", default=DEFAULT_DTYPE, choices=DTYPE_CHOICES, help=f"both models' dtype (default {DEFAULT_DTYPE}: "
+        "bfloat16 where this machine computes it natively, else float32; measured: README, Results). float32 is "
+        "token-exact; in bfloat16/float16 each divergence from plain must be a float32-verified near-tie")  # fmt: skip
+    add("--attention", default=DEFAULT_ATTENTION, choices=ATTENTION_CHOICES, help=f"the target's attention (default "
+        f"{DEFAULT_ATTENTION}: dlite_hf.attention, measured fastest here; sdpa: transformers' own)")  # fmt: skip
+    add("--lookup-tokens", type=int, default=HYBRID_LOOKUP_TOKENS, help="hybrid drafting: DLite plus drafts retrieved "
+        f"from the context, at most this many a round (default {HYBRID_LOOKUP_TOKENS}, the decoding measured fastest: "
+        "README); 0 = DLite drafts only")  # fmt: skip
+    add("--fixed-k", action="store_true",
+        help="draft K tokens every round (adaptive drafting off, per call): tau as the drafter gives it")  # fmt: skip
+    add("--out", help="write the rows and summary as JSON here")
     compare.set_defaults(func=cmd_compare)

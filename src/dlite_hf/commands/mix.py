@@ -26,13 +26,9 @@ def cmd_mix(args: argparse.Namespace) -> int:
             if not args.out:
                 raise ValueError("mix build needs --out DIR (where prompts.jsonl, texts.jsonl and mix.json go).")
             domains = [d for d in (args.domains or "").split(",") if d]
+            weights = _parse_weights(args.weights)
             summary = broad_mix.build_mix(
-                args.out,
-                args.prompts_per_domain,
-                args.texts_per_domain,
-                seed=args.seed,
-                domains=domains,
-                weights=_parse_weights(args.weights),
+                args.out, args.prompts_per_domain, args.texts_per_domain, args.seed, domains, weights
             )
             print(json.dumps(summary, indent=2))
             return 0
@@ -96,9 +92,7 @@ def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
     mix.add_argument("--prompts-per-domain", type=int, default=500, help="build: prompts sampled per prompt domain")
     mix.add_argument("--texts-per-domain", type=int, default=500, help="build: items sampled per text domain")
     mix.add_argument("--domains", default=None, help="build: comma-separated domains (default: all)")
-    mix.add_argument(
-        "--weights", default=None, help="build: per-domain factors on the caps, e.g. code=3,coding_agent=2"
-    )
+    mix.add_argument("--weights", help="build: per-domain factors on the caps, e.g. code=3,coding_agent=2")
     mix.add_argument("--seed", type=int, default=0)
     mix.set_defaults(func=cmd_mix)
 

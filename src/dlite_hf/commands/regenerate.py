@@ -43,7 +43,6 @@ def _shipped_ids(folder: str | None) -> frozenset[str]:
 
 
 def cmd_regenerate(args: argparse.Namespace) -> int:
-
     from ..data.mix import training_mix
     from ..data.regenerate import OutputBusyError, shard_prompts
     from ..jsonl import read_jsonl, write_jsonl
@@ -87,8 +86,12 @@ def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str]
     from ..assets import open_target
     from ..data.regenerate.transformers import regenerate
 
+    options = {
+        "max_new_tokens": args.max_new_tokens, "max_prompt_tokens": args.max_prompt_tokens, "seed": args.seed,
+        "temperature": args.temperature, "top_p": args.top_p, "skip_ids": shipped,
+    }  # fmt: skip
     if args.engine == "vllm":
-        return _regenerate_vllm(args, prompts, shipped)
+        return _regenerate_vllm(args, prompts, options)
     if args.samples > 1:
         raise SystemExit(
             f"--samples {args.samples} needs --engine vllm (--engine transformers draws one sample per prompt with "
@@ -97,25 +100,13 @@ def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str]
     dtype = resolve_dtype(args.dtype, "cuda" if str(device).startswith("cuda") else "cpu")  # fastest: that device's
     target, tokenizer, _ = open_target(args.target, dtype=dtype)
     target = target.to(device)
-    result = regenerate(
-        target,
-        tokenizer,
-        prompts,
-        args.out,
-        max_new_tokens=args.max_new_tokens,
-        max_prompt_tokens=args.max_prompt_tokens,
-        batch_size=args.batch_size or 8,
-        do_sample=args.do_sample or args.samples == 1,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        seed=args.seed,
-        skip_ids=shipped,
-    )
+    batch_size, do_sample = args.batch_size or 8, args.do_sample or args.samples == 1
+    result = regenerate(target, tokenizer, prompts, args.out, batch_size=batch_size, do_sample=do_sample, **options)
     print(json.dumps(result))
     return 0
 
 
-def _regenerate_vllm(args: argparse.Namespace, prompts: list, shipped: frozenset[str]) -> int:
+def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict[str, Any]) -> int:
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
@@ -131,20 +122,10 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, shipped: frozenset
     model_dir = resolve_model(args.target)
     samples = args.samples if args.samples else (1 if args.do_sample else 0)
     try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        chunk = args.batch_size or 256
         result = regenerate_vllm(
-            model_dir,
-            AutoTokenizer.from_pretrained(model_dir),
-            prompts,
-            args.out,
-            max_new_tokens=args.max_new_tokens,
-            max_prompt_tokens=args.max_prompt_tokens,
-            samples=samples,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-            dtype=dtype,
-            chunk=args.batch_size or 256,
-            skip_ids=shipped,
+            model_dir, tokenizer, prompts, args.out, samples=samples, dtype=dtype, chunk=chunk, **options
         )
     except FileNotFoundError as error:
         raise SystemExit(
@@ -190,7 +171,6 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument(
         "--batch-size",
         type=int,
-        default=None,
         help="transformers: sequences per generate() (default 8); vllm: finished rows per fsync (default 256)",
     )
     regen.add_argument("--do-sample", action="store_true")

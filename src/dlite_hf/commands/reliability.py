@@ -38,11 +38,8 @@ def cmd_reliability(args: argparse.Namespace) -> int:
     drafter = load_drafter(args.drafter, target=target)
     prompts = suite_prompts(tokenizer, args.per_workload, args.long_tokens)
     label = args.label or f"{Path(str(args.target)).name} {dtype}"
-    failures = 0
 
     def progress(outcome) -> None:
-        nonlocal failures
-        failures += outcome.kind == "failure"
         mark = "FAIL " + outcome.reason if outcome.kind == "failure" else outcome.kind
         print(f"case {outcome.index} ({outcome.workload}): {mark}", file=sys.stderr, flush=True)
 
@@ -50,6 +47,7 @@ def cmd_reliability(args: argparse.Namespace) -> int:
         target, drafter, tokenizer, prompts, args.cases, args.out, seed=args.seed,
         max_new_tokens=args.max_new_tokens, sampled=args.sampled, label=label, progress=progress,
     )  # fmt: skip
+    failures = sum(outcome.kind == "failure" for outcome in outcomes)
     print(f"{len(outcomes)} cases run now, {failures} failed; all verdicts in {args.out}")
     return 1 if failures else 0
 

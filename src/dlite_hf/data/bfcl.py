@@ -1,20 +1,13 @@
 """BFCL v4 multi-turn sessions for the ``agentic`` workload, with tool results from BFCL's own executable backends.
 
-A BFCL multi-turn entry is a list of user turns over a stateful environment (a file system, a trading bot, a
-travel agency, ...) given by ``initial_config``; its possible answer lists the ground-truth calls of every turn.
-A session replays it: the first turn is the system prompt (the schemas of the involved classes) and the first
-user message; after the target's reply, the environment executes the ground-truth calls of that turn and returns
-their results as ``tool`` messages; then the next user message; and so on. Every method sees the same, growing
-context (see :mod:`dlite_hf.data.workloads`). The ``multi_turn_long_context`` category loads large scenarios
-(long files, long lists), so tool results push the context towards 8k-16k tokens.
+A BFCL multi-turn entry is a list of user turns over a stateful environment (a file system, a trading bot, ...)
+loaded from its ``initial_config``. A session replays it: the system prompt (the involved classes' schemas) and the
+first user message; then, after each target reply, the results of that turn's ground-truth calls as ``tool``
+messages, and the next user message. ``multi_turn_long_context`` loads large scenarios (8k-16k token contexts).
 
-The backends are the Python files under ``bfcl_eval/eval_checker/multi_turn_eval/func_source_code/`` of the
-pinned, sha256-checked bfcl-eval wheel (source ``bfcl_backends`` of :mod:`dlite_hf.data.sources`; the entries,
-answers and schemas are the sources ``bfcl_multi_turn_*``). They are executed as standalone modules (only their
-import of each other is redirected); the ``bfcl_eval`` package itself is never installed or imported. Ground-truth
-calls are parsed with :mod:`ast` and run with literal arguments only (no ``eval``).
-
-BFCL multi-turn entries are evaluation-only: no training prompt comes from these files.
+The backends are the pinned wheel's ``func_source_code`` files (source ``bfcl_backends``), executed as standalone
+modules: ``bfcl_eval`` is never installed or imported, and ground-truth calls run with literal arguments only (parsed
+with :mod:`ast`, no ``eval``). Evaluation only: no training prompt comes from these files.
 """
 
 from __future__ import annotations
@@ -22,7 +15,6 @@ from __future__ import annotations
 import ast
 import copy
 import functools
-import hashlib
 import inspect
 import json
 import random
@@ -32,9 +24,7 @@ import types
 from typing import Any
 
 from . import sources as S
-from .common import tool_system_prompt
-
-__all__ = ["BFCL_CATEGORIES", "BFCLEnvironment", "bfcl_sessions"]
+from .common import hash_key, tool_system_prompt
 
 BFCL_CATEGORIES: tuple[str, ...] = ("multi_turn_base", "multi_turn_long_context")
 
@@ -42,15 +32,10 @@ _UPSTREAM_MODULE_PREFIX = "bfcl_eval.eval_checker.multi_turn_eval.func_source_co
 _LOCAL_MODULE_PREFIX = "_dlite_hf_bfcl_backend_"
 # class name -> file stem of its backend (func_source_code/<stem>.py) and of its schemas (multi_turn_func_doc/)
 _BACKENDS: dict[str, str] = {
-    "GorillaFileSystem": "gorilla_file_system",
-    "MathAPI": "math_api",
-    "MessageAPI": "message_api",
-    "TwitterAPI": "posting_api",
-    "TicketAPI": "ticket_api",
-    "TradingBot": "trading_bot",
-    "TravelAPI": "travel_booking",
-    "VehicleControlAPI": "vehicle_control",
-}
+    "GorillaFileSystem": "gorilla_file_system", "MathAPI": "math_api", "MessageAPI": "message_api",
+    "TwitterAPI": "posting_api", "TicketAPI": "ticket_api", "TradingBot": "trading_bot",
+    "TravelAPI": "travel_booking", "VehicleControlAPI": "vehicle_control",
+}  # fmt: skip
 _AGENT_PREAMBLE = (
     "You are an agent that completes the user's requests by calling functions. The environment runs each call and "
     "returns its result in a tool message."
@@ -98,12 +83,8 @@ def _parse_call(call: str) -> tuple[str, list[Any], dict[str, Any]]:
 
 
 class BFCLEnvironment:
-    """The instances of one BFCL entry's involved classes, loaded with its ``initial_config``.
-
-    Args:
-        entry: a BFCL multi-turn entry (``involved_classes``, ``initial_config``).
-        long_context: load the scenario's long variant (the ``multi_turn_long_context`` category).
-    """
+    """The instances of one BFCL entry's involved classes, loaded with its ``initial_config`` (``long_context``: the
+    scenario's long variant)."""
 
     def __init__(self, entry: dict[str, Any], long_context: bool = False) -> None:
         unknown = [c for c in entry["involved_classes"] if c not in _BACKENDS]
@@ -153,13 +134,10 @@ def _turns(environment: BFCLEnvironment, entry: dict[str, Any], index: int, mess
     users = [{"role": m["role"], "content": m["content"]} for m in messages]
     if index == 0:
         users.insert(0, {"role": "system", "content": _system_prompt(entry)})
-    results = [
-        {
-            "role": "tool",
-            "content": json.dumps({"call": c, "result": environment.execute(c)}, ensure_ascii=False, default=str),
-        }
-        for c in calls
-    ]
+    results = []
+    for call in calls:
+        result = json.dumps({"call": call, "result": environment.execute(call)}, ensure_ascii=False, default=str)
+        results.append({"role": "tool", "content": result})
     return [turn for turn in (users, results) if turn]
 
 
@@ -170,31 +148,21 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_t
         )
     turns: list[list[dict[str, str]]] = []
     state = random.getstate()  # some backends draw random values (a temperature, an id): seed them per entry
-    random.seed(int(hashlib.sha1(entry["id"].encode("utf-8")).hexdigest()[:16], 16))
+    random.seed(int(hash_key(entry["id"])[:16], 16))
     try:
         environment = BFCLEnvironment(entry, long_context=category.endswith("long_context"))
         for index, (messages, turn_calls) in enumerate(zip(entry["question"], calls, strict=True)):
             turns += _turns(environment, entry, index, messages, turn_calls)
     finally:
         random.setstate(state)
-    return {
-        "id": f"bfcl/{entry['id']}",
-        "workload": "agentic",
-        "source": S.provenance(f"bfcl_{category}"),
-        "turns": turns,
-        "max_tokens": max_tokens,
-        "max_turns": None,
-    }
+    source = S.provenance(f"bfcl_{category}")
+    return {"id": f"bfcl/{entry['id']}", "workload": "agentic", "source": source, "turns": turns,
+            "max_tokens": max_tokens, "max_turns": None}  # fmt: skip
 
 
 def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "multi_turn_base") -> list[Session]:
-    """The first ``limit`` entries of a BFCL multi-turn category (by sha1 of their id) as agentic sessions.
-
-    Args:
-        limit: number of sessions (at most the category's size, 200).
-        max_tokens: stop each session at the first turn whose context is longer than this.
-        category: one of :data:`BFCL_CATEGORIES`.
-    """
+    """The first ``limit`` entries of a BFCL multi-turn category of :data:`BFCL_CATEGORIES` (by sha1 of their id) as
+    agentic sessions, each stopped at the first turn whose context is longer than ``max_tokens``."""
     if category not in BFCL_CATEGORIES:
         raise ValueError(f"Unknown BFCL category {category!r}; allowed: {', '.join(BFCL_CATEGORIES)}.")
     entries = S.read_jsonl(f"bfcl_{category}")
@@ -203,5 +171,5 @@ def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "mu
     answers = {
         row["id"]: row["ground_truth"] for row in S.read_jsonl("bfcl_multi_turn_answers", f"BFCL_v4_{category}.json")
     }
-    ranked = sorted(entries, key=lambda e: (hashlib.sha1(e["id"].encode("utf-8")).hexdigest(), e["id"]))
+    ranked = sorted(entries, key=lambda e: (hash_key(e["id"]), e["id"]))
     return [_session(e, answers[e["id"]], category, max_tokens) for e in ranked[:limit]]

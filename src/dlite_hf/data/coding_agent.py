@@ -1,23 +1,19 @@
-"""The mix's ``coding_agent`` domain: long multi-turn coding-agent sessions over standard-library modules.
+"""The mix's ``coding_agent`` domain: long multi-turn coding-agent sessions over standard-library modules, and
+the tool results they share with the bench's coding sessions (:mod:`dlite_hf.data.workloads`).
 
-Each session is one group: a bug report about a train module (:func:`~dlite_hf.data.stdlib.module_files`, so never
-one the bench's coding sessions read), then the agent's tool calls and their results: the module's source, a pytest
-failure whose traceback frames are real lines of that file, the sources of the train modules it imports, and a
-follow-up request. Every point where the agent is to speak next is one prompt, so a session yields prompts whose
-context grows from about 2k to about 8k tokens (the target answers each with ``regenerate``; the agent's earlier
-turns are its tool calls, written here). Files are read with :mod:`ast` and never imported.
+A session is one group: a bug report about a train module (:func:`~dlite_hf.data.stdlib.module_files`), then the
+agent's tool calls and their results: the module's source, a pytest failure quoting real lines of it, the sources of
+the train modules it imports, and a follow-up. Every point where the agent speaks next is one prompt (about 2k to 8k
+tokens of context). Files are read with :mod:`ast`, never imported.
 """
 
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
-from .common import Prompt, hash_key, prompt, tool_call, user
+from .common import PYTHON_VERSION, Prompt, hash_key, prompt, tool_call, user
 from .stdlib import module_files
-
-__all__ = ["MAX_FILE_CHARS", "SESSION_SYSTEM", "coding_agent"]
 
 SESSION_SYSTEM = (
     "You are a coding agent working in a Python repository. You act through these functions:\n"
@@ -77,46 +73,66 @@ def _imports(tree: ast.Module, known: dict[str, Path]) -> list[str]:
     return [n for n in dict.fromkeys(names) if n in known]
 
 
-def _read_result(module: str, path: Path, text: str) -> str:
-    body = text[:MAX_FILE_CHARS]
-    if len(text) > MAX_FILE_CHARS:
-        body = body[: body.rfind("\n") + 1]
+def read_file_result(path: str, text: str, body: str) -> str:
+    """The result of ``read_file(path)``: ``body``, the start of the file's ``text`` (all of it, or cut)."""
     total = text.count("\n") + 1
-    shown = body.count("\n")
-    note = f" (showing lines 1-{shown} of {total})" if len(text) > MAX_FILE_CHARS else f" ({total} lines)"
-    return f"read_file(path={_repo_path(module, path)!r}){note}:\n```python\n{body.rstrip()}\n```"
+    shown = body.count("\n") + (0 if body.endswith("\n") else 1)
+    note = f" (showing lines 1-{shown} of {total})" if body != text else f" ({total} lines)"
+    return f"read_file(path={path!r}){note}:\n```python\n{body.rstrip()}\n```"
+
+
+def _read_result(module: str, path: Path, text: str) -> str:
+    body = text if len(text) <= MAX_FILE_CHARS else text[: text.rfind("\n", 0, MAX_FILE_CHARS) + 1]
+    return read_file_result(_repo_path(module, path), text, body)
 
 
 def _repo_path(module: str, path: Path) -> str:
     return module.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
 
 
-def _test_output(module: str, path: Path, lines: list[str], frames: list[tuple[str, int]], error: str, attempt: int):
-    """Pytest-like output of a failing run whose traceback frames are real lines of the module's file."""
-    test = f"test_{module.replace('.', '_')}_{frames[0][0].split('.')[-1].strip('_')}"
-    passed, failed = 9 + attempt, 2 - min(attempt, 1)
-    out = [
+def pytest_failure(
+    test_file: str,
+    test: str,
+    progress: str,
+    frames: list[tuple[str, int, str, str]],
+    error: str,
+    passed: int,
+    failed: int,
+    seconds: int,
+    body: tuple[str, ...] = (),
+    summary_header: bool = False,
+) -> str:
+    """Pytest-like output of a failing run; ``frames``: the traceback's (path, line number, function, source line)."""
+    lines = [
         "=" * 29 + " test session starts " + "=" * 30,
-        f"platform linux -- Python {'.'.join(map(str, sys.version_info[:3]))}, pytest-8.3.2, pluggy-1.5.0",
+        f"platform linux -- Python {PYTHON_VERSION}, pytest-8.3.2, pluggy-1.5.0",
         "rootdir: /workspace/service",
         f"collected {passed + failed} items",
         "",
-        f"tests/test_{module.split('.')[-1]}.py " + "." * 3 + "F" * failed + "." * (passed - 3) + " " * 16 + "[100%]",
+        f"{test_file} {progress}[100%]",
         "",
         "=" * 35 + " FAILURES " + "=" * 35,
         "_" * 28 + f" {test} " + "_" * 28,
         "",
+        *body,
     ]
-    for name, number in frames:
-        out += ["_ " * 40, "", f"{_repo_path(module, path)}:{number}: in {name.split('.')[-1]}"]
-        out.append(f"    {lines[number - 1].strip()}")
-    return "\n".join(
-        [*out, f"E   {error}", "", f"FAILED tests/test_{module.split('.')[-1]}.py::{test} - {error.split(':')[0]}",
-         "=" * 24 + f" {failed} failed, {passed} passed in 0.{41 + attempt}s " + "=" * 24]
-    )  # fmt: skip
+    for path, number, name, source in frames:
+        lines += ["_ " * 40, "", f"{path}:{number}: in {name}", f"    {source.strip()}"]
+    lines += [f"E   {error}", ""] + ["=" * 27 + " short test summary info " + "=" * 28] * summary_header
+    lines.append(f"FAILED {test_file}::{test} - {error.split(':')[0]}")
+    return "\n".join([*lines, "=" * 24 + f" {failed} failed, {passed} passed in 0.{seconds}s " + "=" * 24])
 
 
-def _session(module: str, path: Path, known: dict[str, Path], version: str) -> list[Prompt]:
+def _test_output(module: str, path: Path, lines: list[str], frames: list[tuple[str, int]], error: str, attempt: int):
+    test = f"test_{module.replace('.', '_')}_{frames[0][0].split('.')[-1].strip('_')}"
+    passed, failed = 9 + attempt, 2 - min(attempt, 1)
+    progress = "." * 3 + "F" * failed + "." * (passed - 3) + " " * 16
+    quoted = [(_repo_path(module, path), n, name.split(".")[-1], lines[n - 1]) for name, n in frames]
+    test_file = f"tests/test_{module.split('.')[-1]}.py"
+    return pytest_failure(test_file, test, progress, quoted, error, passed, failed, 41 + attempt)
+
+
+def _session(module: str, path: Path, known: dict[str, Path]) -> list[Prompt]:
     try:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -132,7 +148,7 @@ def _session(module: str, path: Path, known: dict[str, Path], version: str) -> l
     lines = text.splitlines()
     request = _REQUESTS[pick % len(_REQUESTS)].format(func=frames[0][0], module=module)
     messages = [{"role": "system", "content": SESSION_SYSTEM}, user(request)]
-    source = f"python=={version}:Lib/{_repo_path(module, path)}"
+    source = f"python=={PYTHON_VERSION}:Lib/{_repo_path(module, path)}"
     prompts: list[Prompt] = []
 
     def call(name: str, arguments: dict, result: str, speak: bool) -> None:
@@ -155,12 +171,11 @@ def _session(module: str, path: Path, known: dict[str, Path], version: str) -> l
 
 def coding_agent() -> list[tuple[str, list[Prompt]]]:
     """The ``coding_agent`` domain: one group per module, the prompts of its session in order."""
-    version = ".".join(map(str, sys.version_info[:3]))
     files = module_files()
     known = dict(files)
     out = []
     for module, path in files:
-        items = _session(module, path, known, version)
+        items = _session(module, path, known)
         if items:
             out.append((f"coding-agent/{module}", items))
     return out

@@ -9,34 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = [
-    "EVAL_SIZE",
-    "MAX_PROMPT_CHARS",
-    "SPLITS",
-    "TEXT_CHUNK_CHARS",
-    "TOOL_CALL_HELP",
-    "Prompt",
-    "check_choice",
-    "check_limit",
-    "cut",
-    "dedupe",
-    "hash_key",
-    "prompt",
-    "text_item",
-    "tool_call",
-    "tool_system_prompt",
-    "tools_block",
-    "user",
-]
-
 Prompt = dict[str, Any]
+Groups = list[tuple[str, list[Prompt]]]  # a domain's or a pool's items by group: [(group_id, [prompt, ...]), ...]
 SPLITS: tuple[str, ...] = ("eval", "train")
 EVAL_SIZE = 16
 MAX_PROMPT_CHARS = 3600  # about 900 tokens: regenerate skips prompts over 1,024 tokens anyway
 TEXT_CHUNK_CHARS = 2400
+PYTHON_VERSION = ".".join(map(str, sys.version_info[:3]))  # the running interpreter's, as the stdlib sources name it
 
 TOOL_CALL_HELP = (
     "To call a function, reply with one <tool_call></tool_call> block per call, each holding a JSON object "

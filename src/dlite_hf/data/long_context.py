@@ -1,9 +1,5 @@
-"""The ``long`` workload: Paul Graham essays cut into windows of about ``n_tokens`` tokens, then a question
-(source ``essays``).
-
-Out of domain: no training mix reads the essays. :func:`load_long` cuts the whole templated prompt to at most
-``n_tokens`` tokens of the tokenizer it is given.
-"""
+"""The ``long`` workload (out of domain: no training mix reads it): Paul Graham essays (source ``essays``) cut into
+windows of about ``n_tokens`` tokens, then a question."""
 
 from __future__ import annotations
 
@@ -13,8 +9,6 @@ from typing import Any
 
 from . import sources as S
 from .common import EVAL_SIZE, SPLITS, Prompt, check_choice, check_limit, hash_key, prompt, user
-
-__all__ = ["LONG_DEFAULT_TOKENS", "load_long"]
 
 LONG_DEFAULT_TOKENS = 2048
 _CHARS_PER_TOKEN = 4  # rough English average; only used by the long workload when no tokenizer is given
@@ -68,21 +62,11 @@ def _fit_context(window: str, question: str, n_tokens: int, tokenizer: Any) -> s
 def load_long(
     n_tokens: int = LONG_DEFAULT_TOKENS, tokenizer: Any = None, split: str = "eval", limit: int | None = None
 ) -> list[Prompt]:
-    """Long-context prompts: a window of Paul Graham essays cut to about ``n_tokens`` tokens, then a question.
+    """Long-context prompts: a window of the essays, then a question, the whole templated prompt cut to at most (and
+    within a few of) ``n_tokens`` of ``tokenizer``'s tokens (without one: 4 characters a token, approximately).
 
-    The essays are cut into non-overlapping windows of ``6 * n_tokens`` characters (each starting after a
-    word boundary); eval takes ``min(EVAL_SIZE, windows // 2)`` windows by sha1 of their id, train the rest.
-
-    Args:
-        n_tokens: target length of the whole prompt, chat template included, in ``tokenizer``'s tokens.
-        tokenizer: a transformers tokenizer; prompts are cut to at most ``n_tokens`` tokens and within a few tokens
-            of it. Without one, the cut assumes 4 characters per token (approximate).
-        split: ``"eval"`` or ``"train"``.
-        limit: return at most this many prompts.
-
-    Raises:
-        ValueError: bad split, non-positive ``n_tokens`` or ``limit``, or ``n_tokens`` too large for the text.
-    """
+    The windows do not overlap (``6 * n_tokens`` characters each); eval takes ``min(EVAL_SIZE, windows // 2)`` of
+    them by sha1 of their id, train the rest."""
     check_choice("split", split, SPLITS)
     if n_tokens <= 0:
         raise ValueError(f"n_tokens must be positive, got {n_tokens}.")
@@ -99,11 +83,9 @@ def load_long(
     ranked = sorted(range(n_windows), key=lambda i: (hash_key(ids[i]), i))
     n_eval = min(EVAL_SIZE, n_windows // 2)
     chosen = ranked[:n_eval] if split == "eval" else sorted(ranked[n_eval:])
-    if limit is not None:
-        chosen = chosen[:limit]
     source = S.provenance("essays")
     prompts = []
-    for i in chosen:
+    for i in chosen[:limit]:
         window = text[i * width : (i + 1) * width]
         space = window.find(" ")
         window = window[space + 1 :] if 0 <= space < 200 else window  # start on a word boundary

@@ -1,9 +1,5 @@
-"""On-disk source: the machine's manual pages (source ``manpages``), for the mix's ``manpages`` and
-``text_manpages`` domains.
-
-Sections 1, 5 and 8 under ``/usr/share/man``, rendered as text with ``groff``; a page whose name mentions Python,
-a symbolic link, or a page of a reserved evaluation source (:func:`dlite_hf.data.sources.is_reserved`) is skipped.
-"""
+"""On-disk source ``manpages``: sections 1, 5 and 8 of the machine's manual pages rendered with ``groff``, for the
+mix's ``manpages`` and ``text_manpages`` domains (pages named after Python, links and reserved sources skipped)."""
 
 from __future__ import annotations
 
@@ -18,8 +14,6 @@ from pathlib import Path
 from .common import MAX_PROMPT_CHARS, TEXT_CHUNK_CHARS, Prompt, cut, prompt, text_item, user
 from .sources import SOURCES, is_reserved
 
-__all__ = ["manpages", "render_man", "text_manpages"]
-
 _MAN_ROOT = Path(SOURCES["manpages"].path)
 _MAN_SECTIONS = ("man1", "man5", "man8")
 
@@ -28,10 +22,7 @@ _MAN_SECTIONS = ("man1", "man5", "man8")
 def _man_pages() -> tuple[tuple[str, Path], ...]:
     pages = []
     for section in _MAN_SECTIONS:
-        folder = _MAN_ROOT / section
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.gz")):
+        for path in sorted((_MAN_ROOT / section).glob("*.gz")):
             if "python" in path.name.lower() or path.is_symlink() or is_reserved(path.name):
                 continue
             pages.append((path.name.removesuffix(".gz"), path))
@@ -41,10 +32,7 @@ def _man_pages() -> tuple[tuple[str, Path], ...]:
 @functools.cache
 def render_man(path: Path) -> str:
     """A manual page as plain text (``groff -man -Tascii``, overstrikes removed); empty when it cannot render.
-
-    Rendered once per page content and kept in the cache (``<cache>/manpages/<sha1>.txt``): all 18k pages take
-    about 2.5 minutes to render here, reading them back about a second.
-    """
+    Cached by content (``<cache>/manpages/<sha1>.txt``): rendering every page takes minutes."""
     from ..assets import cache_dir
 
     try:
@@ -63,11 +51,8 @@ def render_man(path: Path) -> str:
                 ["groff", "-man", "-Tascii", "-P", "-c", "-P", "-b", "-P", "-u"],
                 input=source, capture_output=True, timeout=20, check=False,
             )  # fmt: skip
-            text = (
-                re.sub(r"\n{3,}", "\n\n", done.stdout.decode("utf-8", "replace")).strip()
-                if done.returncode == 0
-                else ""
-            )
+            text = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else ""
+            text = re.sub(r"\n{3,}", "\n\n", text).strip()
     except (OSError, EOFError, subprocess.TimeoutExpired, gzip.BadGzipFile):
         return ""  # groff missing or a broken page: not cached, so a fixed machine renders it next time
     cached.parent.mkdir(parents=True, exist_ok=True)
@@ -77,18 +62,19 @@ def render_man(path: Path) -> str:
     return text
 
 
-def _man_groups() -> list[tuple[str, Path]]:
-    return [(f"man/{name}", path) for name, path in _man_pages()]
+def _rendered(held: frozenset[str] = frozenset()):
+    """(group id, command name, path, text) of every page outside ``held`` whose text is long enough to use."""
+    for name, path in _man_pages():
+        gid = f"man/{name}"
+        text = "" if gid in held else render_man(path)
+        if len(text) >= 600:
+            yield gid, name.rsplit(".", 1)[0], path, text
 
 
 def manpages() -> list[tuple[str, list[Prompt]]]:
     """The ``manpages`` domain: explain a command from the start of its manual page, one group per page."""
     out = []
-    for gid, path in _man_groups():
-        text = render_man(path)
-        if len(text) < 600:
-            continue
-        name = gid.split("/", 1)[1].rsplit(".", 1)[0]
+    for gid, name, path, text in _rendered():
         page = cut(text, MAX_PROMPT_CHARS - 300)
         request = (
             f"Here is the start of the manual page of `{name}`.\n\n{page}\n\nExplain what `{name}` is for, then give "
@@ -101,14 +87,7 @@ def manpages() -> list[tuple[str, list[Prompt]]]:
 def text_manpages(held: frozenset[str]) -> list[tuple[str, list[Prompt]]]:
     """The ``text_manpages`` domain: the pages outside ``manpages``' eval groups, as text."""
     out = []
-    for gid, path in _man_groups():
-        if gid in held:
-            continue
-        text = render_man(path)
-        if len(text) < 600:
-            continue
-        name = gid.split("/", 1)[1].rsplit(".", 1)[0]
-        request = f"Show the manual page of `{name}`."
-        reply = cut(text, TEXT_CHUNK_CHARS * 2)
+    for gid, name, path, text in _rendered(held):
+        request, reply = f"Show the manual page of `{name}`.", cut(text, TEXT_CHUNK_CHARS * 2)
         out.append((gid, [text_item(f"text/{gid}", "text_manpages", f"man:{path}", request, reply)]))
     return out

@@ -1,12 +1,6 @@
-"""Training mixes: train-split samples of the workloads and domains, written for ``regenerate`` and ``label-text``.
-
-* :func:`build_mix` (``dlite-hf mix build``): the broad mix, up to N items of every domain of
-  :mod:`dlite_hf.data.domains` (a seeded sample of its train split): ``prompts.jsonl``, ``texts.jsonl``, ``mix.json``;
-* :func:`training_mix` (``dlite-hf regenerate`` without ``--prompts``): up to N train prompts of each training
-  workload of :mod:`dlite_hf.data.prompts`;
-* :func:`data_table` / :func:`row_domain` (``dlite-hf mix table``): training rows counted by domain.
-
-Eval items are never written. The same arguments give the same files (ids, messages and order).
+"""Training mixes sampled from the train splits (eval items are never written; the same arguments give the same
+files): the broad mix of :mod:`dlite_hf.data.domains` (``dlite-hf mix build``), the workloads' mix (``dlite-hf
+regenerate`` without ``--prompts``) and the table of training rows by domain (``dlite-hf mix table``).
 """
 
 from __future__ import annotations
@@ -22,16 +16,10 @@ from .common import Prompt
 from .domains import DOMAINS, domain_prompts
 from .prompts import TRAINING_WORKLOADS, load_prompts
 
-__all__ = ["build_mix", "data_table", "row_domain", "training_mix"]
-
 
 def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tuple[str, ...] = ()) -> list[Prompt]:
-    """A shuffled training set: up to ``limit_per_workload`` random train prompts of each training workload.
-
-    Only ``split="train"`` prompts of :data:`TRAINING_WORKLOADS` (chat, code, math, tool, agentic) are used, so
-    the result never overlaps the eval prompts; ids starting with one of ``exclude_id_prefixes`` (e.g.
-    ``"stdlib/"``) are left out before sampling. The same arguments give the same list.
-    """
+    """A shuffled, seeded sample of up to ``limit_per_workload`` train prompts of each training workload, leaving out
+    ids that start with one of ``exclude_id_prefixes`` (e.g. ``"stdlib/"``)."""
     if limit_per_workload <= 0:
         raise ValueError(f"limit_per_workload must be positive, got {limit_per_workload}.")
     rng = random.Random(seed)
@@ -51,16 +39,9 @@ def build_mix(
     domains: Iterable[str] = (),
     weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Write the mix's train rows: ``prompts.jsonl`` (for ``regenerate``) and ``texts.jsonl`` (for
-    ``label-text``), each shuffled, up to the given number of items per domain (a random sample, seeded), and
-    ``mix.json`` with the count of each domain and its source. Eval items are never written.
-
-    ``weights`` scales a domain's cap (``{"code": 3}``: up to three times as many items of ``code``); a domain
-    not named keeps weight 1. Without weights the files are those of earlier versions, byte for byte.
-
-    Returns:
-        The ``mix.json`` content.
-    """
+    """Write ``prompts.jsonl`` (for ``regenerate``) and ``texts.jsonl`` (for ``label-text``), each a shuffled, seeded
+    sample of up to the given number of train items per domain, times its ``weights`` factor (default 1), and
+    ``mix.json`` (returned) with each domain's counts and source."""
     if prompts_per_domain < 0 or texts_per_domain < 0:
         raise ValueError(
             f"prompts_per_domain={prompts_per_domain} and texts_per_domain={texts_per_domain} must be >= 0."
@@ -109,8 +90,7 @@ def row_domain(row: dict[str, Any]) -> str:
 
 
 def data_table(rows: Iterable[dict[str, Any]]) -> str:
-    """A markdown table of training rows by domain: kind, source, rows, response tokens (loss-mask ones);
-    regenerated and target-labelled rows counted apart, with their totals."""
+    """A markdown table of training rows and response tokens by domain, regenerated and target-labelled apart."""
     stats: dict[str, list[int]] = {}
     for row in rows:
         counts = stats.setdefault(row_domain(row), [0, 0])

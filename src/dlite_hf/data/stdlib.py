@@ -1,28 +1,21 @@
 """On-disk source: the running interpreter's standard library (sources ``stdlib_functions`` and ``stdlib_modules``).
 
-* the ``code`` workload's train-only prompts: documented public functions of :data:`STDLIB_CODE_MODULES`, the
-  body removed, HumanEval-style (:func:`code_stub_prompts`);
-* the mix's ``code_tasks`` (explain / write tests for / refactor a function) and ``text_code`` (a module continued
-  chunk by chunk) domains, over every pure-Python module but tests, IDLE, site-packages and the modules the bench's
-  coding sessions read (:data:`EVAL_STDLIB_MODULES`).
-
-The versions and files depend on the interpreter (a module it lacks, such as ``uu`` from 3.13 on, is skipped).
+It gives the ``code`` workload's train-only prompts (documented public functions of :data:`STDLIB_CODE_MODULES`,
+body removed, HumanEval-style) and the mix's ``code_tasks`` and ``text_code`` domains, over every pure-Python module
+but tests, IDLE, site-packages and those the bench's coding sessions read (:data:`EVAL_STDLIB_MODULES`). Modules
+an interpreter lacks (``uu`` from 3.13 on) are skipped, so the items depend on its version.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import sys
 from pathlib import Path
 
-from .common import MAX_PROMPT_CHARS, TEXT_CHUNK_CHARS, Prompt, hash_key, prompt, text_item, user
+from .common import MAX_PROMPT_CHARS, PYTHON_VERSION, TEXT_CHUNK_CHARS, Prompt, hash_key, prompt, text_item, user
 from .sources import SOURCES, is_reserved
 
-__all__ = ["CODE_INSTRUCTION", "EVAL_STDLIB_MODULES", "STDLIB_CODE_MODULES", "code_stub_prompts"]
-
-# Standard-library modules whose documented public functions become train-only code prompts (pure-Python files;
-# one an interpreter lacks, such as `uu` from 3.13 on, is skipped, so the count depends on the Python version).
+# modules whose documented public functions become train-only code prompts
 STDLIB_CODE_MODULES: tuple[str, ...] = (
     "bisect", "calendar", "colorsys", "csv", "difflib", "fnmatch", "fractions", "glob", "gzip", "heapq",
     "html/__init__", "ipaddress", "json/__init__", "ntpath", "posixpath", "quopri", "random", "shlex", "shutil",
@@ -44,15 +37,6 @@ _CODE_TASKS = (
 )
 
 
-def _root(name: str) -> Path:
-    return Path(SOURCES[name].path)
-
-
-def _version() -> str:
-    return ".".join(map(str, sys.version_info[:3]))
-
-
-# ------------------------------------------------------------------------------------- the code workload's stubs
 def _function_stub(node: ast.FunctionDef) -> str:
     """The function's signature and docstring with the body removed (what HumanEval's prompts look like)."""
     stub = copy.deepcopy(node)
@@ -63,8 +47,7 @@ def _function_stub(node: ast.FunctionDef) -> str:
 
 def code_stub_prompts() -> list[Prompt]:
     """Train-only code prompts: documented public top-level functions of :data:`STDLIB_CODE_MODULES`."""
-    root = _root("stdlib_functions")
-    version = _version()
+    root = Path(SOURCES["stdlib_functions"].path)
     prompts = []
     for module in STDLIB_CODE_MODULES:
         path = root / f"{module}.py"
@@ -79,15 +62,14 @@ def code_stub_prompts() -> list[Prompt]:
                 continue
             content = f"{CODE_INSTRUCTION}\n\n```python\n{_function_stub(node)}\n```"
             name = module.removesuffix("/__init__").replace("/", ".")
-            source = f"python=={version}:Lib/{module}.py"
+            source = f"python=={PYTHON_VERSION}:Lib/{module}.py"
             prompts.append(prompt(f"stdlib/{name}.{node.name}", "code", source, [user(content)]))
     return prompts
 
 
-# ------------------------------------------------------------------------------------------- the mix's domains
 def module_files() -> list[tuple[str, Path]]:
     """Pure-Python standard-library modules (no tests, no IDLE, none the bench's coding sessions read)."""
-    root = _root("stdlib_modules")
+    root = Path(SOURCES["stdlib_modules"].path)
     out = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root)
@@ -105,7 +87,6 @@ def module_files() -> list[tuple[str, Path]]:
 
 def code_tasks() -> list[tuple[str, list[Prompt]]]:
     """The ``code_tasks`` domain: one group per module, a task about each of its top-level functions."""
-    version = _version()
     out = []
     for module, path in module_files():
         try:
@@ -123,7 +104,7 @@ def code_tasks() -> list[tuple[str, list[Prompt]]]:
             request = f"{task.format(module=module)}\n\n```python\n{code}\n```"
             if len(request) <= MAX_PROMPT_CHARS:
                 id_ = f"stdlib-task/{module}.{node.name}"
-                items.append(prompt(id_, "code_tasks", f"python=={version}:Lib/{path.name}", [user(request)]))
+                items.append(prompt(id_, "code_tasks", f"python=={PYTHON_VERSION}:Lib/{path.name}", [user(request)]))
         if items:
             out.append((f"stdlib-task/{module}", items))
     return out
@@ -131,7 +112,6 @@ def code_tasks() -> list[tuple[str, list[Prompt]]]:
 
 def text_code(held: frozenset[str]) -> list[tuple[str, list[Prompt]]]:
     """The ``text_code`` domain: modules continued chunk by chunk, but those of ``code_tasks``' eval groups."""
-    version = _version()
     held_modules = {gid.split("/", 1)[1] for gid in held}
     out = []
     for module, path in module_files():
@@ -150,7 +130,7 @@ def text_code(held: frozenset[str]) -> list[tuple[str, list[Prompt]]]:
                 continue
             request = f"Continue this part of Python's `{module}` module.\n\n```python\n{chunks[n - 1][-1200:]}\n```"
             reply = f"```python\n{chunks[n]}\n```"
-            source = f"python=={version}:Lib/{path.name}"
+            source = f"python=={PYTHON_VERSION}:Lib/{path.name}"
             items.append(text_item(f"text/stdlib/{module}/{n}", "text_code", source, request, reply))
         if items:
             out.append((f"stdlib-text/{module}", items))

@@ -1,15 +1,10 @@
-"""Training rows from existing text: a request and a reference reply, labelled by the target in training.
+"""Training rows from existing text (``dlite-hf label-text``): a request and a reference reply, labelled by the target
+in training.
 
-``dlite-hf regenerate`` pays one target decode step per response token. A row written here costs nothing to
-make: the reply's tokens are taken as they are, and the trainer's one teacher-forced target forward over the
-row gives the target's distribution at every position. Rows carry ``"label_source": "target"``, so the trainer
-uses the target's argmax (and p^T in the TV term) as the label at every reply position, never the text's own
-next token (:class:`~dlite_hf.training.data.RegeneratedDataset`). This is how EAGLE trained on fixed ShareGPT
-data; the drafter still learns the target's distribution, on contexts the target did not write.
-
-Output rows: ``{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "label_source": "target"}``, the
-chat-templated conversation with the loss mask on the reply's tokens. Appends and resumes like ``regenerate``.
-"""
+A row costs no decoding: the trainer's teacher-forced target forward gives the target's distribution at every reply
+position, and rows with ``"label_source": "target"`` use the target's argmax as the label there, never the text's
+next token (:class:`~dlite_hf.training.data.RegeneratedDataset`). Rows: ``{"id", "workload", "input_ids",
+"loss_mask", "prompt_tokens", "label_source"}``, appended and resumed like ``regenerate``'s."""
 
 from __future__ import annotations
 
@@ -21,19 +16,12 @@ from typing import Any
 from ..chat_template import chat_prompt_ids, token_ids
 from ..jsonl import completed_ids
 
-TARGET_LABELS = "target"
-"""``label_source`` of a row whose labels are the target's own predictions (not the row's next tokens)."""
+TARGET_LABELS = "target"  # the `label_source` of a row labelled by the target's predictions, not its next tokens
 
 
 def conversation_ids(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], int]:
-    """Token ids of a whole conversation (chat template) and the length of its prompt part.
-
-    The prompt part is ``messages[:-1]`` with the generation prompt; the rest is the final assistant reply.
-
-    Raises:
-        ValueError: the last message is not the assistant's, or the template renders the prompt differently
-            inside the whole conversation (then the reply's tokens cannot be told apart).
-    """
+    """Token ids of a whole conversation (chat template) and the length of its prompt part, ``messages[:-1]`` with
+    the generation prompt; the rest is the final assistant reply."""
     if not messages or messages[-1].get("role") != "assistant":
         raise ValueError(
             f"A text row must end with the assistant's reply (the text to label); its last role is "
@@ -56,12 +44,8 @@ def label_text(
     max_tokens: int = 1024,
     min_reply_tokens: int = 16,
 ) -> dict[str, int]:
-    """Append one training row per item (request + reference reply) to ``out_path``; returns counts.
-
-    A row is cut to ``max_tokens`` tokens; an item whose prompt leaves fewer than ``min_reply_tokens`` reply
-    tokens within that length is skipped (counted). Items already in ``out_path`` (by id) are skipped, so a
-    killed run resumes without duplicates.
-    """
+    """Append one training row per item (request + reference reply) to ``out_path``, cut to ``max_tokens``; returns
+    counts. Items with fewer than ``min_reply_tokens`` reply tokens left, or already there (by id), are skipped."""
     if max_tokens < 2 or min_reply_tokens < 1:
         raise ValueError(f"max_tokens={max_tokens} must be >= 2 and min_reply_tokens={min_reply_tokens} >= 1.")
     out_path = Path(out_path)

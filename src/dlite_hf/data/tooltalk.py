@@ -1,10 +1,6 @@
-"""ToolTalk conversations as agentic prompts (sources ``tooltalk``, ``tooltalk_easy`` and ``tooltalk_apis``).
-
-A conversation is rendered as a system message (time, place, login, the schemas of the API suites it uses), then
-its user turns, tool calls, tool results and assistant replies; its prompts are every prefix that ends at a user or
-tool message (the model must speak next). The API schemas are parsed from ToolTalk's source with :mod:`ast`; the
-package is never installed or imported.
-"""
+"""ToolTalk conversations as agentic prompts (sources ``tooltalk``, ``tooltalk_easy`` and ``tooltalk_apis``): a system
+message (time, place, login, the API suites' schemas), then the user turns, tool calls, results and replies; a
+conversation's prompts are its prefixes that end at a user or tool message."""
 
 from __future__ import annotations
 
@@ -16,15 +12,10 @@ from typing import Any
 from . import sources as S
 from .common import TOOL_CALL_HELP, Prompt, prompt, tool_call, tools_block, user
 
-__all__ = ["conversation_prefixes"]
-
 
 @functools.cache
 def _tooltalk_apis() -> tuple[dict[str, dict], dict[str, list[str]]]:
-    """Parse ToolTalk's API classes (``description``, ``parameters``) and suites from source, without importing.
-
-    Returns (OpenAI-style function doc per API name, API names per suite name).
-    """
+    """ToolTalk's API classes parsed from source, never imported: (function doc per API, API names per suite)."""
     apis: dict[str, dict] = {}
     suites: dict[str, list[str]] = {}
     for file in S.list_files("tooltalk_apis", ".py"):

@@ -8,21 +8,13 @@ from pathlib import Path
 from ..jsonl import read_jsonl
 from .common import Prompt, prompt
 
-__all__ = ["USER_PROMPTS_WORKLOAD", "load_prompt_file"]
-
-USER_PROMPTS_WORKLOAD = "prompts"
-"""The workload label of a user's prompt file (`--prompts FILE.jsonl` of `dlite-hf bench` and `compare`)."""
+USER_PROMPTS_WORKLOAD = "prompts"  # the workload label of a user's prompt file
 _ROLES = ("system", "user", "assistant", "tool")
 
 
 def load_prompt_file(path: str | Path) -> list[Prompt]:
-    """A user's prompts: a JSONL file whose rows hold `messages` (the chat format: `[{"role", "content"}, ...]`,
-    ending with a message the target answers) and optionally an `id`.
-
-    Raises:
-        FileNotFoundError / ValueError: no such file, a malformed line, or a row without valid messages; the
-            message names the file, the row and what was expected.
-    """
+    """A user's prompts: a JSONL file whose rows hold `messages` (`[{"role", "content"}, ...]`, ending with a message
+    the target answers) and optionally an `id`; a malformed row is a `ValueError` naming it and what was expected."""
     rows = read_jsonl(path)
     if not rows:
         raise ValueError(f"{path} holds no prompts: expected one JSON object per line with a `messages` list.")

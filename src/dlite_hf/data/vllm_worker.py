@@ -1,8 +1,7 @@
 """The vLLM environment's workers, seen from dlite-hf: where its interpreter is, and one worker run.
 
 vLLM pins an older transformers than dlite-hf, so it runs in `.venv-vllm` (`make vllm`) as a child process
-(`python -m dlite_hf_vllm.workers.<worker>`) that reads a job file and writes its results and a JSON summary.
-"""
+(`python -m dlite_hf_vllm.workers.<worker>`) that reads a job file and writes its results and a JSON summary."""
 
 from __future__ import annotations
 
@@ -17,16 +16,6 @@ from typing import Any
 
 from ..defaults import repo_root, resolve_dtype
 
-__all__ = ["default_vllm_python", "require_python", "run_worker", "stop_process_group", "vllm_dtype", "worker_command"]
-
-
-def default_vllm_python() -> Path:
-    """The vLLM environment's interpreter: `$DLITE_VLLM_PYTHON`, else `.venv-vllm/bin/python` of the checkout."""
-    env = os.environ.get("DLITE_VLLM_PYTHON")
-    if env:
-        return Path(env)
-    return repo_root() / ".venv-vllm" / "bin" / "python"
-
 
 def vllm_dtype(name: str) -> str:
     """A `--dtype` for vLLM, `fastest` resolved for the device vLLM picks (a CUDA GPU when there is one)."""
@@ -36,9 +25,11 @@ def vllm_dtype(name: str) -> str:
 
 
 def require_python(python: str | Path | None, alternative: str) -> Path:
-    """The vLLM interpreter to run (`python`, else `default_vllm_python()`); `FileNotFoundError` naming where it
-    looked, how to build it and `alternative` (what the caller can do without vLLM) when it is not there."""
-    python = Path(python) if python is not None else default_vllm_python()
+    """The vLLM interpreter: `python`, else `$DLITE_VLLM_PYTHON`, else the checkout's `.venv-vllm`; when it is not
+    there, a `FileNotFoundError` naming where it looked, how to build it and `alternative` (without vLLM)."""
+    if python is None:
+        python = os.environ.get("DLITE_VLLM_PYTHON") or repo_root() / ".venv-vllm" / "bin" / "python"
+    python = Path(python)
     if not python.exists():
         raise FileNotFoundError(
             f"No vLLM environment at {python}: build it with `make vllm` (scripts/build_vllm_env.sh), or point "
@@ -56,13 +47,11 @@ def worker_command(python: Path, worker: str, options: dict[str, Any], *flags: s
 
 
 def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> dict[str, Any]:
-    """Run a worker (its progress goes to this process's stdout and stderr) and return its summary. Raises
-    `RuntimeError` saying that `kept` (what it wrote before stopping) stays and that the same command resumes.
+    """Run a worker (its output goes to this process's) and return its summary; a failure is a `RuntimeError` saying
+    that `kept` (what it wrote) stays and that the same command resumes.
 
-    The worker runs in a process group of its own, and vLLM's engine processes (renamed `VLLM::EngineCore`,
-    `VLLM::Worker`) join it. However this call ends (the worker's exit, an exception, Ctrl-C, or a SIGTERM or SIGHUP
-    to this process), the whole group is stopped: a killed run leaves no engine behind holding the cores and its
-    share of memory (vLLM's engine processes outlive their parent otherwise)."""
+    The worker leads a process group, which vLLM's engine processes join; however this call ends (an exception,
+    Ctrl-C, SIGTERM, SIGHUP), the whole group is stopped, as vLLM's engines outlive their parent otherwise."""
     summary_path.unlink(missing_ok=True)
     process = subprocess.Popen(command, start_new_session=True)
     with _exit_on_termination():
@@ -80,15 +69,13 @@ def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> 
     return summary
 
 
-def stop_process_group(process: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM to `process`'s group (it leads one: `start_new_session=True`), SIGKILL after `grace_s` if the leader
-    has not exited; also after a clean exit, for processes it left in its group."""
+def stop_process_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the group `process` leads (`start_new_session=True`), then SIGKILL after 10 s if the leader has not
+    exited; also after a clean exit, for processes it left in its group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10.0)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
@@ -96,9 +83,8 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 10.0) -> None
 
 @contextlib.contextmanager
 def _exit_on_termination():
-    """SIGTERM and SIGHUP raise `SystemExit` while inside (so that `finally` blocks run), as SIGINT raises
-    `KeyboardInterrupt`; the previous handlers come back on exit. Signal handlers belong to the main thread: in
-    another thread this does nothing."""
+    """SIGTERM and SIGHUP raise `SystemExit` inside (so that `finally` blocks run), as SIGINT raises
+    `KeyboardInterrupt`; the previous handlers come back on exit. Outside the main thread this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,27 +1,11 @@
 """Benchmark workloads as *sessions*: lists of turns, each turn the messages appended before the model speaks.
 
-A single-turn prompt is a session with one turn. Agentic sessions have many turns: the first holds the system
-prompt and the user's request, every later turn appends what the environment returns (tool results, a user
-follow-up). Between two turns the runner appends the target's own plain-greedy reply as an ``assistant`` message,
-so every method sees exactly the same, growing context at every turn.
-
-Session dict::
-
-    {"id": str, "workload": str, "source": str,
-     "turns": [[{"role", "content"}, ...], ...],     # at least one turn; the first one starts the conversation
-     "max_tokens": int | None,                        # stop the session at the first turn whose context is longer
-     "max_turns": int | None}                         # measure at most this many turns
-
-Workloads (all from the eval split of :mod:`dlite_hf.data.prompts`, never the training prompts):
-
-==============  =================================================================================================
-``chat``        MT-bench turn 1; ``code``: HumanEval; ``math``: ASDiv; ``tool``: BFCL single-turn function calling
-``long-N``      ``load_long(N)``: Paul Graham essays cut to N tokens (chat template included), then a question
-``agentic``     ToolTalk eval conversations replayed turn by turn (every user / tool message the environment sent,
-                the assistant turns replaced by the target's own replies); BFCL v4 multi-turn sessions whose tool
-                results come from BFCL's executable backends (:mod:`dlite_hf.data.bfcl`); and coding sessions
-                whose tool results are real Python standard-library source files read from disk and test output
-==============  =================================================================================================
+A session is ``{"id", "workload", "source", "turns", "max_tokens", "max_turns"}``: it stops at the first turn whose
+context is longer than ``max_tokens`` and measures at most ``max_turns`` turns. A single-turn prompt is a session
+of one turn. Between two turns the runner appends the target's own greedy reply, so every method sees the same,
+growing context. All from eval splits: the single-turn workloads of :mod:`dlite_hf.data.prompts`, ``long-N``
+(essays cut to N tokens), and ``agentic``: ToolTalk conversations replayed turn by turn, BFCL multi-turn sessions
+(:mod:`dlite_hf.data.bfcl`) and coding sessions over real standard-library files and test output.
 """
 
 from __future__ import annotations
@@ -35,24 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .bfcl import bfcl_sessions as load_bfcl_sessions
-from .coding_agent import SESSION_SYSTEM
-from .common import EVAL_SIZE
+from .coding_agent import SESSION_SYSTEM, pytest_failure, read_file_result
+from .common import EVAL_SIZE, PYTHON_VERSION
 from .long_context import load_long
 from .prompts import load_prompts
-
-__all__ = [
-    "AGENTIC_WORKLOAD",
-    "CODING_TASKS",
-    "LONG_MAX_TOKENS",
-    "SINGLE_TURN_WORKLOADS",
-    "WORKLOAD_CHOICES",
-    "CodingTask",
-    "as_session",
-    "build_workloads",
-    "coding_session",
-    "session_from_messages",
-    "tooltalk_sessions",
-]
 
 Session = dict[str, Any]
 Message = dict[str, str]
@@ -60,32 +30,14 @@ Message = dict[str, str]
 OUT_OF_DOMAIN_SINGLE_TURN: tuple[str, ...] = ("legal", "clinical")  # dlite_hf.data.prompts: no train split
 SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", *OUT_OF_DOMAIN_SINGLE_TURN)
 AGENTIC_WORKLOAD = "agentic"
-WORKLOAD_CHOICES: tuple[str, ...] = (
-    "chat",
-    "code",
-    "math",
-    "tool",
-    AGENTIC_WORKLOAD,
-    "long",
-    *OUT_OF_DOMAIN_SINGLE_TURN,
-)
+WORKLOAD_CHOICES: tuple[str, ...] = ("chat", "code", "math", "tool", AGENTIC_WORKLOAD, "long", "legal", "clinical")
 LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts
-
-_CODING_SYSTEM = SESSION_SYSTEM  # the bench's coding sessions and the mix's coding_agent domain: one agent
 
 
 @dataclass(frozen=True)
 class CodingTask:
-    """A coding session over real standard-library modules.
-
-    Attributes:
-        id: session id suffix.
-        request: the user's first message.
-        modules: dotted module names whose source files are returned by ``read_file`` turns, in order.
-        frames: ``(module, qualified function name)`` pairs whose real source lines form the failing traceback.
-        error: the last line of the failing test's traceback.
-        follow_up: the user's message after the files were read.
-    """
+    """A coding session over real standard-library modules: ``modules`` are read in order, ``frames`` (module,
+    qualified function name) form the failing test's traceback, which ends with ``error``."""
 
     id: str
     request: str
@@ -130,11 +82,6 @@ CODING_TASKS: tuple[CodingTask, ...] = (
         follow_up="Explain the root cause in two sentences, then give the patch as a unified diff.",
     ),
 )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Sessions
-# --------------------------------------------------------------------------------------------------------------
 
 
 def as_session(item: Session | dict[str, Any], workload: str) -> Session:
@@ -183,37 +130,36 @@ def tooltalk_sessions(limit: int | None, max_tokens: int | None = None) -> list[
     return [session_from_messages(p, AGENTIC_WORKLOAD, max_tokens) for p in load_prompts("agentic", "eval", limit)]
 
 
+def _shown_path(path: Path) -> str | None:
+    """``path`` relative to the standard library, or None outside it."""
+    try:
+        return path.relative_to(sysconfig.get_paths()["stdlib"]).as_posix()
+    except ValueError:
+        return None
+
+
 def _stdlib_file(module: str) -> tuple[str, str]:
     """(path relative to the standard library, source text) of a standard-library module, read from disk."""
     __import__(module)
     path = Path(inspect.getsourcefile(sys.modules[module]) or "")
     if not path.is_file():
         raise FileNotFoundError(f"No source file on disk for the standard-library module {module!r}.")
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    try:
-        relative = path.relative_to(stdlib).as_posix()
-    except ValueError:
-        relative = path.name
-    return relative, path.read_text(encoding="utf-8")
+    return _shown_path(path) or path.name, path.read_text(encoding="utf-8")
 
 
-def _cut(text: str, tokenizer: Any, max_tokens: int) -> tuple[str, bool]:
+def _cut(text: str, tokenizer: Any, max_tokens: int) -> str:
     """Cut ``text`` to at most ``max_tokens`` tokens of ``tokenizer`` (at a line boundary when possible)."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if len(ids) <= max_tokens:
-        return text, False
+        return text
     cut = tokenizer.decode(ids[:max_tokens])
     newline = cut.rfind("\n")
-    return (cut[: newline + 1] if newline > len(cut) // 2 else cut), True
+    return cut[: newline + 1] if newline > len(cut) // 2 else cut
 
 
 def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
     relative, source = _stdlib_file(module)
-    body, cut = _cut(source, tokenizer, max_tokens)
-    total = source.count("\n") + 1
-    shown = body.count("\n") + (0 if body.endswith("\n") else 1)
-    note = f" (showing lines 1-{shown} of {total})" if cut else f" ({total} lines)"
-    return f"read_file(path={relative!r}){note}:\n```python\n{body.rstrip()}\n```"
+    return read_file_result(relative, source, _cut(source, tokenizer, max_tokens))
 
 
 def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
@@ -225,86 +171,43 @@ def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
     lines, start = inspect.getsourcelines(obj)
     index = max(i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith(("#", '"""')))
     path = Path(inspect.getsourcefile(obj) or module)
-    try:  # a machine-independent path, as in a standard Linux install
-        shown = (
-            f"/usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}/"
-            + path.relative_to(sysconfig.get_paths()["stdlib"]).as_posix()
-        )
-    except ValueError:
-        shown = path.name
+    relative = _shown_path(path)  # shown machine-independent, as in a standard Linux install
+    shown = f"/usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}/{relative}" if relative else path.name
     return shown, start + index, qualname.split(".")[-1], lines[index].rstrip()
 
 
 def _test_output(task: CodingTask, attempt: int) -> str:
     """Pytest-like output of a failing run whose traceback frames are real lines of the real source files."""
-    version = ".".join(map(str, sys.version_info[:3]))
-    test = f"test_{task.id}_roundtrip"
+    test, test_file = f"test_{task.id}_roundtrip", f"tests/test_{task.id}.py"
     passed, failed = 11 + attempt, 2 - min(attempt, 1)
-    lines = [
-        "=" * 29 + " test session starts " + "=" * 30,
-        f"platform linux -- Python {version}, pytest-8.3.2, pluggy-1.5.0",
-        "rootdir: /workspace/service",
-        f"collected {passed + failed} items",
-        "",
-        f"tests/test_{task.id}.py " + "." * 4 + "F" + "." * (passed - 4) + "F" * (failed - 1) + " " * 20 + "[100%]",
-        "",
-        "=" * 35 + " FAILURES " + "=" * 35,
-        "_" * 28 + f" {test} " + "_" * 28,
-        "",
+    progress = "." * 4 + "F" + "." * (passed - 4) + "F" * (failed - 1) + " " * 20
+    body = (
         f"    def {test}():",
         f"        data = load_fixture('{task.id}_cases.txt')",
         f">       assert roundtrip_{task.id}(data) == data",
         "",
-        f"tests/test_{task.id}.py:{41 + attempt}: ",
-    ]
-    for module, qualname in task.frames:
-        path, number, name, source = _frame(module, qualname)
-        lines += ["_ " * 40, "", f"{path}:{number}: in {name}", f"    {source.strip()}"]
-    lines += [
-        f"E   {task.error}",
-        "",
-        "=" * 27 + " short test summary info " + "=" * 28,
-        f"FAILED tests/test_{task.id}.py::{test} - {task.error.split(':')[0]}",
-        "=" * 24 + f" {failed} failed, {passed} passed in 0.{37 + attempt}s " + "=" * 24,
-    ]
-    return "\n".join(lines)
+        f"{test_file}:{41 + attempt}: ",
+    )
+    frames = [_frame(module, qualname) for module, qualname in task.frames]
+    return pytest_failure(test_file, test, progress, frames, task.error, passed, failed, 37 + attempt, body, True)
 
 
 def coding_session(task: CodingTask, tokenizer: Any, max_tokens: int | None, file_tokens: int) -> Session:
-    """A coding-agent session: request, then real stdlib files and test output as tool results, then follow-ups.
-
-    Args:
-        task: which modules and which failure.
-        tokenizer: the target's tokenizer (files are cut to ``file_tokens`` of its tokens).
-        max_tokens: stop the session at the first turn whose context is longer than this.
-        file_tokens: longest file excerpt returned by one ``read_file``.
-    """
-    tool = "tool"
-    first, *rest = task.modules
-    turns: list[list[Message]] = [
-        [{"role": "system", "content": _CODING_SYSTEM}, {"role": "user", "content": task.request}],
-        [{"role": tool, "content": _read_file_result(first, tokenizer, file_tokens)}],
-        [{"role": tool, "content": _test_output(task, 0)}],
-    ]
-    turns += [[{"role": tool, "content": _read_file_result(m, tokenizer, file_tokens)}] for m in rest]
-    turns += [
+    """A coding-agent session: the request, then real stdlib files (each cut to ``file_tokens`` of ``tokenizer``'s
+    tokens) and test output as tool results, then a follow-up."""
+    files = [[{"role": "tool", "content": _read_file_result(m, tokenizer, file_tokens)}] for m in task.modules]
+    turns = [
+        [{"role": "system", "content": SESSION_SYSTEM}, {"role": "user", "content": task.request}],
+        files[0],
+        [{"role": "tool", "content": _test_output(task, 0)}],
+        *files[1:],
         [{"role": "user", "content": task.follow_up}],
-        [{"role": tool, "content": _test_output(task, 1)}],
+        [{"role": "tool", "content": _test_output(task, 1)}],
     ]
+    source = f"python-stdlib {PYTHON_VERSION}: " + ", ".join(task.modules)
     return as_session(
-        {
-            "id": f"coding/{task.id}",
-            "source": "python-stdlib " + ".".join(map(str, sys.version_info[:3])) + ": " + ", ".join(task.modules),
-            "turns": turns,
-            "max_tokens": max_tokens,
-        },
-        AGENTIC_WORKLOAD,
+        {"id": f"coding/{task.id}", "source": source, "turns": turns, "max_tokens": max_tokens}, AGENTIC_WORKLOAD
     )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# All workloads of a run
-# --------------------------------------------------------------------------------------------------------------
 
 
 def parse_workloads(spec: str | Iterable[str]) -> list[str]:
@@ -330,20 +233,11 @@ def build_workloads(
     bfcl_sessions: int = 1,
     bfcl_category: str = "multi_turn_base",
 ) -> dict[str, list[Session]]:
-    """Build the sessions of every requested workload, keyed by label (``long`` becomes ``long-1024``, ...).
+    """The sessions of every workload of ``names``, keyed by label (``long`` becomes ``long-1024``, ...).
 
-    Args:
-        names: workload names from :data:`WORKLOAD_CHOICES`.
-        tokenizer: the target's tokenizer (long prompts and file excerpts are cut in its tokens).
-        num_prompts: prompts per single-turn workload, per long length, and ToolTalk sessions for ``agentic``.
-        long_lengths: prompt lengths of the ``long`` workload, each at most :data:`LONG_MAX_TOKENS`.
-        agentic_max_tokens: agentic sessions stop at the first turn whose context is longer.
-        agentic_max_turns: measure at most this many turns per agentic session (None: all).
-        coding_sessions: coding sessions added to ``agentic`` (at most ``len(CODING_TASKS)``).
-        file_tokens: longest ``read_file`` excerpt (default ``agentic_max_tokens // 4``).
-        bfcl_sessions: BFCL multi-turn sessions added to ``agentic``.
-        bfcl_category: their category, one of :data:`dlite_hf.data.bfcl.BFCL_CATEGORIES`.
-    """
+    ``num_prompts`` is per single-turn workload, per long length and ToolTalk sessions of ``agentic``, to which
+    ``coding_sessions`` coding and ``bfcl_sessions`` BFCL sessions are added; ``file_tokens`` is the longest
+    ``read_file`` excerpt (default ``agentic_max_tokens // 4``)."""
     if not 1 <= num_prompts <= EVAL_SIZE:
         raise ValueError(f"num_prompts must be in 1..{EVAL_SIZE} (the eval split's size), got {num_prompts}.")
     if not 0 <= coding_sessions <= len(CODING_TASKS):

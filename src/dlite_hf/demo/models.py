@@ -37,16 +37,8 @@ EXAMPLE_WORKLOADS = (
 
 @dataclass
 class DemoModels:
-    """What the page runs on. A missing piece is ``None`` with the message the page shows instead.
-
-    Attributes:
-        target / tokenizer: the target LM and its tokenizer (with a chat template).
-        drafter: a `DLiteForSpeculation` checked against the target, or ``None``.
-        target_name / drafter_path: what was asked for (shown in the page).
-        dtype: what both models compute in (``--dtype``; the page says which mode that is).
-        attention: the target's attention implementation (``--attention``).
-        target_error / drafter_error: why a piece is missing, and the command or flag that fixes it.
-    """
+    """What the page runs on: the target and its tokenizer, the drafter (checked against the target), what was
+    asked for, the dtype and attention. A missing piece is ``None``, its ``*_error`` the message the page shows."""
 
     target: Any = None
     tokenizer: Any = None
@@ -57,14 +49,6 @@ class DemoModels:
     attention: str = DEFAULT_ATTENTION
     target_error: str | None = None
     drafter_error: str | None = None
-
-
-def _fetched_registry_model(name: str) -> Path | None:
-    """The converted folder of registry model ``name`` if it is already in the cache (never downloads)."""
-    from ..assets import COMPLETE_MARKER, cache_dir
-
-    folder = cache_dir() / "models" / name
-    return folder if (folder / COMPLETE_MARKER).is_file() else None
 
 
 def missing_target_message(name: str) -> str:
@@ -95,104 +79,76 @@ def load_models(
     target: str = DEFAULT_TARGET,
     drafter: str | Path | None = None,
     *,
-    fetch: bool = False,
     dtype: str = DEFAULT_DTYPE,
     attention: str = DEFAULT_ATTENTION,
 ) -> DemoModels:
-    """Load the target (registry name or folder) and the drafter (folder; default: the shipped one), both in
-    ``dtype`` (one of :data:`dlite_hf.defaults.DTYPE_CHOICES`), the target with ``attention`` (one of
-    :data:`dlite_hf.defaults.ATTENTION_CHOICES`); an unknown dtype or attention raises `ValueError`.
+    """Load the target (registry name, Hub id or folder) and the drafter (default: the shipped one) in ``dtype``,
+    the target with ``attention``; an unknown dtype or attention raises `ValueError`.
 
-    Never raises for a missing or mismatched asset: the returned :class:`DemoModels` carries the message instead.
-    A registry target that is not in the cache is downloaded only with ``fetch=True`` (the page must not stall
-    for minutes on first load; ``make assets`` does it up front).
+    A missing or mismatched asset never raises: the returned :class:`DemoModels` carries the message instead. A
+    registry target is never downloaded here (the page must not stall for minutes; ``make assets`` does it).
     """
-    from ..assets import MODELS, AssetError, fetch_model, load_target, resolve_model
+    from .. import assets
 
     models = DemoModels(target_name=str(target), dtype=check_dtype(dtype), attention=check_attention(attention))
     folder: Path | None = None
-    if Path(target).expanduser().is_dir():
-        folder = Path(target).expanduser()
-    elif target in MODELS:
-        folder = _fetched_registry_model(target)
-        if folder is None and fetch:
-            try:
-                folder = fetch_model(target)
-            except AssetError as error:
-                models.target_error = f"{error} Fetch command: `{FETCH_COMMAND}` or `dlite-hf assets fetch {target}`."
-        elif folder is None:
-            models.target_error = missing_target_message(target)
-    else:  # a Hub id, or nothing: the one resolver of the package says which
+    if target in assets.MODELS and not Path(target).expanduser().is_dir():
+        folder = assets.cache_dir() / "models" / target
+        if not (folder / assets.COMPLETE_MARKER).is_file():
+            folder, models.target_error = None, missing_target_message(target)
+    else:  # a folder, a Hub id, or nothing: the one resolver of the package says which
         try:
-            folder = resolve_model(str(target))
-        except AssetError as error:
+            folder = assets.resolve_model(str(target))
+        except assets.AssetError as error:
             models.target_error = (
                 f"{error} Pass `--target DIR` (or `{TARGET_ENV}`) with a transformers model folder, a Hub id or a "
                 f"known name; fetch the default with `{FETCH_COMMAND}` or `dlite-hf assets fetch {DEFAULT_TARGET}`."
             )
     if folder is not None:
         try:
-            models.target, models.tokenizer = load_target(folder, dtype=dtype, attention=attention)
+            models.target, models.tokenizer = assets.load_target(folder, dtype=dtype, attention=attention)
         except (OSError, ValueError) as error:
-            models.target = models.tokenizer = None
             models.target_error = f"Could not load the target from `{folder}`: {error}"
-
-    from ..assets import AssetError, resolve_drafter
 
     default = drafter is None or str(drafter) == ""
     try:  # a folder, a Hub id or a drafter name (the default: the shipped one, found by name)
-        path = resolve_drafter(DEFAULT_DRAFTER if default else drafter)
-    except AssetError:
+        path = assets.resolve_drafter(DEFAULT_DRAFTER if default else drafter)
+    except assets.AssetError:
         path = default_drafter_dir() if default else Path(drafter).expanduser()
     models.drafter_path = str(path)
     if not path.is_dir():
         models.drafter_error = missing_drafter_message(path, default)
     elif models.target is not None:
-        models.drafter = _load_drafter(path, models)
+        try:
+            models.drafter = assets.load_drafter(path, models.target)
+        except (OSError, ValueError) as error:
+            models.drafter_error = f"Could not use the drafter at `{path}`: {error}"
     return models
 
 
-def _load_drafter(path: Path, models: DemoModels) -> Any:
-    """The package's drafter loader, its error kept as the page's message."""
-    from ..assets import load_drafter
-
-    try:
-        drafter = load_drafter(path, models.target)
-    except (OSError, ValueError) as error:
-        models.drafter_error = f"Could not use the drafter at `{path}`: {error}"
-        return None
-    return drafter
-
-
-def load_examples(
-    tokenizer: Any = None, per_workload: int = 2, long_tokens: int = LONG_EXAMPLE_TOKENS
-) -> tuple[dict[str, list[dict[str, str]]], str | None]:
-    """Example conversations from the evaluation split of every workload, keyed by a label for the dropdown.
-
-    Returns ``(examples, note)``; ``note`` says which workloads could not be loaded (prompt files not fetched),
-    or is ``None``. The long-context example needs ``tokenizer`` (to cut the essays to ``long_tokens``).
-    """
+def load_examples(tokenizer: Any = None) -> tuple[dict[str, list[dict[str, str]]], str | None]:
+    """Example conversations (two per workload, one long-context one) from the evaluation split, keyed by a label
+    for the dropdown, and a note saying which workloads could not be loaded (or ``None``). The long-context example
+    needs ``tokenizer``, to cut the essays to :data:`LONG_EXAMPLE_TOKENS`."""
     from ..assets import AssetError
     from ..data.prompts import load_long, load_prompts
 
     examples: dict[str, list[dict[str, str]]] = {}
     problems = []
     for workload, label in EXAMPLE_WORKLOADS:
+        if workload == "long" and tokenizer is None:
+            continue
         try:
             if workload == "long":
-                if tokenizer is None:
-                    continue
-                prompts = load_long(long_tokens, tokenizer, "eval", limit=1)
+                prompts = load_long(LONG_EXAMPLE_TOKENS, tokenizer, "eval", limit=1)
             else:
-                prompts = load_prompts(workload, "eval", limit=per_workload)
+                prompts = load_prompts(workload, "eval", limit=2)
         except (AssetError, OSError, ValueError) as error:
             problems.append(f"{label}: {error}")
             continue
         for prompt in prompts:
             examples[f"{label} · {prompt['id']}"] = prompt["messages"]
-    note = None
-    if problems:
-        note = "Some example prompts could not be loaded (" + "; ".join(problems) + ")."
+    note = "Some example prompts could not be loaded (" + "; ".join(problems) + ")." if problems else None
     return examples, note
 
 
@@ -220,7 +176,6 @@ def describe_models(models: DemoModels) -> str:
 
 
 def _fastest_reason() -> str:
-    """Why `--dtype fastest` chose what it chose on this machine."""
     from ..defaults import native_bfloat16
 
     if native_bfloat16("cpu"):
@@ -241,7 +196,7 @@ def dtype_mode(models: DemoModels) -> str:
 
 
 def _training_record(drafter_path: str | None) -> str:
-    """What the drafter folder says about its training (`dlite_training.json`, written by `dlite-hf train`)."""
+    """What the drafter folder's `dlite_training.json` (written by `dlite-hf train`) says about its training."""
     record = Path(drafter_path or "") / "dlite_training.json"
     if not record.is_file():
         return "no training record (dlite_training.json): if it is untrained, expect tau near 1 and a slowdown"

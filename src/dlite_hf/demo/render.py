@@ -1,7 +1,5 @@
-"""The columns as the page shows them: HTML of the tokens, markdown of the numbers, the verdict, the context note.
-
-Text only, built from the measured :class:`~dlite_hf.demo.streaming.ColumnRun` of each column (no gradio here).
-"""
+"""The columns as the page shows them, built from each column's measured :class:`~.streaming.ColumnRun`: HTML of
+the tokens, markdown of the numbers, the verdict, the context note (text only, no gradio here)."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ def render_tokens(column: ColumnRun, highlight: bool) -> str:
     """The column's text as HTML; with ``highlight``, each multi-token target forward gets a coloured span."""
     if column.skipped:
         return f'<div style="{_BOX_STYLE}color:#6e7781">{html.escape(column.skipped)}</div>'
-    spans = []
-    coloured = 0
+    spans, coloured = [], 0
     for index, (text, size) in enumerate(zip(column.texts, column.sizes)):
         if not text:
             continue
@@ -60,9 +57,8 @@ def render_stats(column: ColumnRun, plain: ColumnRun | None = None) -> str:
         f"{first} · prompt {column.prompt_tokens} tokens · _{state}_"
     ]
     if column.method != "plain" and column.sizes:
-        rounds = sum(1 for s in column.sizes if s > 1)
-        if column.stats is not None:
-            stats = column.stats
+        stats = column.stats
+        if stats is not None:
             lines.append(
                 f"tau **{stats['tau']:.2f}** tokens per target forward ({stats['target_forwards']} forwards, "
                 f"{stats['rounds']} draft rounds, {stats['accepted']}/{stats['drafted']} drafted tokens accepted) "
@@ -75,8 +71,8 @@ def render_stats(column: ColumnRun, plain: ColumnRun | None = None) -> str:
                 )
         else:
             lines.append(
-                f"tau **{column.tau:.2f}** tokens per target forward ({len(column.sizes)} forwards, "
-                f"{rounds} committed more than one token)"
+                f"tau **{len(column.ids) / len(column.sizes):.2f}** tokens per target forward ({len(column.sizes)} "
+                f"forwards, {sum(1 for s in column.sizes if s > 1)} committed more than one token)"
             )
         if plain is not None and plain.done and not plain.error and plain.tokens_per_s > 0 and column.elapsed_s > 0:
             speedup = column.tokens_per_s / plain.tokens_per_s

@@ -1,19 +1,16 @@
 """The page's handlers: :class:`DemoRunner` runs the columns of a comparison and yields the page's outputs.
 
-Why the columns run **one after the other**: on a small CPU (the reference machine has 2 cores) two generations
-running at the same time share the cores, so each runs at an unknown fraction of its speed and both timings, and
-the speedup computed from them, mean nothing. For the same reason the page's queue runs one request at a time
-(concurrency 1), so two visitors never share the cores and never interleave their runs on the shared models.
-
-The handlers are generator functions that yield one :class:`CompareUpdate` (a tuple of the page's outputs) per
-streamed chunk, so tests call them directly, without a browser or a server.
+The columns run **one after the other**, and one request at a time: on a small CPU two concurrent generations
+share the cores, so both timings (and the speedup) would mean nothing. The handlers are generators yielding one
+:class:`CompareUpdate` per streamed chunk, so tests call them directly, without a browser or a server.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import namedtuple
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -24,17 +21,10 @@ from .streaming import DLITE_LABEL, GREEDY, SAMPLING, ColumnRun, stream_run
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
 
 
-class CompareUpdate(NamedTuple):
-    """The page's outputs, in order (what every step of :meth:`DemoRunner.compare` yields)."""
-
-    plain_html: str
-    plain_stats: str
-    dlite_html: str
-    dlite_stats: str
-    lookup_html: str
-    lookup_stats: str
-    verdict: str
-    details: dict[str, Any]
+# The page's outputs, in order (what every step of DemoRunner.compare yields); details is the raw-numbers JSON.
+CompareUpdate = namedtuple(
+    "CompareUpdate", "plain_html plain_stats dlite_html dlite_stats lookup_html lookup_stats verdict details"
+)
 
 
 class DemoRunner:
@@ -47,13 +37,9 @@ class DemoRunner:
         self._stops: dict[str, threading.Event] = {}
         self._checker: Any = None  # dlite_hf.neartie.NearTieChecker of the target, made on the first greedy run
 
-    # ------------------------------------------------------------------------------------------ examples, stop
     def select_example(self, label: str | None) -> tuple[str, dict[str, Any] | None, str]:
-        """Handler of the example dropdown: ``(prompt box text, context state, context note)``.
-
-        The box gets the example's last message; the earlier messages (system prompt, tool schemas, tool results
-        of an agentic conversation) are kept as context and sent before it.
-        """
+        """Handler of the example dropdown: ``(prompt box text, context state, context note)``; the box gets the
+        example's last message, the earlier ones are kept as context and sent before it."""
         messages = self.examples.get(label or "")
         if not messages:
             return DEFAULT_PROMPT, None, ""
@@ -69,16 +55,9 @@ class DemoRunner:
         return "Stopping…"
 
     def warm_up(self) -> None:
-        """One short generation per method, so the first visitor's timings do not include one-off start-up costs."""
-        if self.models.target is None:
-            return
-        ids = torch.tensor([self.chat_ids("Hello!", None)])
-        settings = {"max_new_tokens": 4, "decoding": GREEDY}
-        for method in ("plain", "dlite", "prompt_lookup"):
-            if method == "dlite" and self.models.drafter is None:
-                continue
-            for _ in stream_run(self.models, ColumnRun(method, method), ids, settings, threading.Event()):
-                pass
+        """One short run of every column, so the first visitor's timings do not include one-off start-up costs."""
+        for _ in self.compare("Hello!", max_new_tokens=4, prompt_lookup=True):
+            pass
 
     def chat_ids(self, prompt: str, context: dict[str, Any] | None) -> list[int]:
         """Token ids of the conversation (context messages, then the box as the last message), chat template on."""
@@ -88,7 +67,6 @@ class DemoRunner:
         messages.append({"role": (context or {}).get("role") or "user", "content": prompt})
         return chat_prompt_ids(self.models.tokenizer, messages)
 
-    # ------------------------------------------------------------------------------------------ the comparison
     def compare(
         self,
         prompt: str,
@@ -101,11 +79,8 @@ class DemoRunner:
         seed: int = 0,
         session: str = "default",
     ) -> Iterator[CompareUpdate]:
-        """Handler of the Run button: target alone, then target + DLite (then prompt lookup), streaming.
-
-        Yields a :class:`CompareUpdate` after every streamed chunk. The runs are sequential on purpose (see the
-        module docstring): concurrent runs would share the CPU cores and make both timings meaningless.
-        """
+        """Handler of the Run button: target alone, then target + DLite (then prompt lookup), one after the other,
+        yielding a :class:`CompareUpdate` after every streamed chunk."""
         models = self.models
         plain = ColumnRun("plain", "the target alone")
         dlite = ColumnRun("dlite", DLITE_LABEL)
@@ -115,28 +90,26 @@ class DemoRunner:
             message = f"Target model not available. {models.target_error}"
             for column in columns:
                 column.skipped = message
-            yield self._update(columns, decoding, message_override=f"⚠ **{message}**")
+            yield self._update(columns, decoding, f"⚠ **{message}**")
             return
         if models.drafter is None:
             dlite.skipped = f"No DLite drafter loaded. {models.drafter_error or ''}"
         if not prompt_lookup:
             lookup.skipped = "Prompt lookup is off (tick “Also run prompt lookup”)."
         if not (prompt or "").strip():
-            yield self._update(columns, decoding, message_override="⚠ Type a prompt or pick an example.")
+            yield self._update(columns, decoding, "⚠ Type a prompt or pick an example.")
             return
         if decoding not in (GREEDY, SAMPLING):
             raise ValueError(f"decoding={decoding!r} is invalid: expected {GREEDY!r} or {SAMPLING!r}.")
         if not self._lock.acquire(blocking=False):
-            yield self._update(
-                columns, decoding, message_override="⚠ Another generation is running on this machine; try again."
-            )
+            yield self._update(columns, decoding, "⚠ Another generation is running on this machine; try again.")
             return
         stop = threading.Event()
         self._stops[session] = stop
         try:
             input_ids = torch.tensor([self.chat_ids(prompt, context)])
             settings = {
-                "max_new_tokens": max(1, int(max_new_tokens)),
+                "max_new_tokens": max_new_tokens,
                 "decoding": decoding,
                 "temperature": temperature,
                 "top_p": top_p,

@@ -1,7 +1,5 @@
-"""The demo's settings: its command-line flags, with defaults from the DLITE_* and GRADIO_* environment variables.
-
-app.py reads them with :func:`parse_app_args`; a bad value in the environment stops the start with a message.
-"""
+"""The demo's command-line flags, with defaults from the DLITE_* and GRADIO_* environment variables (app.py reads
+them with :func:`parse_app_args`); a bad value in the environment stops the start with a message."""
 
 from __future__ import annotations
 
@@ -17,16 +15,8 @@ ATTENTION_ENV = "DLITE_ATTENTION"
 
 
 def env_default(name: str, fallback: str | None) -> str | None:
-    """``$name`` if set and non-empty, else ``fallback`` (used by app.py for DLITE_TARGET / DLITE_DRAFTER)."""
-    value = os.environ.get(name, "").strip()
-    return value or fallback
-
-
-def _env_port() -> int:
-    value = env_default("GRADIO_SERVER_PORT", "7860")
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise SystemExit(f"GRADIO_SERVER_PORT={value!r} is invalid: expected a port number (1-65535), e.g. 7861.")
-    return int(value)
+    """``$name`` if set and non-empty, else ``fallback``."""
+    return os.environ.get(name, "").strip() or fallback
 
 
 def _add_env_choice(
@@ -62,16 +52,16 @@ def parse_app_args(description: str | None = None, argv: list[str] | None = None
         parser, "--attention", ATTENTION_ENV, DEFAULT_ATTENTION, ATTENTION_CHOICES,
         "the target's attention (packed_gqa: dlite_hf.attention, measured fastest here; sdpa: transformers' own)",
     )  # fmt: skip
+    port = env_default("GRADIO_SERVER_PORT", "7860")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise SystemExit(f"GRADIO_SERVER_PORT={port!r} is invalid: expected a port number (1-65535), e.g. 7861.")
     parser.add_argument(
         "--host",
         default=env_default("GRADIO_SERVER_NAME", "127.0.0.1"),
         help="address to listen on (0.0.0.0 for every interface; env GRADIO_SERVER_NAME, gradio's convention)",
     )
     parser.add_argument(
-        "--port",
-        type=int,
-        default=_env_port(),
-        help="port (env GRADIO_SERVER_PORT, gradio's convention; default 7860)",
+        "--port", type=int, default=int(port), help="port (env GRADIO_SERVER_PORT, gradio's convention; default 7860)"
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice; 1 = stable timings)"

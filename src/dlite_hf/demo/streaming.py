@@ -1,7 +1,7 @@
 """One generation run of a column, streamed chunk by chunk (one chunk per target forward) and timed.
 
-:func:`stream_run` runs generate() in a worker thread and yields the column's :class:`ColumnRun` as it grows, with
-its timings and, for the DLite column, the drafter's statistics; the Stop button and a closed page stop it.
+:func:`stream_run` runs generate() in a worker thread and yields the column's :class:`ColumnRun` as it grows; the
+Stop button and a closed page stop it.
 """
 
 from __future__ import annotations
@@ -21,19 +21,16 @@ from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
 from .models import DemoModels
 
 GREEDY, SAMPLING = "greedy", "sampling"
-# The DLite column drafts with the hybrid (DLite plus a suffix index of the context), the decoding the benchmarks
-# measured fastest (README, "Results"); 0 would draft with DLite alone.
-DLITE_LOOKUP_TOKENS = DEFAULT_LOOKUP_TOKENS
-DLITE_LABEL = "target + DLite (hybrid: drafter + suffix index)" if DLITE_LOOKUP_TOKENS else "target + DLite"
+# The DLite column drafts with the hybrid (DLite plus a suffix index of the context), the decoding measured fastest.
+DLITE_LABEL = "target + DLite (hybrid: drafter + suffix index)"
 POLL_S = 0.25  # how often the elapsed time refreshes while no token arrives (e.g. during a long prefill)
 
 
 class ChunkStreamer(BaseStreamer):
-    """A generate() streamer that keeps token-id chunks: one chunk per target forward.
+    """A generate() streamer that queues one token-id chunk per target forward, skipping the prompt.
 
-    Plain decoding puts one token per forward; assisted decoding (DLite, prompt lookup) puts every token a
-    verification forward committed (accepted drafts + the target's own token) in one call, so the chunks are the
-    rounds the page highlights. The first call (the prompt) is skipped.
+    Assisted decoding puts every token a verification forward committed (accepted drafts + the target's own token)
+    in one call, so the chunks are the rounds the page highlights.
     """
 
     def __init__(self) -> None:
@@ -86,11 +83,6 @@ class ColumnRun:
     def tokens_per_s(self) -> float:
         return len(self.ids) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
-    @property
-    def tau(self) -> float:
-        """Tokens committed per target forward."""
-        return len(self.ids) / len(self.sizes) if self.sizes else 0.0
-
     def add_chunk(self, tokenizer: Any, chunk: list[int]) -> None:
         """Append one forward's tokens; the text is the growth of the decoded sequence (partial UTF-8 held back)."""
         self.ids += chunk
@@ -111,27 +103,8 @@ class ColumnRun:
             start += size
 
 
-def _generate_kwargs(method: str, models: DemoModels, settings: dict[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"max_new_tokens": int(settings["max_new_tokens"])}
-    if settings["decoding"] == SAMPLING:
-        kwargs.update(do_sample=True, temperature=float(settings["temperature"]), top_p=float(settings["top_p"]))
-    else:
-        kwargs.update(do_sample=False)
-    if method == "dlite":
-        kwargs["assistant_model"] = models.drafter
-        if DLITE_LOOKUP_TOKENS:
-            kwargs["prompt_lookup_num_tokens"] = DLITE_LOOKUP_TOKENS
-    elif method == "prompt_lookup":
-        kwargs["prompt_lookup_num_tokens"] = int(settings.get("lookup_tokens", 7))
-    return kwargs
-
-
 def stream_run(
-    models: DemoModels,
-    column: ColumnRun,
-    input_ids: torch.Tensor,
-    settings: dict[str, Any],
-    stop: threading.Event,
+    models: DemoModels, column: ColumnRun, input_ids: torch.Tensor, settings: dict[str, Any], stop: threading.Event
 ) -> Iterator[ColumnRun]:
     """Run one generate() in a worker thread and yield ``column`` after every chunk (and every POLL_S seconds).
 
@@ -140,14 +113,19 @@ def stream_run(
     streamer = ChunkStreamer()
     abandoned = threading.Event()
     box: dict[str, Any] = {}
-    kwargs = _generate_kwargs(column.method, models, settings)
+    kwargs: dict[str, Any] = {"max_new_tokens": max(1, int(settings["max_new_tokens"])), "do_sample": False}
     if settings["decoding"] == SAMPLING:
+        kwargs.update(do_sample=True, temperature=float(settings["temperature"]), top_p=float(settings["top_p"]))
         torch.manual_seed(int(settings.get("seed", 0)))
+    if column.method == "dlite":
+        kwargs.update(assistant_model=models.drafter, prompt_lookup_num_tokens=DEFAULT_LOOKUP_TOKENS)
+    elif column.method == "prompt_lookup":
+        kwargs["prompt_lookup_num_tokens"] = 7
 
     def work() -> None:
         start = time.perf_counter()
         try:
-            box["output"] = models.target.generate(
+            models.target.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 streamer=streamer,
@@ -188,9 +166,8 @@ def stream_run(
     column.elapsed_s = box.get("elapsed_s", column.elapsed_s)  # the worker's own clock: generate() alone
     column.error = box.get("error")
     column.stopped = stop.is_set()
-    if column.method == "dlite" and column.error is None:
+    if column.method == "dlite" and column.error is None and models.drafter.last_generation_stats is not None:
         stats = models.drafter.last_generation_stats
-        if stats is not None:
-            column.stats = stats.to_dict()
-            column.regroup(models.tokenizer, list(stats.tokens_per_forward))
+        column.stats = stats.to_dict()
+        column.regroup(models.tokenizer, list(stats.tokens_per_forward))
     yield column

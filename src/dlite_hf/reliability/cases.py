@@ -1,9 +1,8 @@
 """Random option mixes for ``generate()``: what a user can pass, drawn from a seed, one :class:`Case` at a time.
 
-A case names its option families (:data:`FAMILIES`), the keyword arguments of the plain call (``GenerationConfig``
-fields and ``generate()`` arguments), the drafter's own per-call options (given to the drafted call only), and
-whether the drafted call runs inside a :class:`~dlite_hf.DraftSession`. The same seed and context give the same
-cases. Nothing here runs a model: :mod:`~dlite_hf.reliability.verdict` does.
+A case names its option families (:data:`FAMILIES`), the keyword arguments of the plain call, the drafter's own
+per-call options (drafted call only), and whether the drafted call runs inside a :class:`~dlite_hf.DraftSession`.
+The same seed and context give the same cases; nothing here runs a model (:mod:`~dlite_hf.reliability.verdict` does).
 """
 
 from __future__ import annotations
@@ -33,15 +32,9 @@ class Context:
 class Case:
     """One randomised ``generate()`` call, run plainly and drafted.
 
-    Attributes:
-        index: the case's number in its run (with the seed, it reproduces the case).
-        families: the option families drawn, in order.
-        generation: keyword arguments of both calls (``max_new_tokens`` always among them).
-        drafter: per-call drafter options (``GenerationConfig`` fields of DLite), given to the drafted call only.
-        sampled: ``do_sample=True`` (distributions are the chi-square tests' job; here the call must complete).
-        session: the drafted call runs inside a ``DraftSession`` with these arguments (None: no session).
-        streamer: both calls stream their tokens, which must equal what they return.
-        seed: torch's seed before each call (sampled cases).
+    ``generation``: keyword arguments of both calls (``max_new_tokens`` always among them); ``drafter``: per-call
+    drafter options, drafted call only; ``session``: the drafted call's ``DraftSession`` arguments (None: none);
+    ``streamer``: both calls stream their tokens; ``seed``: torch's seed before each call (sampled cases).
     """
 
     index: int
@@ -234,7 +227,7 @@ def draw_case(rng: random.Random, ctx: Context, index: int, max_new_tokens: int 
         case.sampled = True
         case.generation["do_sample"] = True
         for name in rng.sample(_SAMPLING, rng.randint(1, 3)):
-            case.generation[name] = {
+            case.generation[name] = {  # every value is drawn for each name: the seeded cases depend on it
                 "temperature": rng.choice([0.3, 0.7, 1.0, 1.5]), "top_k": rng.choice([1, 5, 50]),
                 "top_p": rng.choice([0.5, 0.9, 1.0]), "min_p": rng.choice([0.02, 0.1]),
                 "typical_p": rng.choice([0.5, 0.95]), "epsilon_cutoff": 3e-4, "eta_cutoff": 1e-3,

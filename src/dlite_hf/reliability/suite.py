@@ -10,6 +10,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,8 @@ def suite_prompts(tokenizer: Any, per_workload: int = 4, long_tokens: int = 1024
     for workload in _WORKLOADS:
         for item in load_prompts(workload, "eval", limit=per_workload):
             messages = item["messages"] if "messages" in item else item["turns"][0]
-            first_turn = []
-            for message in messages:  # a recorded conversation: up to its first assistant message
-                if message["role"] == "assistant":
-                    break
-                first_turn.append(message)
-            out.append((workload, templated(first_turn)))
+            # a recorded conversation: up to its first assistant message
+            out.append((workload, templated(list(takewhile(lambda m: m["role"] != "assistant", messages)))))
     for item in load_long(long_tokens, tokenizer=tokenizer, limit=per_workload):
         out.append(("long", templated(item["messages"])))
     out.append(("raw", tokenizer("def fibonacci(n):\n    ", add_special_tokens=False)["input_ids"]))

@@ -142,6 +142,8 @@ def _processed_gaps(target, case: Case, seq: torch.Tensor, start: int) -> torch.
         reference = _REFERENCES[target] = float32_reference(target)
     config, _ = target._prepare_generation_config(None, **dict(case.generation))
     target._prepare_special_tokens(config, kwargs_has_attention_mask=True, device="cpu")
+    if config.max_new_tokens is not None:  # as generate() sets it: the forced EOS sits at max_length - 1
+        config.max_length = start + config.max_new_tokens
     processors = target._get_logits_processor(generation_config=config, input_ids_seq_length=start, device="cpu")
     with torch.no_grad():
         logits = reference(seq).logits[0, start - 1 : -1].float()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ class RegeneratedDataset(Dataset):
         return self.rows[index]
 
 
+@dataclass
 class DLiteCollator:
     """Right-pads a batch and samples `num_anchors` anchor blocks per sequence.
 
@@ -56,25 +58,18 @@ class DLiteCollator:
     Anchors are drawn at positions divisible by `anchor_stride` only.
     """
 
-    def __init__(
-        self, pad_token_id: int, num_anchors: int, num_draft_tokens: int, seed: int = 0, anchor_stride: int = 1
-    ):
-        self.pad_token_id = pad_token_id
-        self.num_anchors = num_anchors
-        self.num_draft_tokens = num_draft_tokens
-        self.anchor_stride = anchor_stride
-        self.seed = seed
-        self.generator = torch.Generator().manual_seed(seed)
+    pad_token_id: int
+    num_anchors: int
+    num_draft_tokens: int
+    seed: int = 0
+    anchor_stride: int = 1
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(self.seed)
 
     def fresh(self) -> DLiteCollator:
         """The same collator with its anchor sampler reseeded (evaluation: the same anchors every time)."""
-        return DLiteCollator(
-            self.pad_token_id,
-            self.num_anchors,
-            self.num_draft_tokens,
-            seed=self.seed,
-            anchor_stride=self.anchor_stride,
-        )
+        return replace(self)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         width = max(len(f["input_ids"]) for f in features)

@@ -1,15 +1,8 @@
 """The history-aware drafters' inputs in training (`history_window != 0`: the teacher and the sliding-window
-ablations), built from the tapped states of whole sequences.
-
-* :func:`gather_history`: each block's own copy of the past positions it may attend to (`history_*` of
-  `DLiteForSpeculation.forward`), for any window;
-* :class:`SharedHistory`: for full-history drafters (`history_window=-1`), each sequence's history run through the
-  backbone once and shared by all its blocks (`forward(..., block_encoder=SharedHistory(...))`): the same result at
-  about 1/A of the cost for A blocks a sequence;
-* :func:`history_arguments`: the one of them the trainer passes for a window.
-
-Inference never needs either: a drafting round keeps the states of its own committed positions
-(`modeling/candidate_generators.py`, `AcceptedHistory`).
+ablations), built from the tapped states of whole sequences: :func:`gather_history` gives each block its own copy
+of the past positions it may attend to (any window); :class:`SharedHistory` runs each sequence's history through
+the backbone once for all its blocks (full history only: the same result at about 1/A of the cost). Inference
+needs neither: a drafting round keeps its own committed positions (`AcceptedHistory`).
 """
 
 from __future__ import annotations
@@ -23,9 +16,7 @@ __all__ = ["SharedHistory", "gather_history", "history_arguments"]
 
 def history_arguments(tapped_states: torch.Tensor, context_positions: torch.Tensor, window: int) -> dict[str, Any]:
     """The history keyword arguments of `DLiteForSpeculation.forward` for the blocks at `context_positions` `[B, A]`
-    of sequences with `tapped_states` `[B, T, L, H_t]`: full history (-1) shares one backbone pass per sequence
-    among its blocks (:class:`SharedHistory`); a window N > 0 gives each block its own copy (:func:`gather_history`).
-    """
+    of `tapped_states` `[B, T, L, H_t]`: a :class:`SharedHistory` for full history (-1), else per-block copies."""
     if window == -1:
         return {"block_encoder": SharedHistory(tapped_states, context_positions)}
     names = ("history_states", "history_valid", "history_positions")
@@ -35,23 +26,17 @@ def history_arguments(tapped_states: torch.Tensor, context_positions: torch.Tens
 def gather_history(
     tapped_states: torch.Tensor, context_positions: torch.Tensor, window: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Collect, for each block, the target states of the past positions it may attend to.
+    """For each block, the tapped states `[B, T, L, H_t]` of the past positions it may attend to before its context
+    position (`[B, A]`): the last `window` ones, or all (-1).
 
-    Args:
-        tapped_states: `[B, T, L, H_t]` tapped target states at every position of each sequence.
-        context_positions: `[B, A]` position whose states are the block's context (anchor position - 1).
-        window: N > 0 keeps the N positions before the context; -1 keeps all of them.
-
-    Returns:
-        `history` `[B * A, W, L, H_t]`, `valid` `[B * A, W]` bool and `positions` `[B * A, W]` local position ids
-        (negative: -1 is the position just before the context), W being the largest window in the batch.
+    Returns `history` `[B * A, W, L, H_t]`, `valid` `[B * A, W]` bool and `positions` `[B * A, W]` (-1 is the
+    position just before the context), W being the largest window in the batch.
     """
     if window == 0:
         raise ValueError("gather_history needs history_window != 0 (0 is the history-free drafter).")
     batch, seq_len = tapped_states.shape[:2]
     num_blocks = context_positions.shape[1]
-    span = int(context_positions.max().item()) if window == -1 else window
-    span = max(span, 1)
+    span = max(int(context_positions.max().item()) if window == -1 else window, 1)
     offsets = torch.arange(span, 0, -1, device=context_positions.device)  # span, ..., 1
     absolute = context_positions[..., None] - offsets  # [B, A, W]
     valid = absolute >= 0
@@ -68,23 +53,14 @@ def gather_history(
 
 class SharedHistory:
     """A `block_encoder` (see `DLiteForSpeculation.encode_block`) for full-history drafters: the blocks of B whole
-    sequences, with each sequence's history computed once.
+    sequences (`sequence_states` `[B, T, L, H_t]`; `context_positions` `[B, A]`, the N = B * A blocks sequence-major).
 
-    One backbone pass per sequence over `[S history rows, A blocks of M rows]`: history row j sits at position
-    j and attends to rows 0..j; block a (context position c) sits at c + its usual positions and attends to
-    history rows < c and to its own rows. Relative to the per-block layout (history at j - c, block at 0..K)
-    every offset RoPE sees is unchanged, and each block's history rows depend only on rows before them.
-
-    Args:
-        sequence_states: `[B, T, L, H_t]` tapped states of B whole sequences.
-        context_positions: `[B, A]` each block's context position (the N = B * A blocks are sequence-major).
+    One backbone pass per sequence over `[S history rows, A blocks of M rows]`: history row j sits at position j and
+    attends to rows 0..j; block a (context position c) sits at c + its usual positions and attends to history rows
+    < c and to its own rows. Every offset RoPE sees is the per-block layout's (history at j - c, block at 0..K).
     """
 
     def __init__(self, sequence_states: torch.Tensor, context_positions: torch.Tensor):
-        if context_positions is None or sequence_states.dim() != 4:
-            raise ValueError(
-                "sequence_states `[B, T, L, H_t]` needs context_positions `[B, A]` (each block's context position)."
-            )
         self.sequence_states = sequence_states
         self.context_positions = context_positions
 

@@ -1,12 +1,8 @@
-"""`DLiteTrainer`: the paper's three training stages on `transformers.Trainer`.
+"""`DLiteTrainer`: the paper's three training stages (`DLiteTrainingArguments.stage`) on `transformers.Trainer`.
 
-- `teacher`: the history-aware teacher (`history_window != 0`), weighted CE on the target's own tokens.
-- `warmup`: DLite distilled to the frozen teacher, weighted forward KL(p^H || q).
-- `stable`: `lambda_ce * CE + lambda_tv * ||p^T - q||_1` against the target's own distribution.
-
-The frozen target runs inside `compute_loss` (eval mode, no grad) once per batch; every sequence feeds
-`num_anchors` drafter blocks. `compute_loss` only gathers inputs and dispatches to the pure functions of
-`losses.py`. Checkpoints hold the drafter only (safetensors plus its code files) and a model card.
+The frozen target runs inside `compute_loss` once per batch and feeds `num_anchors` drafter blocks per sequence;
+`compute_loss` gathers the blocks and dispatches to the pure functions of `losses.py`. Checkpoints hold the drafter
+only (safetensors plus its code files) and a model card.
 """
 
 from __future__ import annotations
@@ -24,23 +20,10 @@ from transformers import Trainer
 from ..data.features.cache import FeatureCache
 from ..data.features.transformers import target_features
 from ..modeling.modeling_dlite import DLiteForSpeculation
+from . import losses
 from .arguments import DLiteTrainingArguments
 from .data import DLiteCollator
 from .history import history_arguments
-from .losses import (
-    position_weights,
-    weighted_cross_entropy,
-    weighted_forward_kl,
-    weighted_l1,
-    weighted_l1_on_support,
-)
-from .metrics import (
-    expected_acceptance_length,
-    one_minus_tv,
-    one_minus_tv_on_support,
-    top1_agreement,
-    top1_agreement_from_ids,
-)
 from .time_budget import TimeBudget, TimeBudgetCallback, time_cosine_schedule
 
 
@@ -50,12 +33,7 @@ def _unwrap(model: nn.Module) -> DLiteForSpeculation:
     for _ in range(4):
         if isinstance(inner, DLiteForSpeculation):
             return inner
-        if hasattr(inner, "get_base_model"):
-            inner = inner.get_base_model()
-        elif hasattr(inner, "module"):
-            inner = inner.module
-        else:
-            break
+        inner = inner.get_base_model() if hasattr(inner, "get_base_model") else getattr(inner, "module", None)
     raise TypeError(
         f"DLiteTrainer trains a DLiteForSpeculation (optionally PEFT-wrapped), got {type(model).__name__}."
     )
@@ -76,34 +54,13 @@ def _check_stage(stage: str, drafter: DLiteForSpeculation, teacher: DLiteForSpec
         raise ValueError("stage='warmup' distils to the history-aware teacher: pass teacher=<trained teacher>.")
     if teacher.config.history_window == 0:
         raise ValueError("The warmup teacher must be history-aware (history_window != 0), got 0.")
-    if teacher.config.num_draft_tokens != drafter.config.num_draft_tokens or list(
-        teacher.config.target_layer_ids
-    ) != list(drafter.config.target_layer_ids):
+    ours, theirs = drafter.config, teacher.config
+    shared = (ours.num_draft_tokens, list(ours.target_layer_ids))
+    if (theirs.num_draft_tokens, list(theirs.target_layer_ids)) != shared:
         raise ValueError(
-            f"Teacher (K={teacher.config.num_draft_tokens}, layers {teacher.config.target_layer_ids}) and "
-            f"drafter (K={drafter.config.num_draft_tokens}, layers {drafter.config.target_layer_ids}) must "
-            "share K and the tapped layers."
+            f"Teacher (K={theirs.num_draft_tokens}, layers {theirs.target_layer_ids}) and drafter "
+            f"(K={ours.num_draft_tokens}, layers {ours.target_layer_ids}) must share K and the tapped layers."
         )
-
-
-def _freeze_and_bind(target: nn.Module, drafter: DLiteForSpeculation, teacher: DLiteForSpeculation | None) -> None:
-    """The target (and the teacher) frozen in eval mode; the drafter and the teacher bound to the target."""
-    target.eval()
-    target.requires_grad_(False)
-    drafter.bind_target(target)
-    if teacher is not None:
-        teacher.eval()
-        teacher.requires_grad_(False)
-        teacher.bind_target(target)
-
-
-def _default_collator(target: nn.Module, drafter: DLiteForSpeculation, args: DLiteTrainingArguments) -> DLiteCollator:
-    """Pads with the target's pad token (0 without one) and samples `num_anchors` blocks per sequence."""
-    pad = getattr(target.generation_config, "pad_token_id", None)
-    pad = pad if isinstance(pad, int) else 0
-    return DLiteCollator(
-        pad, args.num_anchors, drafter.config.num_draft_tokens, seed=args.seed, anchor_stride=args.anchor_stride
-    )
 
 
 def _feature_cache(
@@ -113,28 +70,20 @@ def _feature_cache(
     if not args.feature_cache_dir:
         return None
     name = getattr(target.config, "_name_or_path", "") or type(target).__name__
-    # history-free stages keep only what their blocks read; the teacher's history needs every position
-    history_free = drafter.config.history_window == 0 and teacher is None
     return FeatureCache(
         args.feature_cache_dir,
         name,
         drafter.config.target_layer_ids,
-        history_free=history_free,
+        # history-free stages keep only what their blocks read; the teacher's history needs every position
+        history_free=drafter.config.history_window == 0 and teacher is None,
         anchor_stride=args.anchor_stride,
         producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
     )
 
 
 class DLiteTrainer(Trainer):
-    """Trainer for DLite drafters. See the module docstring for the stages.
-
-    Args:
-        model: the drafter being trained (`DLiteForSpeculation`, or a PEFT model wrapping one).
-        target: the frozen target LM (any transformers decoder LM, optionally PEFT-wrapped).
-        args: `DLiteTrainingArguments`.
-        teacher: the frozen history-aware teacher, required for `stage="warmup"`.
-        card_info: extra fields for the model card written on save (data, measured tau, ...).
-    """
+    """Trainer for a DLite drafter `model` (optionally PEFT-wrapped) against the frozen `target` LM; `teacher`: the
+    frozen history-aware teacher of stage `warmup`; `card_info`: extra fields of the model card written on save."""
 
     def __init__(
         self,
@@ -153,13 +102,22 @@ class DLiteTrainer(Trainer):
             raise TypeError(f"args must be DLiteTrainingArguments, got {type(args).__name__}.")
         drafter = _unwrap(model)
         _check_stage(args.stage, drafter, teacher)
-        _freeze_and_bind(target, drafter, teacher)
+        # the target (and the teacher) frozen in eval mode; the drafter and the teacher bound to the target
+        target.eval().requires_grad_(False)
+        drafter.bind_target(target)
+        if teacher is not None:
+            teacher.eval().requires_grad_(False).bind_target(target)
+        if data_collator is None:  # pads with the target's pad token (0 without one)
+            pad = getattr(target.generation_config, "pad_token_id", None)
+            pad = pad if isinstance(pad, int) else 0
+            k = drafter.config.num_draft_tokens
+            data_collator = DLiteCollator(pad, args.num_anchors, k, args.seed, args.anchor_stride)
         super().__init__(
             model=model,
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
-            data_collator=data_collator if data_collator is not None else _default_collator(target, drafter, args),
+            data_collator=data_collator,
             processing_class=processing_class,
             **kwargs,
         )
@@ -187,82 +145,79 @@ class DLiteTrainer(Trainer):
         return self.lr_scheduler
 
     # ------------------------------------------------------------------------------------------------ loss
-    def _gather_blocks(
-        self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor], compact: bool
-    ) -> dict[str, Any]:
-        """Gather one target forward into per-block drafter inputs and the target's block distributions.
-
-        With `compact`, the target's distribution is returned as full-vocabulary log-probabilities of the draft
-        vocabulary's tokens (`target_log_probs` `[N, K, S]`) plus its argmax (`target_top1`); otherwise as
-        full logits (`target_logits` `[N, K, V]`).
-        """
+    def _target_features(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor]):
+        """The target's tapped and final states of the batch, and the feature cache's statistics (None without one)."""
         input_ids, attention = inputs["input_ids"], inputs["attention_mask"]
-        anchors, labels = inputs["anchors"], inputs["labels"]
-        config = drafter.config
-        k = config.num_draft_tokens
-        stats = None
         # the frozen target runs in float32 under mixed precision (--bf16 autocasts the drafter only), so its
         # features and p^T are the ones inference sees
         with torch.autocast(device_type=input_ids.device.type, enabled=False):
-            if self.feature_cache is not None:
-                states, final_hidden, stats = self.feature_cache.features(
-                    self.target, input_ids, attention, inputs.get("response_start")
-                )
-                used = stats["kept"][torch.arange(input_ids.shape[0])[:, None], anchors - 1]
-                if not bool(used[inputs["anchor_valid"]].all()):
-                    raise ValueError(
-                        f"The batch has anchors whose context states the feature cache did not keep (it keeps those "
-                        f"of anchors divisible by anchor_stride={self.feature_cache.anchor_stride}); use the "
-                        "trainer's DLiteCollator, or a collator with the same anchor_stride."
-                    )
-            else:
-                states, final_hidden = target_features(self.target, input_ids, config.target_layer_ids, attention)
-        batch, seq_len = input_ids.shape
-        rows = torch.arange(batch, device=input_ids.device)[:, None]
-        offsets = torch.arange(1, k + 1, device=input_ids.device)
-        block_positions = (anchors[..., None] + offsets).clamp(max=seq_len - 1)  # [B, A, K]
-        blocks = {
-            "context_states": states[rows, anchors - 1].flatten(0, 1),
-            "anchor_ids": input_ids[rows, anchors].flatten(),
-            "draft_input_ids": input_ids[rows[..., None], block_positions].flatten(0, 1),
-        }
-        # p^T at draft position i is the target's prediction at position anchor + i - 1
+            if self.feature_cache is None:
+                return (*target_features(self.target, input_ids, drafter.config.target_layer_ids, attention), None)
+            states, final_hidden, stats = self.feature_cache.features(
+                self.target, input_ids, attention, inputs.get("response_start")
+            )
+        used = stats["kept"][torch.arange(input_ids.shape[0])[:, None], inputs["anchors"] - 1]
+        if not bool(used[inputs["anchor_valid"]].all()):
+            raise ValueError(
+                f"The batch has anchors whose context states the feature cache did not keep (it keeps those "
+                f"of anchors divisible by anchor_stride={self.feature_cache.anchor_stride}); use the "
+                "trainer's DLiteCollator, or a collator with the same anchor_stride."
+            )
+        return states, final_hidden, stats
+
+    @torch.no_grad()
+    def _target_distribution(
+        self, drafter: DLiteForSpeculation, final_hidden: torch.Tensor, positions: tuple, stats: Any, compact: bool
+    ) -> dict[str, torch.Tensor]:
+        """p^T at `positions`: full logits (`target_logits` `[N, K, V]`), or with `compact` the full-vocabulary
+        log-probabilities of the draft vocabulary's tokens (`target_log_probs` `[N, K, S]`) and the argmax."""
         lm_head = self.target.get_output_embeddings()
+        with torch.autocast(device_type=positions[0].device.type, enabled=False):  # the batch's device
+            rows = final_hidden[positions].flatten(0, 1).to(lm_head.weight.dtype)  # cached features are float32
+            if not compact:
+                return {"target_logits": lm_head(rows).float()}
+            if stats is None:  # no cache: one full projection gives the logsumexp, the argmax and the slice
+                full = lm_head(rows).float()
+                lse, top1 = full.logsumexp(-1), full.argmax(-1)
+                sub = full.index_select(-1, drafter.draft_vocab_ids.to(full.device))
+            else:  # cached logsumexp and argmax: only the draft vocabulary's rows of the lm_head are read
+                lse, top1 = stats["lse"][positions].flatten(0, 1), stats["top1"][positions].flatten(0, 1)
+                weight, bias = drafter.draft_vocab_head()  # the same lm_head rows the drafter projects onto
+                sub = nn.functional.linear(rows.to(weight.dtype), weight, bias).float()
+        return {"target_log_probs": sub - lse[..., None], "target_top1": top1}
+
+    def _gather_blocks(
+        self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor], compact: bool
+    ) -> dict[str, Any]:
+        """One target forward gathered into the drafter's per-block inputs (`blocks`), `labels`, `valid`, the
+        target's block distributions (`_target_distribution`) and the history-aware models' `history` arguments."""
+        input_ids, anchors, labels = inputs["input_ids"], inputs["anchors"], inputs["labels"]
+        config = drafter.config
+        states, final_hidden, stats = self._target_features(drafter, inputs)
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)[:, None]
+        offsets = torch.arange(1, config.num_draft_tokens + 1, device=input_ids.device)
+        block_positions = (anchors[..., None] + offsets).clamp(max=input_ids.shape[1] - 1)  # [B, A, K]
+        # p^T at draft position i is the target's prediction at position anchor + i - 1
         target_positions = (rows[..., None], block_positions - 1)
-        target_rows = final_hidden[target_positions].flatten(0, 1)
         gathered: dict[str, Any] = {
-            "blocks": blocks,
+            "blocks": {
+                "context_states": states[rows, anchors - 1].flatten(0, 1),
+                "anchor_ids": input_ids[rows, anchors].flatten(),
+                "draft_input_ids": input_ids[rows[..., None], block_positions].flatten(0, 1),
+            },
             "labels": labels.flatten(0, 1),
             "valid": labels.ne(-100).flatten(0, 1),
+            **self._target_distribution(drafter, final_hidden, target_positions, stats, compact),
         }
-        with torch.no_grad(), torch.autocast(device_type=input_ids.device.type, enabled=False):
-            target_rows = target_rows.to(lm_head.weight.dtype)  # cached features are float32, the target may not be
-            if not compact:
-                gathered["target_logits"] = lm_head(target_rows).float()
-            else:
-                ids = drafter.draft_vocab_ids.to(lm_head.weight.device)
-                if stats is None:  # no cache: one full projection gives the logsumexp, the argmax and the slice
-                    full = lm_head(target_rows).float()
-                    lse, top1, sub = full.logsumexp(-1), full.argmax(-1), full.index_select(-1, ids)
-                else:  # cached logsumexp and argmax: only the draft vocabulary's rows of the lm_head are read
-                    lse = stats["lse"][target_positions].flatten(0, 1)
-                    top1 = stats["top1"][target_positions].flatten(0, 1)
-                    weight, bias = drafter.draft_vocab_head()  # the same lm_head rows the drafter projects onto
-                    sub = nn.functional.linear(target_rows.to(weight.dtype), weight, bias).float()
-                gathered["target_log_probs"] = sub - lse[..., None]
-                gathered["target_top1"] = top1
-        target_rows_mask = inputs.get("target_labels")
-        if target_rows_mask is not None and bool(target_rows_mask.any()):
+        target_rows = inputs.get("target_labels")
+        if target_rows is not None and bool(target_rows.any()):
             # label-text rows: the label at every position is the target's argmax, never the text's next token
             top1 = gathered["target_top1"] if compact else gathered["target_logits"].argmax(-1)
-            use = (
-                target_rows_mask.to(anchors.device)[:, None].expand_as(anchors).flatten()[:, None] & gathered["valid"]
-            )
+            use = target_rows.to(anchors.device)[:, None].expand_as(anchors).flatten()[:, None] & gathered["valid"]
             gathered["labels"] = torch.where(use, top1, gathered["labels"])
-        gathered["history"] = {}
-        if config.history_window != 0 or (self.teacher is not None):
-            window = config.history_window if config.history_window != 0 else self.teacher.config.history_window
-            gathered["history"] = history_arguments(states, anchors - 1, window)
+        # the drafter's own history, or the warmup teacher's
+        window = config.history_window or (self.teacher.config.history_window if self.teacher is not None else 0)
+        gathered["history"] = history_arguments(states, anchors - 1, window) if window else {}
         return gathered
 
     def _draft_vocab_index(self, drafter: DLiteForSpeculation) -> torch.Tensor:
@@ -289,17 +244,18 @@ class DLiteTrainer(Trainer):
             **gathered["blocks"], **history, restrict_to_draft_vocab=compact, compact_draft_vocab=compact
         ).logits
         labels, valid = gathered["labels"], gathered["valid"]
-        weights = position_weights(
+        p_target = gathered["target_log_probs" if compact else "target_logits"]  # the target's p^T
+        weights = losses.position_weights(
             drafter.config.num_draft_tokens, args.loss_decay_gamma, args.loss_decay_form, device=q_logits.device
         )
         chunk = args.vocab_chunk_size
         mode = "train" if model.training else "eval"
         if args.stage == "teacher":
-            loss = weighted_cross_entropy(q_logits, labels, valid, weights, num_items_in_batch, chunk)
+            loss = losses.weighted_cross_entropy(q_logits, labels, valid, weights, num_items_in_batch, chunk)
         elif args.stage == "warmup":
             with torch.no_grad(), torch.autocast(device_type=q_logits.device.type, enabled=False):  # reference: fp32
                 p_teacher = self.teacher(**gathered["blocks"], **gathered["history"]).logits
-            loss = weighted_forward_kl(p_teacher, q_logits, valid, weights, num_items_in_batch, chunk)
+            loss = losses.weighted_forward_kl(p_teacher, q_logits, valid, weights, num_items_in_batch, chunk)
         else:
             loss = q_logits.new_zeros(())
             if args.lambda_ce:
@@ -307,25 +263,21 @@ class DLiteTrainer(Trainer):
                 if compact:  # a label q cannot produce carries no CE signal (the L1 term still counts it)
                     ce_labels = self._draft_vocab_index(drafter)[labels.clamp(min=0)]
                     ce_valid = valid & ce_labels.ge(0)
-                loss = loss + args.lambda_ce * weighted_cross_entropy(
-                    q_logits, ce_labels, ce_valid, weights, num_items_in_batch, chunk
-                )
+                ce = losses.weighted_cross_entropy(q_logits, ce_labels, ce_valid, weights, num_items_in_batch, chunk)
+                loss = loss + args.lambda_ce * ce
             if args.lambda_tv:
-                if compact:
-                    l1 = weighted_l1_on_support(
-                        gathered["target_log_probs"], q_logits, valid, weights, num_items_in_batch, chunk
-                    )
-                else:
-                    l1 = weighted_l1(gathered["target_logits"], q_logits, valid, weights, num_items_in_batch, chunk)
+                l1 = (losses.weighted_l1_on_support if compact else losses.weighted_l1)(
+                    p_target, q_logits, valid, weights, num_items_in_batch, chunk
+                )
                 loss = loss + args.lambda_tv * l1
+        q = q_logits.detach()
         if compact:
-            q_top1 = drafter.draft_vocab_ids[q_logits.detach().argmax(dim=-1)]
-            top1 = top1_agreement_from_ids(gathered["target_top1"], q_top1, valid)
-            accept = one_minus_tv_on_support(gathered["target_log_probs"], q_logits.detach(), valid, chunk)
+            q_top1 = drafter.draft_vocab_ids[q.argmax(dim=-1)]
+            top1 = losses.top1_agreement_from_ids(gathered["target_top1"], q_top1, valid)
+            accept = losses.one_minus_tv_on_support(p_target, q, valid, chunk)
         else:
-            p_logits = gathered["target_logits"]
-            top1 = top1_agreement(p_logits, q_logits.detach(), valid)
-            accept = one_minus_tv(p_logits, q_logits.detach(), valid, chunk)
+            top1 = losses.top1_agreement(p_target, q, valid)
+            accept = losses.one_minus_tv(p_target, q, valid, chunk)
         self._record_metrics(top1, accept, mode)
         return (loss, {"logits": q_logits}) if return_outputs else loss
 
@@ -354,14 +306,14 @@ class DLiteTrainer(Trainer):
 
     # ------------------------------------------------------------------------------------------------ metrics
     def _record_metrics(self, top1: torch.Tensor, accept: torch.Tensor, mode: str) -> None:
-        metrics = self._metrics[mode]
+        recorded = self._metrics[mode]
         for i in range(top1.shape[0]):
             if not math.isnan(float(top1[i])):
-                metrics[f"top1_pos{i + 1}"].append(float(top1[i]))
-                metrics[f"accept_pos{i + 1}"].append(float(accept[i]))
+                recorded[f"top1_pos{i + 1}"].append(float(top1[i]))
+                recorded[f"accept_pos{i + 1}"].append(float(accept[i]))
         if not torch.isnan(top1).any():
-            metrics["expected_tau_greedy"].append(expected_acceptance_length(top1))
-            metrics["expected_tau_sampling"].append(expected_acceptance_length(accept))
+            recorded["expected_tau_greedy"].append(losses.expected_acceptance_length(top1))
+            recorded["expected_tau_sampling"].append(losses.expected_acceptance_length(accept))
 
     def _metric_names(self) -> list[str]:
         k = _unwrap(self.model).config.num_draft_tokens

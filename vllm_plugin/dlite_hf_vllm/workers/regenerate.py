@@ -67,10 +67,15 @@ def _row_seed(seed: int, row_id: str) -> int:
 
 
 def _requests(job: list[dict], args: argparse.Namespace):
-    """(request id, job row, SamplingParams) per response: one greedy, or `--samples` sampled per prompt."""
+    """(request id, job row, SamplingParams) per response: one greedy, or `--samples` sampled per prompt.
+
+    Prompts go in the order of their token ids, so that prompts sharing a prefix (the turns of one agent session) enter
+    the engine together and vLLM's prefix cache prefills that prefix once: in the Qwen mix, half of the prompt text is
+    a prefix shared with the sorted previous prompt.
+    """
     from vllm import SamplingParams
 
-    for row in job:
+    for row in sorted(job, key=lambda row: row["prompt_ids"]):
         if not args.samples:
             yield row["id"], row, SamplingParams(max_tokens=args.max_new_tokens, temperature=0.0)
             continue

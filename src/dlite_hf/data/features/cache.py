@@ -13,37 +13,23 @@ from torch import nn
 
 from .transformers import target_features, vocab_stats
 
-__all__ = ["FeatureCache"]
-
 
 class FeatureCache:
     """On-disk cache of one target forward per training sequence, reused across epochs and stages.
 
     Each sequence (keyed by the sha1 of its token ids) stores float16 safetensors: the tapped states `[*, L, H_t]`,
-    the final hidden states `[*, H_t]` and the target's full-vocabulary logsumexp and argmax per position
-    (`vocab_stats` of the stored, float16-rounded final states), so a draft-vocabulary training step reads only
-    the draft vocabulary's rows of the lm_head. The target's forward dominates a CPU training step, so a run of E
-    epochs over several stages pays for it once.
+    the final hidden states `[*, H_t]` and the target's full-vocabulary logsumexp and argmax (`vocab_stats` of the
+    stored final states), so a draft-vocabulary step reads only the draft vocabulary's rows of the lm_head.
 
-    Two layouts:
+    Layouts: every position (`history_free=False`, what history-aware stages read), or only what a history-free
+    block reads (`history_free=True`): the final states from `response_start - 1` on and the tapped states at `a - 1`
+    of the anchors `a` the collator can draw (`a % anchor_stride == 0`). A history-free reader uses an every-position
+    cache as it is; the reverse raises.
 
-    * `history_free=False` (history-aware stages: the teacher attends to every earlier position): every position.
-    * `history_free=True`: only what a history-free block reads. A block at anchor `a` reads the tapped states at
-      `a - 1` and the final states at `a .. a + K - 1`, and anchors lie at or after a row's first label minus one
-      (`sample_anchors`), so the final states are kept from `response_start - 1` on, and the tapped states only
-      at the positions `a - 1` of the anchors `a` the collator can draw (`a % anchor_stride == 0`). For a prompt
-      longer than its response and a stride of 4, that is about a fifth of the full layout.
-
-    A history-free reader opens an every-position cache as it is (`history_free` becomes False): its entries hold
-    every position a history-free block reads, so history-free and history-aware runs can share one cache (a
-    matched study of both). The reverse raises: a history-free cache lacks what history reads.
-
-    A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of
-    feeding wrong features (a manifest without a layout was written with every position kept). Reading a
-    position the layout did not keep is an error, never a zero. The manifest also names who wrote the entries
-    (`producer`: this forward, "transformers-float32" for a float32 target, or vLLM's, "vllm-bfloat16", from
-    `dlite-hf features --engine vllm`); it is recorded, not matched, and entries missing from a vLLM-built cache
-    are filled by this forward.
+    A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of feeding
+    wrong features, and reading a position the layout did not keep is an error, never a zero. It also records who
+    wrote the entries (`producer`, e.g. "vllm-bfloat16" from `dlite-hf features`); missing entries are filled by this
+    forward.
     """
 
     def __init__(
@@ -51,7 +37,6 @@ class FeatureCache:
         directory: str,
         target_name: str,
         layer_ids: list[int],
-        dtype: torch.dtype = torch.float16,
         history_free: bool = False,
         anchor_stride: int = 1,
         producer: str = "transformers",
@@ -60,11 +45,11 @@ class FeatureCache:
             raise ValueError(f"anchor_stride must be an int >= 1, got {anchor_stride!r}.")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.dtype = dtype
+        self.dtype = torch.float16
         self.history_free = bool(history_free)
         self.anchor_stride = anchor_stride if self.history_free else 1
         layout = {"positions": "history-free" if self.history_free else "all", "anchor_stride": self.anchor_stride}
-        manifest = {"target": target_name, "layer_ids": list(layer_ids), "dtype": str(dtype), "layout": layout}
+        manifest = {"target": target_name, "layer_ids": list(layer_ids), "dtype": str(self.dtype), "layout": layout}
         path = self.directory / "manifest.json"
         if path.exists():
             found = json.loads(path.read_text())
@@ -110,8 +95,7 @@ class FeatureCache:
 
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # one temporary file per process: runs sharing a cache may write the same entry at once (the same rows in
-        # the same seeded order), and a shared name let one run rename the other's half-written file away
+        # one temporary file per writer: runs sharing a cache may write the same entry at once
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         save_file(entry, str(tmp))
         tmp.replace(path)  # atomic: a killed run leaves either the old entry or the new one
@@ -132,15 +116,11 @@ class FeatureCache:
         attention_mask: torch.Tensor,
         response_start: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Like `target_features` on a right-padded batch, served from the cache where possible.
+        """Like `target_features` on a right-padded batch, served from the cache where possible (`response_start`
+        `[B]`, each row's first label position, is required by the history-free layout).
 
-        `response_start` `[B]` (the collator's: each row's first label position) is required by the history-free
-        layout.
-
-        Returns:
-            `states` `[B, T, L, H_t]`, `final_hidden` `[B, T, H_t]` (float32) and `{"lse", "top1"}` `[B, T]`
-            (see `vocab_stats`), plus `"kept"` `[B, T]` bool (the positions whose tapped states are real; the
-            rest, padding and positions the layout does not keep, are zeros).
+        Returns `states` `[B, T, L, H_t]`, `final_hidden` `[B, T, H_t]` (float32) and `{"lse", "top1", "kept"}`
+        `[B, T]`, `kept` marking the positions whose tapped states are real (the rest are zeros).
         """
         from safetensors.torch import load_file
 
@@ -156,9 +136,8 @@ class FeatureCache:
         layouts = [self.kept(lengths[b], int(starts[b])) for b in range(batch)]
         keys = [self.entry_key(input_ids[b, : lengths[b]], layouts[b][0]) for b in range(batch)]
         cached = [load_file(self._path(k)) if self._path(k).exists() else None for k in keys]
-        fresh = None
-        if any(entry is None for entry in cached):
-            fresh = target_features(target, input_ids, self.layer_ids, attention_mask)
+        missing = any(entry is None for entry in cached)
+        fresh = target_features(target, input_ids, self.layer_ids, attention_mask) if missing else None
         for b, entry in enumerate(cached):
             first, state_positions = layouts[b]
             if entry is None:

@@ -1,5 +1,5 @@
 """The target's training features from transformers' forward: the tapped layers' states and the final hidden
-states from one frozen forward, and the full-vocabulary statistics the trainer reads from them."""
+states, and the full-vocabulary statistics the trainer reads from them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import torch
 from torch import nn
 
 from ...modeling.tapping import TappedStateRecorder, find_decoder_layers
-
-__all__ = ["find_final_norm", "target_features", "vocab_stats"]
 
 
 def find_final_norm(target: nn.Module, layers: nn.ModuleList) -> nn.Module:
@@ -29,15 +27,8 @@ def target_features(
     layer_ids: list[int],
     attention_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the frozen target once; return its tapped states and its final (normed) hidden states.
-
-    The states are read with the same forward hooks the generate() integration uses, so the drafter sees
-    identical features in training and at inference. The vocabulary projection is left to the caller, who
-    applies the lm_head only at the rows it needs (memory stays bounded for long sequences).
-
-    Returns:
-        `states` `[B, T, L, H_t]` and `final_hidden` `[B, T, H_t]`.
-    """
+    """Run the frozen target once; return its tapped states `[B, T, L, H_t]` and final (normed) hidden states
+    `[B, T, H_t]`, read with the hooks the generate() integration uses (the same features as at inference)."""
     config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
     layers = find_decoder_layers(target, config.num_hidden_layers)
     norm = find_final_norm(target, layers)
@@ -54,21 +45,13 @@ def target_features(
 
 
 @torch.no_grad()
-def vocab_stats(
-    lm_head: nn.Module, hidden: torch.Tensor, rows_per_chunk: int = 512
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's full-vocabulary logsumexp and argmax at every row of `hidden` `[..., H_t]`.
-
-    With these two numbers per position, the target's log-probabilities of any token subset (the draft
-    vocabulary) need only that subset's rows of the lm_head: `log p(v) = logit(v) - logsumexp`. Rows are
-    projected `rows_per_chunk` at a time, so memory stays bounded for long sequences.
-
-    Returns:
-        `lse` `[...]` float32 and `top1` `[...]` long.
-    """
+def vocab_stats(lm_head: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's full-vocabulary logsumexp (float32) and argmax at every row of `hidden` `[..., H_t]`, projected
+    512 rows at a time: the log-probabilities of any token subset then need only its lm_head rows,
+    `log p(v) = logit(v) - logsumexp`."""
     flat = hidden.reshape(-1, hidden.shape[-1])
     lse, top1 = [], []
-    for chunk in torch.split(flat, rows_per_chunk):
+    for chunk in torch.split(flat, 512):
         logits = lm_head(chunk.to(lm_head.weight.dtype)).float()
         lse.append(logits.logsumexp(dim=-1))
         top1.append(logits.argmax(dim=-1))

@@ -1,17 +1,10 @@
-"""`dlite-hf features`: fill a feature cache with vLLM's forward of the target.
+"""`dlite-hf features`: fill a feature cache with vLLM's forward of the target, several times faster than
+transformers' here.
 
-The trainer's target forward is most of a CPU training step, and vLLM runs the target several times faster than
-transformers here. This side does what needs dlite-hf: it reads the training rows as the trainer will
-(`RegeneratedDataset`: the same truncation and filter), opens the cache with the trainer's manifest (target, tapped
-layers, layout, anchor stride) and, per sequence, the cache key and the positions the layout keeps
-(`FeatureCache.kept`), and hands them to the worker in `.venv-vllm` (`python -m dlite_hf_vllm.workers.features`) as
-a job file. A later `dlite-hf train` with the same `--feature_cache_dir`, `--anchor_stride` and `--max_length` reads
-these entries instead of running the target.
-
-Two layouts, as the trainer reads them: history-free (the default: the anchors' contexts, a fifth of the tokens'
-states at stride 4) and every position (`all_positions=True`: what the history-aware stages read, the teacher, the
-KL warm-up and sliding-window drafters; 8.1 KB a token for SmolLM2's 6 tapped layers).
-"""
+This side reads the training rows as the trainer will (`RegeneratedDataset`), opens the cache with the trainer's
+manifest and, per sequence, its key and kept positions (`FeatureCache.row_entry`), and hands them to the vLLM
+environment's worker (`dlite_hf_vllm.workers.features`) as a job file. A later `dlite-hf train` with the same
+`--feature_cache_dir`, `--anchor_stride` and `--max_length` reads these entries instead of running the target."""
 
 from __future__ import annotations
 
@@ -22,8 +15,6 @@ from typing import Any
 from ...training.data import RegeneratedDataset
 from ..vllm_worker import require_python, run_worker, worker_command
 from .cache import FeatureCache
-
-__all__ = ["features_vllm"]
 
 
 def features_vllm(
@@ -42,13 +33,9 @@ def features_vllm(
     shard: tuple[int, int] = (0, 1),
     all_positions: bool = False,
 ) -> dict[str, Any]:
-    """Write the cache entries of `rows` that `cache_dir` lacks; returns the worker's counts.
-
-    `target_name` must be the name the trainer's target reports (`config._name_or_path`): the manifest pins it.
-    `shard=(i, n)` takes every n-th sequence from the i-th on, so that n workers (one core each) fill one cache at
-    once: entries are written atomically under their own keys, and each shard has its own job file.
-    `all_positions` writes every position's states (the layout of history-aware training; `anchor_stride` is then
-    not part of it)."""
+    """Write the cache entries of `rows` that `cache_dir` lacks; returns the worker's counts. `target_name` is the
+    name the trainer's target reports (`config._name_or_path`), `shard=(i, n)` takes every n-th sequence from the
+    i-th on, and `all_positions` writes every position (the history-aware layout) instead of the history-free one."""
     index, count = shard
     if not 0 <= index < count:
         raise ValueError(f"shard {index}/{count} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2.")

@@ -1,15 +1,10 @@
-"""Regeneration: the target answers the training prompts, so the drafter learns the target's own distribution.
+"""Regeneration (``dlite-hf regenerate``): the target answers the training prompts, so the drafter learns the
+target's own distribution. One module per engine, ``transformers`` and ``vllm``; both write the same rows and
+share what is here.
 
-One module per engine: `transformers` (`generate()` in this environment) and `vllm` (vLLM in its own environment,
-`python -m dlite_hf_vllm.workers.regenerate`); `dlite-hf regenerate` picks one. Both write the same rows and share
-what is here: which prompts are still to answer, the shard split, the output file's lock and the row itself.
-
-Input: a JSONL file of prompts (`{"id", "messages"}`, see `dlite_hf.data.prompts`). Output: a JSONL file, one line per
-response, `{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}` where `input_ids` is the
-chat-templated prompt followed by the target's response and `loss_mask` is 1 exactly on the response tokens.
-Resumable: rows are appended and fsync'ed as they come; on restart the ids already written are skipped and a torn
-last line (the process was killed mid-write) is cut off, so a kill never duplicates or loses a sample.
-"""
+Rows: ``{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}``, the chat-templated prompt then
+the response, the loss mask on the response. They are appended and fsync'ed as they come; a restart skips the ids
+already written and cuts a torn last line, so a kill never duplicates or loses a sample."""
 
 from __future__ import annotations
 
@@ -21,15 +16,12 @@ from typing import Any
 
 from ...chat_template import chat_prompt_ids
 
-__all__ = ["OutputBusyError", "exclusive_writer", "pending_prompts", "response_row", "shard_prompts"]
-
 
 def pending_prompts(
     tokenizer: Any, prompts: list[dict[str, Any]], done: set[str], max_prompt_tokens: int, first_id: str = "{id}"
 ) -> tuple[list[tuple[str, list[int], str | None]], int]:
     """The prompts still to answer as `(id, chat-templated ids, workload)`, and how many were over
-    `max_prompt_tokens`. A prompt is done when `first_id` (its first row's id, e.g. "{id}#0" for samples) is in
-    `done`. Raises `ValueError` on a duplicate prompt id."""
+    `max_prompt_tokens`. A prompt is done when `first_id` (its first row's id, e.g. "{id}#0") is in `done`."""
     seen: set[str] = set()
     todo, skipped = [], 0
     for prompt in prompts:
@@ -47,9 +39,8 @@ def pending_prompts(
 
 
 def shard_prompts(prompts: list[dict[str, Any]], index: int, count: int) -> list[dict[str, Any]]:
-    """The prompts of shard `index` of `count`: those whose id's CRC-32 is `index` mod `count`. The split depends on
-    the ids alone (not on the file's order or on what is done), so N workers, each appending to its own output file,
-    answer disjoint prompts across any number of resumes. Raises `ValueError` unless 0 <= index < count."""
+    """The prompts of shard `index` of `count`: those whose id's CRC-32 is `index` mod `count`, so that N workers
+    answer disjoint prompts across any number of resumes."""
     if not 0 <= index < count:
         raise ValueError(f"shard {index}/{count} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2.")
     return [p for p in prompts if zlib.crc32(p["id"].encode("utf-8")) % count == index]
@@ -75,9 +66,8 @@ class OutputBusyError(RuntimeError):
 
 @contextmanager
 def exclusive_writer(out_path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `out_path`'s rows while a job appends to them (`<out>.lock`, released on exit, a
-    crash or a kill). Raises `OutputBusyError` when another process holds it: two jobs appending to one file would tear
-    each other's lines, so each worker (`regenerate --shard I/N`) needs its own output file."""
+    """Hold an exclusive lock (`<out>.lock`) while a job appends to `out_path`; `OutputBusyError` when another process
+    holds it (two jobs appending to one file would tear each other's lines)."""
     import fcntl  # POSIX: imported here so that the rest of this module imports anywhere
 
     lock_path = Path(out_path).with_suffix(".lock")

@@ -1,28 +1,18 @@
-"""Regeneration with transformers' `generate()` in this environment (`dlite-hf regenerate --engine transformers`).
-
-Batches are formed from prompts of similar length (left padding) to keep padding small; each batch's rows are
-appended and fsync'ed at once (the rows and the resume rules: `dlite_hf.data.regenerate`).
-"""
+"""Regeneration with transformers' `generate()` in this environment (`dlite-hf regenerate --engine transformers`):
+batches of prompts of similar length (left padding), each batch's rows appended and fsync'ed at once."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from ...jsonl import completed_ids
 from . import exclusive_writer, pending_prompts, response_row
-
-__all__ = ["regenerate"]
-
-
-def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _eos_ids(model: Any) -> set[int]:
@@ -48,13 +38,9 @@ def regenerate(
     progress: bool = True,
     skip_ids: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, int]:
-    """Append the target's responses to `prompts` to `out_path` (JSONL); returns counts.
+    """Append the target's responses to `prompts` to `out_path` (JSONL, locked meanwhile); returns counts.
 
-    Prompts longer than `max_prompt_tokens` are skipped (counted in the result), and so are those whose id is in
-    `skip_ids` (rows already shipped in the dataset, see `--skip-dataset`). Batches are formed from prompts of
-    similar length (left padding) to keep padding small. `out_path` is locked while rows are appended
-    (`exclusive_writer`): a second job on the same file raises `OutputBusyError`.
-    """
+    Prompts over `max_prompt_tokens` are skipped (counted), and so are ids in `skip_ids` (rows already shipped)."""
     if batch_size < 1 or max_new_tokens < 1 or max_prompt_tokens < 1:
         raise ValueError(
             f"batch_size={batch_size}, max_new_tokens={max_new_tokens}, max_prompt_tokens={max_prompt_tokens}: "
@@ -69,22 +55,16 @@ def regenerate(
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         sampling = {"temperature": temperature, "top_p": top_p} if do_sample else {}  # empty: greedy
         model.eval()
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
-        with open(out_path, "a", encoding="utf-8") as handle:
-            for number, batch in enumerate(_batches(todo, batch_size)):
+        bar = tqdm(total=len(todo), desc="regenerate", unit="prompt", disable=not progress)
+        with bar, open(out_path, "a", encoding="utf-8") as handle:
+            for number, start in enumerate(range(0, len(todo), batch_size)):
+                batch = todo[start : start + batch_size]
                 torch.manual_seed(seed + number)
                 rows = _answer(model, batch, pad_id, max_new_tokens, sampling)
                 handle.write("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows))
                 handle.flush()
                 os.fsync(handle.fileno())
-                if bar is not None:
-                    bar.update(len(batch))
-        if bar is not None:
-            bar.close()
+                bar.update(len(batch))
     already = len(done & {p["id"] for p in prompts})
     return {"written": len(todo), "already_done": already, "skipped_too_long": skipped}
 
@@ -92,8 +72,7 @@ def regenerate(
 def _answer(
     model: Any, batch: list[tuple[str, list[int], str | None]], pad_id: int, max_new_tokens: int, sampling: dict
 ) -> list[dict[str, Any]]:
-    """One `generate()` call over `batch` (left-padded to its longest prompt); its rows, each response cut after the
-    first end-of-sequence token (`finished`) or at `max_new_tokens`."""
+    """One `generate()` over `batch`, left-padded; each response is cut after its first end-of-sequence token."""
     width = max(len(ids) for _, ids, _ in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(batch), width), dtype=torch.long)
@@ -112,10 +91,8 @@ def _answer(
     rows = []
     for row, (prompt_id, ids, workload) in enumerate(batch):
         response = output[row, width:].tolist()
-        finished = False
-        for position, token in enumerate(response):
-            if token in eos_ids:
-                response, finished = response[: position + 1], True
-                break
-        rows.append(response_row(prompt_id, workload, ids, response, finished))
+        end = next((i for i, token in enumerate(response) if token in eos_ids), None)
+        if end is not None:
+            response = response[: end + 1]
+        rows.append(response_row(prompt_id, workload, ids, response, end is not None))
     return rows

@@ -1,12 +1,7 @@
-"""Regeneration with vLLM (`dlite-hf regenerate --engine vllm`): the same rows as the transformers engine.
-
-vLLM pins an older transformers than dlite-hf, so it runs in `.venv-vllm` (`make vllm`), as a child process
-(`python -m dlite_hf_vllm.workers.regenerate`). This side does what needs dlite-hf: it tokenizes each prompt with the
-target's chat template (the same ids as `--engine transformers`), skips the prompts already answered (cutting a
-torn last line, as the transformers engine does) and those over `max_prompt_tokens`, and hands the rest to the
-worker as a job file. The worker appends rows chunk by chunk with an fsync each, so a kill loses at most one chunk
-and a restart duplicates nothing.
-"""
+"""Regeneration with vLLM (`dlite-hf regenerate --engine vllm`), in its own environment
+(`dlite_hf.data.vllm_worker`): this side tokenizes each prompt with the target's chat template (the same ids as
+`--engine transformers`), skips those already answered or too long, and hands the rest to the worker as a job file.
+The worker appends rows chunk by chunk with an fsync each, so a kill loses at most one chunk."""
 
 from __future__ import annotations
 
@@ -18,8 +13,6 @@ from typing import Any
 from ...jsonl import completed_ids
 from ..vllm_worker import require_python, run_worker, worker_command
 from . import exclusive_writer, pending_prompts
-
-__all__ = ["regenerate_vllm"]
 
 
 def regenerate_vllm(
@@ -35,18 +28,12 @@ def regenerate_vllm(
     seed: int = 0,
     dtype: str = "bfloat16",
     chunk: int = 256,
-    shuffle: bool = True,
     python: str | Path | None = None,
     skip_ids: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Append vLLM's responses to `prompts` to `out_path`; returns the worker's counts plus the skipped ones.
-
-    `samples` = 0 is greedy; N > 0 writes N sampled responses per prompt (ids `<id>#0` .. `<id>#N-1`).
-    `shuffle` orders the job by a seeded shuffle, so every finished chunk covers every domain of the mix.
-    Row ids in `skip_ids` count as done (rows already shipped in the dataset: a fresh machine extends it without
-    regenerating them). `out_path` is locked while the job runs (`exclusive_writer`): a second job on the same
-    file raises `OutputBusyError` (each `--shard I/N` worker needs its own file).
-    """
+    """Append vLLM's responses to `prompts` to `out_path` (locked meanwhile); returns the worker's counts and the
+    skipped ones. `samples` = 0 is greedy, N > 0 writes N sampled responses per prompt (ids `<id>#0` ..); ids in
+    `skip_ids` (rows already shipped) count as done."""
     python = require_python(
         python, "`--engine vllm` runs vLLM in an environment of its own; or use --engine transformers"
     )
@@ -64,8 +51,7 @@ def regenerate_vllm(
         first_id = "{id}#0" if samples else "{id}"
         pending, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens, first_id)
         todo = [{"id": i, "workload": workload, "prompt_ids": ids} for i, ids, workload in pending]
-        if shuffle:
-            random.Random(seed).shuffle(todo)
+        random.Random(seed).shuffle(todo)  # so that every finished chunk covers every domain of the mix
         job = out_path.with_suffix(".job.jsonl")
         summary_path = out_path.with_suffix(".summary.json")
         with open(job, "w", encoding="utf-8") as handle:
