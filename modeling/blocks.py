@@ -1,6 +1,5 @@
-"""The building blocks of a DLite drafter beside transformers' own decoder layers: the backbone's block classes,
-the sequential head, the backbone pass of history-aware drafters whose blocks each read their own history rows, and
-the model output."""
+"""The building blocks of a DLite drafter beside transformers' own decoder layers: the sequential head, the backbone
+pass of history-aware drafters, and the model output."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-__all__ = ["DLiteOutput", "DLiteSequentialHead", "PerBlockHistory", "backbone_blocks"]
+__all__ = ["DLiteOutput", "DLiteSequentialHead", "backbone_blocks", "encode_with_history"]
 
 # a windowed batch's blocks run in at most this many groups, each cut to the longest history one of its blocks reads
 WINDOW_GROUPS = 4
@@ -29,14 +28,8 @@ def backbone_blocks(backbone_type: str):
 
 @dataclass
 class DLiteOutput(ModelOutput):
-    """Output of [`DLiteForSpeculation.forward`].
-
-    Args:
-        logits (`torch.FloatTensor` of shape `(num_blocks, K, vocab_size)`):
-            Draft logits for the K positions after each anchor (teacher-forced sequential head).
-        hidden_states (`torch.FloatTensor` of shape `(num_blocks, K, hidden_size)`):
-            The normed per-position representations that were projected through the target's lm_head.
-    """
+    """Output of [`DLiteForSpeculation.forward`]: draft `logits` `(num_blocks, K, vocab_size)` of the K positions
+    after each anchor, and the normed `hidden_states` `(num_blocks, K, hidden_size)` projected to them."""
 
     logits: torch.FloatTensor | None = None
     hidden_states: torch.FloatTensor | None = None
@@ -69,50 +62,31 @@ class DLiteSequentialHead(nn.Module):
         return block_state + self.up(state), state
 
 
-class PerBlockHistory:
-    """The backbone pass of blocks that each read their own history rows (`encode_block` of a drafter with
-    `history_window != 0`: a sliding window, or full history without training's shared pass).
+def encode_with_history(drafter: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, history: tuple):
+    """`[N, K, H]` backbone outputs of blocks that each read their own history rows (`encode_block`'s `history_*`:
+    `[N, W, L, H_t]` states, `[N, W]` validity, `[N, W]` local positions, -1 just before the context).
 
-    A history row that is invalid (before the sequence's start) is masked as a key, so the leading invalid columns
-    can be cut from a block with no change to its result. Blocks are grouped by how many they lead with, and each
-    group runs with only the columns some block of it reads: a window of 512 over contexts shorter than 512 then
-    costs what they hold, not 512 rows each.
-
-    Args:
-        history_states, history_valid, history_positions: `[N, W, L, H_t]` tapped states of each block's past
-            positions, `[N, W]` whether each is valid, `[N, W]` their local positions (-1: just before the context).
-    """
-
-    def __init__(self, history_states: torch.Tensor, history_valid: torch.Tensor, history_positions: torch.Tensor):
-        self.states, self.valid, self.positions = history_states, history_valid, history_positions
-
-    def __call__(self, drafter: nn.Module, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """`[N, K, H]` representations of the blocks' K draft positions, from their backbone rows and positions."""
-        num_blocks = hidden.shape[0]
-        leading = (~self.valid.bool()).long().cumprod(dim=1).sum(dim=1)  # [N] columns before the first valid
-        order = leading.argsort(descending=True, stable=True)  # fewest history rows first
-        parts = []
-        for group in order.split(max(1, -(-num_blocks // WINDOW_GROUPS))):
-            # keep one column at least: a group with no past at all keeps one masked dummy row
-            drop = min(int(leading[group].min().item()), self.valid.shape[1] - 1)
-            history = (self.states[group, drop:], self.valid[group, drop:], self.positions[group, drop:])
-            parts.append(_encode_group(drafter, hidden[group], positions[group], *history))
-        out = torch.cat(parts, dim=0)
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(num_blocks, device=order.device)
-        return out[inverse.to(out.device)]
+    Invalid history rows are masked keys, so blocks are grouped by how many they lead with, and each group runs
+    only the columns some block of it reads: the same result."""
+    num_blocks, valid = hidden.shape[0], history[1]
+    leading = (~valid.bool()).long().cumprod(dim=1).sum(dim=1)  # [N] columns before the first valid
+    order = leading.argsort(descending=True, stable=True)  # fewest history rows first
+    parts = []
+    for group in order.split(max(1, -(-num_blocks // WINDOW_GROUPS))):
+        # keep one column at least: a group with no past at all keeps one masked dummy row
+        drop = min(int(leading[group].min().item()), valid.shape[1] - 1)
+        cut = tuple(tensor[group, drop:] for tensor in history)
+        parts.append(_encode_group(drafter, hidden[group], positions[group], *cut))
+    out = torch.cat(parts, dim=0)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(num_blocks, device=order.device)
+    return out[inverse.to(out.device)]
 
 
-def _encode_group(
-    drafter: nn.Module,
-    hidden: torch.Tensor,
-    positions: torch.Tensor,
-    history_states: torch.Tensor,
-    history_valid: torch.Tensor,
-    history_positions: torch.Tensor,
-) -> torch.Tensor:
+def _encode_group(drafter: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, *past: torch.Tensor):
     """One pass over blocks that each read their own history rows: `[history, block]` rows per block, history
     rows causal among themselves, block rows bidirectional over their block and every valid history row."""
+    history_states, history_valid, history_positions = past
     num_blocks = hidden.shape[0]
     device = hidden.device
     history = drafter.project_history(history_states)

@@ -1,18 +1,10 @@
-"""generate(assistant_model=<DLite drafter>): transformers' candidate generators for DLite, one class each.
+"""generate(assistant_model=<DLite drafter>): transformers' candidate generators for DLite.
 
-* :class:`DLiteCandidateGenerator`: the drafter drafts every round from the target's latest hidden states, read by
-  hooks on the verification forward itself (`tapping.py`): no extra target forward, no KV cache, no history.
-* :class:`HybridCandidateGenerator` (`prompt_lookup_num_tokens=N` beside the drafter): composes the suffix-index
-  proposer (`suffix_index.py`) with the DLite generator. A round whose context suffix occurred before, at least
-  `lookup_min_match` tokens long, drafts what followed it there; every other round asks the drafter. A retrieved
-  draft is deterministic, so it is verified as a proposal with q = one-hot: no candidate logits, and transformers
-  compares the target's own choice (greedy) or sample (sampling) with it, exact speculative sampling for that q.
-* History variants (`history_window != 0`: the teacher and sliding-window ablations) keep the states of every
-  accepted position (:class:`AcceptedHistory`), whichever source drafts, as a history-modelling drafter must.
-
-The decisions of a round (the adaptive rules, the hybrid's choice) are the engine-neutral core's (`drafting.py`);
-this file adapts them to transformers' candidate-generator protocol. It touches no private transformers API: the
-routing of `generate()` to these classes is `integration.py`'s.
+:class:`DLiteCandidateGenerator` drafts every round from the target's latest hidden states, read by hooks on the
+verification forward itself (`tapping.py`). :class:`HybridCandidateGenerator` (`prompt_lookup_num_tokens=N`) adds the
+suffix index (`suffix_index.py`): a retrieved draft is deterministic, so it is verified with q = one-hot (no candidate
+logits), which is exact speculative sampling for that q. The round's decisions are the core's (`drafting.py`); the
+routing of `generate()` here is `integration.py`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import torch
 from torch import nn
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .decoding_options import DECODING_OPTIONS, check_lookup_tokens, check_option
+from .decoding_options import DECODING_OPTIONS, check_lookup_tokens
 from .drafting import DraftRules, HybridRule, Proposal, draft_tokens, history_inputs, select_proposal
 from .generation_stats import DLiteGenerationStats
 from .suffix_index import DraftSession
@@ -42,8 +34,8 @@ __all__ = [
 
 
 def options_for_call(generation_config: Any, config: Any) -> dict[str, Any]:
-    """The :data:`~.decoding_options.DECODING_OPTIONS` of one call: the call's `generation_config` value where set,
-    else the drafter config's. A value set per call is validated here, with its origin in the message."""
+    """The :data:`~.decoding_options.DECODING_OPTIONS` of one call: the call's `generation_config` value (validated
+    here) where set, else the drafter config's."""
     misspelt = sorted(
         key for key in vars(generation_config) if key.startswith(("draft_", "lookup_")) and key not in DECODING_OPTIONS
     )
@@ -53,20 +45,16 @@ def options_for_call(generation_config: Any, config: Any) -> dict[str, Any]:
             f"{', '.join(DECODING_OPTIONS)}."
         )
     options = {}
-    for name in DECODING_OPTIONS:
+    for name, check in DECODING_OPTIONS.items():
         value = getattr(generation_config, name, None)
-        if value is None:
-            options[name] = getattr(config, name)
-            continue
-        check_option(name, value, f"GenerationConfig.{name}={value!r}")
-        options[name] = value
+        if value is not None:
+            check(value, f"GenerationConfig.{name}={value!r}")
+        options[name] = getattr(config, name) if value is None else value
     return options
 
 
 class LatestState:
     """History-free context: the tapped states of the newest position only."""
-
-    rows_to_keep_all = False
 
     def __init__(self, recorder: TappedStateRecorder):
         self.recorder = recorder
@@ -82,8 +70,6 @@ class LatestState:
 
 class AcceptedHistory:
     """History variants: the states of every accepted position (`window` > 0 keeps the last `window` of them)."""
-
-    rows_to_keep_all = True
 
     def __init__(self, recorder: TappedStateRecorder, window: int):
         self.recorder = recorder
@@ -103,7 +89,7 @@ class AcceptedHistory:
 
 def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, input_ids: torch.Tensor, kwargs):
     """Refuse the settings a DLite assistant cannot serve, each with what to do instead; bind the drafter to the
-    target (`bind_target`, which checks the pair) once it is known to be the right one."""
+    target (`bind_target` checks the pair)."""
     if input_ids.shape[0] != 1:
         raise ValueError(
             f"DLite speculative decoding through `generate(assistant_model=...)` supports batch size 1, got a "
@@ -143,14 +129,13 @@ def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, i
 
 
 class DLiteCandidateGenerator(CandidateGenerator):
-    """Drafts K tokens per round from the target's latest hidden states; no KV cache, no history.
-
-    Uses transformers' model-outputs protocol (`requires_model_outputs`) to know whether a round is the prefill
-    and how many drafts were accepted; the hidden states come from hooks on the verification forward itself.
+    """Drafts K tokens per round from the target's latest hidden states (hooks on the verification forward); the
+    model-outputs protocol (`requires_model_outputs`) says whether a round is the prefill and how many were accepted.
     """
 
     requires_model_outputs: bool = True
     model_kwargs_overrides: dict[str, Any] = {}  # nothing extra: no output_hidden_states for every position
+    lookup_tokens = 0  # the longest retrieved draft a round may verify (the hybrid's)
 
     def __init__(
         self,
@@ -183,11 +168,10 @@ class DLiteCandidateGenerator(CandidateGenerator):
         )
         layers = find_decoder_layers(target, config.num_target_layers)
         history = config.history_window != 0
-        rows = 0 if history else max(config.num_draft_tokens, self._retrieved_tokens()) + 1
+        rows = 0 if history else max(config.num_draft_tokens, self.lookup_tokens) + 1
         self.recorder = TappedStateRecorder(layers, config.target_layer_ids, rows_to_keep=rows)
         self.context = AcceptedHistory(self.recorder, config.history_window) if history else LatestState(self.recorder)
-        # the hooks leave when the call ends, also when it raises (integration.py's `_assisted_decoding` wrapper),
-        # and at the latest with the generator
+        # the hooks leave when the call ends, also when it raises (integration.py), at the latest with the generator
         track_recorder(target, self.recorder)
         weakref.finalize(self, self.recorder.remove)
         self.is_prefill = True
@@ -201,28 +185,20 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self._drafted_now = 0
         self._source_now: str | None = None  # "lookup" or "dlite": who drafted the block being verified
 
-    # ------------------------------------------------------------------------------------- what subclasses add
-    def _retrieved_tokens(self) -> int:
-        """The longest retrieved draft a round may verify (0: this generator retrieves nothing)."""
-        return 0
-
     def _start(self, input_ids: torch.LongTensor) -> None:
         """Before the prefill."""
 
     def _propose(self, input_ids: torch.LongTensor, budget: int) -> Proposal:
         """This round's proposal, at most `budget` tokens."""
-        if min(self.num_tokens, budget) <= 0:
+        if budget <= 0:  # num_tokens >= 1
             return Proposal(None, [])
-        tokens, q = self._draft(input_ids, min(self.num_tokens, budget))
-        return Proposal("dlite", tokens, q)
+        return Proposal("dlite", *self._draft(input_ids, min(self.num_tokens, budget)))
 
     def _committed(self, tokens: list[int]) -> None:
         """After a target forward committed `tokens`."""
 
-    # ------------------------------------------------------------------------------------- the drafter's round
     def _draft(self, input_ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The drafter's round: up to `budget` (1..K) tokens after the anchor `input_ids[:, -1]`, by the core's
-        `draft_tokens` under this call's rules (checked once, when the call began)."""
+        """The drafter's round: up to `budget` (1..K) tokens after the anchor `input_ids[:, -1]`."""
         started = time.perf_counter()
         context, history = self.context.draft_inputs(self.device)
         result = draft_tokens(
@@ -239,11 +215,6 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.stats.drafter_time_s += time.perf_counter() - started
         return result
 
-    def _context_row(self, n_last_matches: int) -> int:
-        # After the prefill the last prompt position predicted the anchor; after a verification forward over
-        # [anchor_prev, d_1..d_k], row n (the last accepted position) predicted the new anchor.
-        return self.recorder.forward_rows - 1 if self.is_prefill else n_last_matches
-
     def get_candidates(
         self,
         input_ids: torch.LongTensor,
@@ -259,7 +230,9 @@ class DLiteCandidateGenerator(CandidateGenerator):
             self._start(input_ids)
             self._forward_started = time.perf_counter()
             return input_ids, None
-        self.context.observe(self._context_row(int(n_last_matches)))
+        # the row that predicted the new anchor: the prefill's last; of a verification forward over
+        # [anchor_prev, d_1..d_k], row n (the last accepted position)
+        self.context.observe(self.recorder.forward_rows - 1 if self.is_prefill else int(n_last_matches))
         self.is_prefill = False
         proposal = self._propose(input_ids, self.max_length - input_ids.shape[1] - 1)
         tokens, logits = proposal.tokens, proposal.q
@@ -281,13 +254,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
     def _cut_at_stop_string(
         self, input_ids: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Drop the drafts from the first one that completes a stop string on.
-
-        transformers stops on stop strings only after a round, so a stop string completed inside an accepted block
-        would let the rest of the block through; plain decoding would have stopped right there. Keeping drafts
-        only up to the token before it means a stop string can complete only at the round's last committed token
-        (the target's own bonus token), exactly where plain decoding stops.
-        """
+        """Drop the drafts from the first one that completes a stop string on: transformers checks stop strings only
+        after a round, so one may then complete only at the round's last (bonus) token, where plain decoding stops."""
         tail = input_ids[0, -16:].tolist()
         base = self.tokenizer.decode(tail)
         drafted = tokens[0].tolist()
@@ -320,9 +288,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
 
 
 class HybridCandidateGenerator(DLiteCandidateGenerator):
-    """DLite plus a suffix index of the context: the core's :func:`~.drafting.select_proposal` picks each round's
-    source. The index is the active :class:`DraftSession`'s (shared across a conversation's calls), else one per
-    call."""
+    """DLite plus a suffix index of the context (the active :class:`DraftSession`'s, else one per call):
+    :func:`~.drafting.select_proposal` picks each round's source."""
 
     def __init__(self, drafter: nn.Module, target: nn.Module, generation_config: Any, *args: Any, **kwargs: Any):
         lookup_tokens = generation_config.prompt_lookup_num_tokens
@@ -340,9 +307,6 @@ class HybridCandidateGenerator(DLiteCandidateGenerator):
             length_factor=float(self.options["lookup_length_factor"]),
             fallback_min_match=int(self.options["lookup_fallback_min_match"]),
         )
-
-    def _retrieved_tokens(self) -> int:
-        return self.lookup_tokens
 
     def _start(self, input_ids: torch.LongTensor) -> None:
         started = time.perf_counter()

@@ -1,12 +1,12 @@
 """The decoding options of a DLite drafter: one table of names and their checks.
 
-The drafter config holds the defaults; a single `generate()` call may override them through its
-`GenerationConfig`, and dlite-hf's commands through flags. All three validate through :func:`check_option`, so a
-value is refused with the same message whichever way it came. No torch, no transformers: the vLLM side uses it too.
+The drafter config holds the defaults; one `generate()` call may override them through its `GenerationConfig`, and
+dlite-hf's commands through flags; all three share the checks here. No torch, no transformers (vLLM uses it too).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +19,6 @@ __all__ = [
     "check_length_factor",
     "check_lookup_tokens",
     "check_min_match",
-    "check_option",
     "check_threshold",
 ]
 
@@ -30,8 +29,8 @@ THRESHOLD_MEANINGS = {
     "probability under the drafter is below 50%",
 }
 
-# The cap on a retrieved draft (`prompt_lookup_num_tokens`) that dlite-hf's own commands use: chosen on the tuning
-# split by `dlite-hf bench replay hybrid` from the measured cost of verifying longer blocks.
+# The cap on a retrieved draft (`prompt_lookup_num_tokens`) that dlite-hf's own commands use (chosen on the tuning
+# split by `dlite-hf bench replay hybrid`).
 DEFAULT_LOOKUP_TOKENS = 32
 MAX_LOOKUP_TOKENS = 256
 
@@ -40,14 +39,15 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_fraction(name: str, value: object, shown: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{shown} is invalid: expected a number in [0, 1): {THRESHOLD_MEANINGS[name]}.")
+
+
 def check_threshold(name: str, value: Any, where: str = "") -> None:
     """Raise `ValueError` unless `value` is a valid `name` (a key of `THRESHOLD_MEANINGS`): a number in [0, 1).
-
     `where` prefixes the name in the message (e.g. "DLiteConfig.")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"{where}{name}={value!r} is invalid: expected a number in [0, 1): {THRESHOLD_MEANINGS[name]}."
-        )
+    _check_fraction(name, value, f"{where}{name}={value!r}")
 
 
 def check_lookup_tokens(value: object, shown: str | None = None) -> None:
@@ -87,29 +87,13 @@ def check_length_factor(value: object, shown: str) -> None:
         )
 
 
-def _threshold(name: str) -> Callable[[object, str], None]:
-    def check(value: object, shown: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-            raise ValueError(f"{shown} is invalid: expected a number in [0, 1): {THRESHOLD_MEANINGS[name]}.")
-
-    return check
-
-
+# Drafter config fields one generate() call may override through its `GenerationConfig` (kept there by transformers
+# as custom entries; the shared drafter's config is never changed), each with its check `(value, shown)`, where
+# `shown` is how the caller spelt it, e.g. ``GenerationConfig.lookup_min_match=0`` or ``--lookup-min-match 0``.
 DECODING_OPTIONS: dict[str, Callable[[object, str], None]] = {
-    "draft_confidence_threshold": _threshold("draft_confidence_threshold"),
-    "draft_skip_threshold": _threshold("draft_skip_threshold"),
+    "draft_confidence_threshold": functools.partial(_check_fraction, "draft_confidence_threshold"),
+    "draft_skip_threshold": functools.partial(_check_fraction, "draft_skip_threshold"),
     "lookup_min_match": check_min_match,
     "lookup_length_factor": check_length_factor,
     "lookup_fallback_min_match": check_fallback_min_match,
 }
-"""Drafter config fields a single generate() call may override, through its `GenerationConfig`, each with its check:
-`target.generate(ids, generation_config=GenerationConfig(draft_confidence_threshold=0.5, ...), assistant_model=d)`.
-The shared drafter's config is never changed (transformers carries such custom entries on the call's config)."""
-
-
-def check_option(name: str, value: object, shown: str) -> None:
-    """Validate decoding option `name` (a key of :data:`DECODING_OPTIONS`); `shown` is how the caller spelt it,
-    e.g. ``GenerationConfig.lookup_min_match=0`` or ``--lookup-min-match 0``."""
-    if name not in DECODING_OPTIONS:
-        raise ValueError(f"{name!r} is no DLite decoding option; expected one of {', '.join(DECODING_OPTIONS)}.")
-    DECODING_OPTIONS[name](value, shown)

@@ -1,28 +1,20 @@
 """The one file that touches private transformers APIs: routing `generate(assistant_model=<DLite drafter>)`.
 
-transformers' `_get_candidate_generator` is a fixed if/elif chain with no plug-in point, so a DLite drafter needs
-four narrow wrappers, installed together on first use of a drafter (`DLiteForSpeculation.__init__`, so also on
-`from_pretrained`), never on `import dlite_hf`:
-
-* `GenerationMixin._get_candidate_generator`: an assistant that provides `get_candidate_generator` gets its own
-  generator; every other assistant goes to transformers unchanged;
-* `GenerationMixin._assisted_decoding`: with a DLite assistant only, the call's forward hooks are removed when it
-  ends (also when it raises), and a pre-filled cache works (see :func:`_prefilled_call`); every other assisted call
-  (prompt lookup, another assistant model) runs exactly as upstream;
-* the instance's `prepare_inputs_for_generation`, shadowed only while DLite calls on a pre-filled cache run;
-* `GenerationConfig.get_generation_mode`: a DLite assistant in a mode that would ignore it is refused.
-
-Every wrapped method's signature is checked first. If a release moved one, nothing is installed and a warning says
-what changed. Idempotent, also across the package's copy and a trust_remote_code copy of this file (the marks
-live on the wrapped functions). The upstream patch in `docs/upstream-protocol.md` deletes exactly this module.
+Narrow wrappers, installed on first use of a drafter (never on `import dlite_hf`), with a DLite assistant only:
+`_get_candidate_generator` asks it for its generator; `_assisted_decoding` removes the call's hooks when it ends and
+serves a pre-filled cache (`_prefilled_call`); `GenerationConfig.get_generation_mode` refuses a mode that would ignore
+it. If a wrapped signature changed, nothing is installed and a warning says what. Idempotent, also across the
+package's and a trust_remote_code copy. `docs/upstream-protocol.md`'s patch deletes this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from .tapping import remove_thread_recorders
@@ -87,12 +79,8 @@ def _originals() -> dict[str, Any]:
 
 def wrapped_method_problems() -> dict[str, str]:
     """`{method: why it cannot be wrapped}` for this transformers release; empty when every wrapper fits."""
-    problems = {}
-    for name, method in _originals().items():
-        problem = _signature_problem(method, _REQUIRED_PARAMETERS[name])
-        if problem is not None:
-            problems[name] = problem
-    return problems
+    problems = {name: _signature_problem(method, _REQUIRED_PARAMETERS[name]) for name, method in _originals().items()}
+    return {name: why for name, why in problems.items() if why is not None}
 
 
 def _is_dlite(assistant: Any) -> bool:
@@ -100,12 +88,8 @@ def _is_dlite(assistant: Any) -> bool:
 
 
 def install_generate_hook() -> bool:
-    """Install the wrappers (see the module docstring); returns whether they are installed.
-
-    If any wrapped method is gone or lost a parameter the wrappers read, nothing is wrapped: a warning says so,
-    every generation mode is untouched, and `generate(assistant_model=<DLite drafter>)` raises transformers' own
-    error for an unknown assistant.
-    """
+    """Install the wrappers (see the module docstring); returns whether they are installed (if not, a warning says
+    why and `generate(assistant_model=<DLite drafter>)` raises transformers' own error)."""
     from transformers import GenerationConfig
     from transformers.generation.utils import GenerationMixin
 
@@ -157,15 +141,8 @@ def _candidate_generator_wrapper(original: Any) -> Any:
         assistant = arguments.get("assistant_model")
         if not _is_dlite(assistant):
             return original(self, *args, **kwargs)
-        return assistant.get_candidate_generator(
-            target=self,
-            generation_config=arguments["generation_config"],
-            input_ids=arguments["input_ids"],
-            logits_processor=arguments.get("logits_processor"),
-            model_kwargs=arguments.get("model_kwargs"),
-            target_tokenizer=arguments.get("target_tokenizer"),
-            assistant_tokenizer=arguments.get("assistant_tokenizer"),
-        )
+        names = [name for name in _REQUIRED_PARAMETERS[_HOOKED_METHOD] if name != "assistant_model"]
+        return assistant.get_candidate_generator(target=self, **{name: arguments.get(name) for name in names})
 
     return _get_candidate_generator
 
@@ -190,45 +167,35 @@ def _assisted_decoding_wrapper(original: Any) -> Any:
     return _assisted_decoding
 
 
-class _prefilled_call:
-    """A DLite call on a cache that already holds `past` tokens (`generate(full_ids, cache=cache)`, the previous
-    turn of a conversation in the cache): plain decoding then runs its prefill over the uncached tokens only, but
-    transformers' assisted loop would run its first forward over all of `full_ids` on top of the cache (the prefix
-    twice: wrong output). While such calls run, the target's `prepare_inputs_for_generation` is shadowed on the
-    instance so that each call's first iteration keeps its uncached tokens, as `_prefill` does.
-
-    Thread-safe: the shadow reads this thread's own `past`, it is installed by the first live call and removed by
-    the last, so concurrent calls on one target (each with its own cache) never remove each other's."""
-
-    def __init__(self, model: Any, model_kwargs: dict[str, Any]):
-        cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
-        get_length = getattr(cache, "get_seq_length", None)
-        self.model, self.past = model, (get_length() if callable(get_length) else 0)
-
-    def __enter__(self) -> None:
-        if not self.past:
-            return
-        model, me = self.model, threading.get_ident()
+@contextlib.contextmanager
+def _prefilled_call(model: Any, model_kwargs: dict[str, Any]) -> Iterator[None]:
+    """A DLite call on a cache that already holds `past` tokens (`generate(full_ids, cache=cache)`): transformers'
+    assisted loop would run its first forward over all of `full_ids` on top of the cache (the prefix twice). While
+    such calls run, the target's `prepare_inputs_for_generation` is shadowed on the instance (installed by the first,
+    removed by the last) so that each call's first iteration runs only its thread's uncached tokens."""
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    get_length = getattr(cache, "get_seq_length", None)
+    past = get_length() if callable(get_length) else 0
+    if past:
         with _LOCK:
             calls = model.__dict__.get(_PREFILLED)
-            if calls is None:
-                if "prepare_inputs_for_generation" in model.__dict__:  # someone else's shadow: leave it alone
-                    self.past = 0
-                    return
+            if calls is None and "prepare_inputs_for_generation" in model.__dict__:  # someone else's shadow
+                past = 0
+            elif calls is None:
                 calls = model.__dict__[_PREFILLED] = {}
                 model.prepare_inputs_for_generation = _uncached_prefill(model.prepare_inputs_for_generation, calls)
-            calls[me] = self.past
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.past:
-            return
-        model = self.model
-        with _LOCK:
-            calls = model.__dict__.get(_PREFILLED, {})
-            calls.pop(threading.get_ident(), None)
-            if not calls:
-                model.__dict__.pop(_PREFILLED, None)
-                model.__dict__.pop("prepare_inputs_for_generation", None)
+            if past:
+                calls[threading.get_ident()] = past
+    try:
+        yield
+    finally:
+        if past:
+            with _LOCK:
+                calls = model.__dict__.get(_PREFILLED, {})
+                calls.pop(threading.get_ident(), None)
+                if not calls:
+                    model.__dict__.pop(_PREFILLED, None)
+                    model.__dict__.pop("prepare_inputs_for_generation", None)
 
 
 def _uncached_prefill(prepare: Any, calls: dict[int, int]) -> Any:
@@ -252,9 +219,8 @@ def _uncached_prefill(prepare: Any, calls: dict[int, int]) -> Any:
 
 
 def _mode_check_wrapper(original: Any) -> Any:
-    """Refuse a DLite assistant in a generation mode that would ignore it (beam search, contrastive search,
-    constrained decoding): transformers only warns and decodes without it; and beside classifier-free guidance,
-    whose extra forward of the target breaks assisted decoding's bookkeeping (found by `dlite-hf reliability`)."""
+    """Refuse a DLite assistant in a generation mode that would ignore it (transformers only warns), and beside
+    classifier-free guidance, whose extra target forward breaks assisted decoding's bookkeeping."""
     from transformers.generation.configuration_utils import GenerationMode
 
     @functools.wraps(original)

@@ -1,13 +1,9 @@
 """DLite: a history-free speculative drafter built from transformers' own blocks.
 
-One speculation round (method.md): the target's hidden states from L tapped layers at the last processed
-position (each plus a learned depth embedding, laid along the sequence), the anchor token (the newest committed
-token) and K placeholders go through a small bidirectional backbone with local position ids. A gated low-rank
-recurrent head then restores the in-block causal dependence, and every position is projected once through the
-target's lm_head. No KV cache and no history: the cost of a round does not depend on the context length.
-
-With ``config.history_window != 0`` the same class also attends to the target states of past positions
-(causally among themselves): -1 is the history-aware teacher of the training recipe, N > 0 a sliding window.
+A round (method.md): the target's states from L tapped layers at the last position (plus a depth embedding), the
+anchor token and K placeholders go through a small bidirectional backbone; a gated low-rank recurrent head restores
+the in-block causal order, and each position is projected through the target's lm_head. No KV cache, no history
+(``config.history_window != 0``: the history-aware teacher and sliding-window ablations).
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 
-from .blocks import DLiteOutput, DLiteSequentialHead, PerBlockHistory, backbone_blocks
+from .blocks import DLiteOutput, DLiteSequentialHead, backbone_blocks, encode_with_history
 from .candidate_generators import DLiteCandidateGenerator, make_candidate_generator
 from .configuration_dlite import DLiteConfig
 from .decoding_options import check_threshold
@@ -53,11 +49,8 @@ class DLitePreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any):
-        """`PreTrainedModel.from_pretrained`, but a partial or corrupt checkpoint is an error, not a warning.
-
-        transformers initialises missing weights randomly and only logs it; a drafter with random pieces
-        silently drafts garbage, so missing, unexpected or mismatched keys raise `ValueError` here.
-        """
+        """`PreTrainedModel.from_pretrained`, but missing, unexpected or mismatched keys (which transformers would
+        initialise randomly and only log) or a corrupt weights file raise `ValueError`."""
         want_info = kwargs.pop("output_loading_info", False)
         # Let shape mismatches (config.json not matching the weights) reach the loading info, reported below.
         kwargs.setdefault("ignore_mismatched_sizes", True)
@@ -105,11 +98,9 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         for layer in self.layers:
             layer.self_attn.is_causal = False  # bidirectional inside a block
         self.rotary_emb = rotary_cls(backbone_config)
-        self.head = (
-            DLiteSequentialHead(hidden, target_hidden, config.head_rank, eps, norm_cls)
-            if config.use_sequential_head
-            else None
-        )
+        self.head = None  # None: the pure parallel ablation
+        if config.use_sequential_head:
+            self.head = DLiteSequentialHead(hidden, target_hidden, config.head_rank, eps, norm_cls)
         self.norm = norm_cls(hidden, eps=eps)
         self.out_proj = nn.Linear(hidden, target_hidden, bias=False) if hidden != target_hidden else nn.Identity()
         if config.draft_vocab_size is not None:
@@ -120,7 +111,6 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         self.post_init()
         install_generate_hook()  # on first use of a drafter, not on import: generate(assistant_model=self) works
 
-    # ----------------------------------------------------------------------------------------- backbone
     def encode_block(
         self,
         context_states: torch.Tensor,
@@ -130,30 +120,36 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         history_positions: torch.Tensor | None = None,
         block_encoder: Any = None,
     ) -> torch.Tensor:
-        """Run the bidirectional backbone over one block per row.
+        """The bidirectional backbone over one block per row: `[N, K, H]` representations of the K draft positions.
 
         Args:
             context_states: `[N, L, H_t]` tapped target states at the position before the anchor.
             anchor_ids: `[N]` anchor tokens (the newest committed token).
             history_states, history_valid, history_positions: `[N, W, L, H_t]`, `[N, W]`, `[N, W]`, only when
-                `config.history_window != 0` (in training: `dlite_hf.training.history.gather_history`).
-            block_encoder: instead of `history_*`, another layout of the same computation, called as
-                `block_encoder(self, rows, positions)` with each block's backbone inputs `[N, L + 1 + K, H]` and
-                their positions, returning `[N, K, H]`: training's shared history pass for full-history drafters
-                (`dlite_hf.training.history.SharedHistory`).
-
-        Returns:
-            `[N, K, H]` representations of the K draft positions.
+                `config.history_window != 0`.
+            block_encoder: instead, `block_encoder(self, rows, positions) -> [N, K, H]` over each block's backbone
+                rows `[N, L + 1 + K, H]` (training's shared history pass, `dlite_hf.training.history`).
         """
-        config = self.config
+        config, k = self.config, self.config.num_draft_tokens
         num_blocks, num_tapped = context_states.shape[:2]
         if num_tapped != config.num_tapped_layers or context_states.shape[-1] != config.target_hidden_size:
             raise ValueError(
                 f"context_states has shape {tuple(context_states.shape)}; expected [N, {config.num_tapped_layers}, "
                 f"{config.target_hidden_size}] (tapped layers {config.target_layer_ids} of the target)."
             )
-        hidden, positions = self._block_rows(context_states, anchor_ids)
-        k = config.num_draft_tokens
+        # each block's rows: the L context states, the anchor, K mask rows; at positions 0 (context, anchor), 1..K
+        states = self.state_proj(self.state_norm(context_states.to(self.dtype)))
+        context = states + self.depth_embedding.weight[None]
+        anchor = self.token_proj(self.embed_tokens(anchor_ids))[:, None]
+        if self.mask_embedding is not None:
+            masks = self.mask_embedding.expand(num_blocks, k, -1)
+        else:
+            masks = self.token_proj(self.embed_tokens(anchor_ids.new_full((num_blocks, k), config.mask_token_id)))
+        hidden = torch.cat([context, anchor, masks], dim=1)
+        device = hidden.device
+        positions = torch.cat(
+            [torch.zeros(num_tapped + 1, dtype=torch.long, device=device), torch.arange(1, k + 1, device=device)]
+        ).expand(num_blocks, -1)
         if block_encoder is not None:
             return block_encoder(self, hidden, positions)
         if config.history_window == 0:
@@ -163,28 +159,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
                 f"This drafter has history_window={config.history_window} and needs history_states, "
                 "history_valid and history_positions (see gather_history)."
             )
-        return PerBlockHistory(history_states, history_valid, history_positions)(self, hidden, positions)
-
-    def _block_rows(self, context_states: torch.Tensor, anchor_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The backbone inputs of each block, `[N, L + 1 + K, H]` (context states, anchor, K mask rows), and their
-        positions `[N, L + 1 + K]` (0 for the context and the anchor, 1..K for the draft positions)."""
-        config = self.config
-        num_blocks, num_tapped = context_states.shape[:2]
-        states = self.state_proj(self.state_norm(context_states.to(self.dtype)))
-        context = states + self.depth_embedding.weight[None]
-        anchor = self.token_proj(self.embed_tokens(anchor_ids))[:, None]
-        k = config.num_draft_tokens
-        if self.mask_embedding is not None:
-            masks = self.mask_embedding.expand(num_blocks, k, -1)
-        else:
-            mask_ids = anchor_ids.new_full((num_blocks, k), config.mask_token_id)
-            masks = self.token_proj(self.embed_tokens(mask_ids))
-        hidden = torch.cat([context, anchor, masks], dim=1)
-        device = hidden.device
-        positions = torch.cat(
-            [torch.zeros(num_tapped + 1, dtype=torch.long, device=device), torch.arange(1, k + 1, device=device)]
-        ).expand(num_blocks, -1)
-        return hidden, positions
+        return encode_with_history(self, hidden, positions, (history_states, history_valid, history_positions))
 
     def project_history(self, states: torch.Tensor) -> torch.Tensor:
         """`[..., L, H_t]` tapped states of past positions -> `[..., H]` history rows of the backbone."""
@@ -198,10 +173,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         position_embeddings = self.rotary_emb(hidden, positions)
         for layer in self.layers:
             hidden = layer(
-                hidden,
-                attention_mask=attention_mask,
-                position_ids=positions,
-                position_embeddings=position_embeddings,
+                hidden, attention_mask=attention_mask, position_ids=positions, position_embeddings=position_embeddings
             )
         return hidden
 
@@ -221,14 +193,9 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
     def draft_step(
         self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One inference step of the sequential head (what a drafting round runs K times).
-
-        The same function as `head_step(..., restrict=True, compact=True)`, through the fused head
-        (`_inference_head`), so it differs from it only by rounding.
-
-        Returns:
-            float32 logits `[N, C]` over `draft_columns()` (C = V without a draft vocabulary) and the new state.
-        """
+        """One inference step of the sequential head: float32 logits `[N, C]` over `draft_columns()` and the new
+        state. `head_step(..., restrict=True, compact=True)` through the fused head (`_inference_head`): equal up to
+        rounding."""
         out, state = self._sequential_head_step(block, prev_ids, state)
         weight, bias = self._inference_head()
         return nn.functional.linear(self.norm(out).to(weight.dtype), weight, bias).float(), state
@@ -240,7 +207,6 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
             return block, state
         return self.head.step(block, self.embed_tokens(prev_ids), state)
 
-    # ----------------------------------------------------------------------------------------- training forward
     def forward(
         self,
         context_states: torch.Tensor,
@@ -254,22 +220,14 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         block_encoder: Any = None,
         **kwargs: Any,
     ) -> DLiteOutput:
-        """Teacher-forced forward over many blocks (training).
+        """Teacher-forced forward over many blocks (training): [`DLiteOutput`] with `logits` `[N, K, V]`.
 
         Args:
-            context_states: `[N, L, H_t]` tapped target states at each anchor position - 1.
-            anchor_ids: `[N]` anchor tokens x_a.
-            draft_input_ids: `[N, K]` the true tokens x_{a+1..a+K}; position i's head step sees x_{a+i-1}
-                (the anchor for i = 1), so the last column is never read. Any id is fine where invalid.
-            history_*, block_encoder: see `encode_block` (the latter: training's shared history pass for
-                full-history drafters).
-            restrict_to_draft_vocab: project onto the draft vocabulary only (what `draft()` does); every other
-                token gets logit -inf. Cheaper, and trains exactly the distribution used at inference.
-            compact_draft_vocab: with `restrict_to_draft_vocab`, return logits `[N, K, V_draft]` over the draft
-                vocabulary only (column `j` is token `draft_vocab_ids[j]`) instead of scattering them into `V`.
-
-        Returns:
-            [`DLiteOutput`] with `logits` `[N, K, V]`.
+            context_states, anchor_ids, history_*, block_encoder: see `encode_block`.
+            draft_input_ids: `[N, K]` the true tokens after each anchor; position i's head step sees token i - 1
+                (the anchor for i = 1), so the last column is never read.
+            restrict_to_draft_vocab: project onto the draft vocabulary only (as `draft()` does), -inf elsewhere.
+            compact_draft_vocab: with it, logits `[N, K, V_draft]` over the draft vocabulary only.
         """
         if compact_draft_vocab and not (restrict_to_draft_vocab and self.draft_vocab_ids is not None):
             raise ValueError(
@@ -278,12 +236,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
                 f"(config.draft_vocab_size={self.config.draft_vocab_size})."
             )
         block = self.encode_block(
-            context_states,
-            anchor_ids,
-            history_states,
-            history_valid,
-            history_positions,
-            block_encoder=block_encoder,
+            context_states, anchor_ids, history_states, history_valid, history_positions, block_encoder=block_encoder
         )
         prev_ids = torch.cat([anchor_ids[:, None], draft_input_ids[:, :-1]], dim=1)
         state = self.head.init_state(block[:, 0]) if self.head is not None else None
@@ -296,7 +249,6 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
             hiddens.append(normed)
         return DLiteOutput(logits=torch.stack(logits, 1), hidden_states=torch.stack(hiddens, 1))
 
-    # ----------------------------------------------------------------------------------------- inference
     @torch.no_grad()
     def draft(
         self,
@@ -313,45 +265,23 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         confidence_threshold: float | None = None,
         skip_threshold: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draft up to `num_tokens` (<= K) tokens after each anchor: the core's `drafting.draft_tokens` (what
-        `generate()` runs each round) under this drafter's rules, checked here on every call.
-
-        Each position is chosen from the *processed* logits (the target's logits processors, given the committed
-        prefix plus the tokens drafted so far): argmax when greedy, a sample otherwise; those are returned, so
-        speculative sampling compares the target against exactly the distribution drafted from. Drafting stops
-        early once every row's joint probability of its drafts is below `confidence_threshold` (default
-        `config.draft_confidence_threshold`; 0 never stops early) and the number of drafts is one of
-        `config.draft_lengths` (any when None; `num_tokens` always), and nothing is returned when, in every row,
-        the most likely first draft has a probability below `skip_threshold` (default `config.draft_skip_threshold`;
-        0 never skips). Both rules keep speculative sampling exact (see `draft_tokens`).
-
-        Returns:
-            `tokens` `[N, n]` and `logits` `[N, n, V]` (float32, processed), `0 <= n <= num_tokens`; `n = 0` only
-            through `skip_threshold`.
-        """
+        """Draft up to `num_tokens` (<= K) tokens after each anchor: `drafting.draft_tokens` (what `generate()` runs
+        each round) under this drafter's rules, with `confidence_threshold` and `skip_threshold` overriding the
+        config's. Returns `tokens` `[N, n]` and their processed float32 `logits` `[N, n, V]`, `0 <= n <= num_tokens`
+        (`n = 0` only through the skip rule)."""
         k = self.config.num_draft_tokens if num_tokens is None else int(num_tokens)
         if not 1 <= k <= self.config.num_draft_tokens:
             raise ValueError(f"num_tokens={k} is invalid: expected 1..{self.config.num_draft_tokens} (config K).")
         if logits_processor is not None and prefix_ids is None:
             raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
         if confidence_threshold is not None:
-            where = "draft(confidence_threshold=...): "
-            check_threshold("draft_confidence_threshold", confidence_threshold, where=where)
+            check_threshold("draft_confidence_threshold", confidence_threshold, "draft(confidence_threshold=...): ")
         if skip_threshold is not None:
-            check_threshold("draft_skip_threshold", skip_threshold, where="draft(skip_threshold=...): ")
+            check_threshold("draft_skip_threshold", skip_threshold, "draft(skip_threshold=...): ")
         rules = DraftRules.from_config(self.config, confidence_threshold, skip_threshold)
         history = None if history_states is None else (history_states, history_valid, history_positions)
         return draft_tokens(
-            self,
-            context_states,
-            anchor_ids,
-            k,
-            rules,
-            do_sample=do_sample,
-            logits_processor=logits_processor,
-            prefix_ids=prefix_ids,
-            generator=generator,
-            history=history,
+            self, context_states, anchor_ids, k, rules, do_sample, logits_processor, prefix_ids, generator, history
         )
 
     def draft_row_lengths(
@@ -361,21 +291,19 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         confidence_threshold: float | None = None,
         skip_threshold: float | None = None,
     ) -> list[int]:
-        """For a batched `draft()` output, each row's draft count had it been drafted alone (the same rules and
-        defaults as `draft`; `drafting.row_lengths`). An engine that verifies each request's own draft, as vLLM
-        does, proposes that many: a batch then proposes what each request alone would."""
+        """For a batched `draft()` output, each row's draft count had it been drafted alone (`drafting.row_lengths`,
+        the same rules as `draft`): what an engine that verifies each request's own draft (vLLM) proposes."""
         rules = DraftRules.from_config(self.config, confidence_threshold, skip_threshold)
         return row_lengths(tokens, logits, rules, self.draft_columns())
 
     @staticmethod
     def draft_session(min_match: int | None = None) -> DraftSession:
-        """A new `DraftSession` for hybrid drafting (`with drafter.draft_session() as session: ...`): the same class
-        as `dlite_hf.DraftSession`, reachable from a drafter loaded with trust_remote_code without dlite-hf."""
+        """A new `DraftSession` for hybrid drafting (`with drafter.draft_session() as session: ...`), reachable from
+        a drafter loaded with trust_remote_code without dlite-hf."""
         return DraftSession(min_match=min_match)
 
     def get_candidate_generator(self, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
-        """Called by the generate() integration when this drafter is passed as `assistant_model`: the hybrid
-        generator with `prompt_lookup_num_tokens`, else DLite alone (`candidate_generators.py`)."""
+        """The candidate generator of a `generate(assistant_model=self)` call (`candidate_generators.py`)."""
         return make_candidate_generator(self, target, **kwargs)
 
 

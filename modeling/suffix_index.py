@@ -1,16 +1,9 @@
 """A suffix automaton over the token ids of a session: the retrieval half of hybrid drafting.
 
-`SuffixIndex` keeps a generalized suffix automaton (Blumer et al.; one state per class of substrings that end at
-the same set of positions) over every token stream it was given. Appending a token costs amortized O(1), and the
-question hybrid drafting asks each round, "what is the longest suffix of the current stream that occurred
-before, and what followed it there?", costs O(1) plus the length of the continuation read back. Neither depends
-on the length of the context, unlike transformers' prompt lookup, which re-scans the whole context with
-`unfold` every round.
-
-Streams are stored as runs of a flat token array. A new stream that starts with a prefix of the current one (the
-next turn of a chat, whose prompt repeats the last prompt and reply) branches off at the end of that common
-prefix, so only its new tokens are indexed; the automaton is then the suffix automaton of the trie of all
-streams. Token ids only: nothing here depends on a model.
+`SuffixIndex` is a generalized suffix automaton (Blumer et al.) over every token stream it was given: appending a
+token costs amortized O(1), and finding the longest earlier occurrence of the stream's suffix O(1) plus the
+continuation read back, whatever the context length. A stream that repeats a prefix of the current one (the next
+turn of a chat) indexes only its new tokens.
 """
 
 from __future__ import annotations
@@ -34,10 +27,9 @@ class LookupMatch(NamedTuple):
 class SuffixIndex:
     """Generalized suffix automaton with first-occurrence positions, grown one token at a time.
 
-    Per state: `_len` (the longest substring of the state), `_link` (suffix link), `_next` (transitions, token ->
-    state) and `_first` (flat index of the end of the state's earliest occurrence). `_tokens` is the flat token
-    array, `_run_start` marks the flat indices where a new run (a stream's own tokens) begins, so a continuation is
-    never read across two unrelated runs.
+    Per state: `_len` (its longest substring), `_link` (suffix link), `_next` (token -> state) and `_first` (flat
+    index of the end of its earliest occurrence). `_run_start` marks where a stream's own tokens begin in the flat
+    array `_tokens`, so a continuation is never read across two unrelated runs.
     """
 
     def __init__(self) -> None:
@@ -50,7 +42,6 @@ class SuffixIndex:
         self._stream_states: list[int] = []  # automaton state after each token of the current stream
         self._stream_flat: list[int] = []  # flat index of each token of the current stream
 
-    # ------------------------------------------------------------------------------------------ size
     def __len__(self) -> int:
         """Tokens indexed (over all streams)."""
         return len(self._tokens)
@@ -64,7 +55,6 @@ class SuffixIndex:
         """Tokens of the current stream (the one `append` extends and `lookup` matches)."""
         return len(self._stream_states)
 
-    # ------------------------------------------------------------------------------------------ building
     def _new_state(self, length: int, link: int, nxt: dict[int, int], first: int) -> int:
         self._len.append(length)
         self._link.append(link)
@@ -142,7 +132,6 @@ class SuffixIndex:
         self.append(tokens[common:])
         return common
 
-    # ------------------------------------------------------------------------------------------ query
     def lookup(self, max_tokens: int) -> LookupMatch:
         """The longest suffix of the current stream that also ends at an earlier position, and up to `max_tokens`
         tokens that followed its earliest occurrence (within that occurrence's run). `(0, [])` if none."""
@@ -158,42 +147,20 @@ class SuffixIndex:
             return LookupMatch(0, [])
         end = self._first[state]
         stop = min(len(self._tokens), end + 1 + max_tokens)
-        continuation = []
-        for index in range(end + 1, stop):
-            if self._run_start[index]:
-                break
-            continuation.append(self._tokens[index])
-        return LookupMatch(length, continuation)
+        run_end = self._run_start.find(1, end + 1, stop)  # never read into the next run
+        return LookupMatch(length, self._tokens[end + 1 : stop if run_end == -1 else run_end])
 
 
 def _active_sessions() -> list:
     """This thread's stack of entered sessions. It lives on the thread object, not on the class, so every copy of
     this file (the installed package's and a trust_remote_code copy beside a checkpoint) sees the same sessions."""
-    thread = threading.current_thread()
-    stack = getattr(thread, "_dlite_draft_sessions", None)
-    if stack is None:
-        stack = []
-        thread._dlite_draft_sessions = stack
-    return stack
+    return vars(threading.current_thread()).setdefault("_dlite_draft_sessions", [])
 
 
 class DraftSession:
-    """The token index of one agent session, kept across `generate()` calls for hybrid drafting.
-
-    Hybrid drafting (`generate(..., assistant_model=<DLite drafter>, prompt_lookup_num_tokens=N)`) retrieves drafts
-    from a suffix index of the context. Without a session, each call indexes its own prompt. Inside
-    ``with session:`` the calls share one index: each call's prompt and output stay indexed for the next call, and a
-    prompt that repeats the previous call's prompt and output (the next turn of a chat) is indexed only from where
-    it differs. The session holds token ids and their index only, never drafter or target states.
-
-    Args:
-        min_match: use the retrieved continuation when the matched suffix is at least this many tokens long, and
-            the DLite drafter otherwise (None: the drafter config's `lookup_min_match`).
-
-    Attributes:
-        index: the :class:`SuffixIndex`.
-        last_generation_stats: the statistics of the last `generate()` call made inside the session.
-    """
+    """The token `index` (a :class:`SuffixIndex`) of one agent session, shared by the hybrid-drafting `generate()`
+    calls made inside ``with session:`` (each call's prompt and output stay indexed for the next), and the statistics
+    of the last of them (`last_generation_stats`). `min_match` overrides the drafter config's `lookup_min_match`."""
 
     def __init__(self, min_match: int | None = None):
         if min_match is not None:
@@ -205,7 +172,6 @@ class DraftSession:
         self._depth = 0
         self._guard = threading.Lock()
 
-    # ------------------------------------------------------------------------------------------ activation
     def __enter__(self) -> DraftSession:
         me = threading.get_ident()
         with self._guard:
@@ -216,8 +182,7 @@ class DraftSession:
                 )
             self._owner = me
             self._depth += 1
-        stack = _active_sessions()
-        stack.append(self)
+        _active_sessions().append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:

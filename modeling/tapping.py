@@ -1,9 +1,5 @@
-"""Reading the target's hidden states at the tapped layers, from the forwards the target runs anyway.
-
-Forward hooks on the tapped decoder layers keep only the rows the drafter can need (the last position of a
-prefill, the at most K + 1 rows of a verification forward), so the drafter adds no target forward and its memory
-does not grow with the context. Engine-neutral: plain torch modules and forward hooks.
-"""
+"""Reading the target's hidden states at the tapped layers with forward hooks on the forwards it runs anyway,
+keeping only the rows the drafter can need (so memory does not grow with the context). Plain torch."""
 
 from __future__ import annotations
 
@@ -40,13 +36,9 @@ def find_decoder_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
 
 
 class TappedStateRecorder:
-    """Forward hooks on the tapped target layers that keep only the rows the drafter can use.
-
-    `rows_to_keep` > 0 keeps, of a forward over `n` positions, all rows if `n <= rows_to_keep` (a verification
-    forward) and otherwise only the last row (a prefill); `rows_to_keep` = 0 keeps every row (history variants).
-    Only forwards run on the thread that created the recorder are recorded, so concurrent generations on other
-    threads cannot corrupt each other's states.
-    """
+    """Forward hooks on the tapped target layers. `rows_to_keep` > 0 keeps, of a forward over `n` positions, all rows
+    if `n <= rows_to_keep` (verification) else the last (a prefill); 0 keeps every row (history variants). Only
+    forwards on the creating thread are recorded, so concurrent generations cannot corrupt each other's states."""
 
     def __init__(self, layers: nn.ModuleList, layer_ids: list[int], rows_to_keep: int):
         self.layer_ids = list(layer_ids)

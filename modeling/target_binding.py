@@ -1,10 +1,6 @@
-"""What a DLite drafter borrows from its target: the check that the target is the one it was trained for, the
-target's token embedding, and the rows of the target's lm_head the drafter projects onto (its draft vocabulary, and
-the fused head a drafting round reads).
-
-:class:`TargetBindingMixin` is a mixin of `DLiteForSpeculation` (`modeling_dlite.py`); it reads the drafter's
-`config`, `out_proj`, `draft_vocab_ids` and `dtype`.
-"""
+"""What a DLite drafter borrows from its target: the check that it is the right target, its token embedding, and
+the lm_head rows the drafter projects onto. A mixin of `DLiteForSpeculation` (reads `config`, `out_proj`,
+`draft_vocab_ids`, `dtype`)."""
 
 from __future__ import annotations
 
@@ -62,11 +58,8 @@ class TargetBindingMixin:
         return self
 
     def use_draft_vocab(self, ids: torch.Tensor) -> torch.Tensor:
-        """Draft among the tokens `ids` from now on (`config.draft_vocab_size` follows); returns the new buffer.
-
-        `ids` must be sorted, distinct token ids of the target's vocabulary: the columns of `draft_step`'s logits.
-        Choosing them from data is `dlite_hf.draft_vocab.set_draft_vocab`'s job.
-        """
+        """Draft among the sorted, distinct token ids `ids` from now on (the columns of `draft_step`'s logits;
+        `config.draft_vocab_size` follows); returns the new buffer."""
         vocab = self.config.vocab_size
         sorted_ids = ids.dim() == 1 and ids.numel() > 0 and bool((ids[1:] > ids[:-1]).all())
         if not sorted_ids or int(ids[0]) < 0 or int(ids[-1]) >= vocab:
@@ -104,7 +97,7 @@ class TargetBindingMixin:
 
     def draft_vocab_head(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The draft vocabulary's rows of the target's lm_head (weight `[V_draft, H_t]`, bias or None), detached
-        and built once per binding: what the drafter projects onto, and what training projects the target onto."""
+        and built once per binding."""
         if self.draft_vocab_ids is None:
             raise ValueError("This drafter drafts over the full vocabulary (config.draft_vocab_size=None).")
         if self._draft_head is None:
@@ -115,22 +108,15 @@ class TargetBindingMixin:
         return self._draft_head
 
     def project(self, outputs: torch.Tensor, restrict: bool = False, compact: bool = False) -> torch.Tensor:
-        """Normed head outputs `[..., H]` -> logits `[..., V]` through the target's lm_head (float32).
-
-        With `restrict=True` and a draft vocabulary, only its rows of the lm_head are read; every other token
-        gets -inf (probability 0), so the result is still a distribution over the whole vocabulary. With
-        `compact=True` as well, the logits are returned over the draft vocabulary only (`[..., V_draft]`, column
-        `j` is token `draft_vocab_ids[j]`), which is what training uses to keep its losses small.
-        """
+        """Normed head outputs `[..., H]` -> float32 logits `[..., V]` through the target's lm_head. `restrict`
+        (with a draft vocabulary): only its rows are read, -inf elsewhere; `compact` as well: `[..., V_draft]`."""
         lm_head = self._embeddings()[1]
         projected = self.out_proj(outputs).to(lm_head.weight.dtype)
         if not restrict or self.draft_vocab_ids is None:
             return lm_head(projected).float()
         weight, bias = self.draft_vocab_head()
         sub = nn.functional.linear(projected, weight, bias).float()
-        if compact:
-            return sub
-        return self.expand_draft_logits(sub)
+        return sub if compact else self.expand_draft_logits(sub)
 
     def draft_columns(self) -> torch.Tensor | None:
         """The token id of each column of `draft_step`'s logits (the draft vocabulary, sorted), or None when the
@@ -147,13 +133,10 @@ class TargetBindingMixin:
 
     def _inference_head(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What `draft_step` projects onto: the draft vocabulary's lm_head rows (the whole lm_head without one)
-        times `out_proj`, one `[C, H]` matrix in the lm_head's dtype, and the rows' bias or None.
+        times `out_proj`, one `[C, H]` matrix (formed in float32, rounded once to the lm_head's dtype) and the bias.
 
-        `W_vocab (W_out h)` becomes `(W_vocab W_out) h`: each column then costs H multiply-adds instead of H_t, and
-        the `[H_t]` intermediate is gone (SmolLM2: 256 against 576 per column, so 2.25x fewer for the head's largest
-        product, done K times a round). The product is formed in float32 and rounded once. It is cached, keyed on the
-        storage, version counter and dtype of both weights and of the draft vocabulary, so an optimizer step, a
-        `load_state_dict`, a `.to()`, `bind_target` or `use_draft_vocab` rebuilds it on the next round.
+        `(W_vocab W_out) h` costs H multiply-adds per column instead of H_t. Cached, keyed on the storage, version
+        and dtype of the weights, so an optimizer step, `load_state_dict`, `.to()` or a rebinding rebuilds it.
         """
         lm_head = self._embeddings()[1]
         out_weight = getattr(self.out_proj, "weight", None)  # None: out_proj is the identity (H = H_t)
