@@ -21,8 +21,21 @@ from pathlib import Path
 OOD = ("legal", "clinical", "long")
 # summary fields printed; each is None when no workload of its kind was replayed
 SHOWN = ("mean_tau_ood", "mean_tau_in_domain", "first_accepted_ood", "first_accepted_in_domain")
-IN_DOMAIN = ("chat", "code", "math", "tool", "agentic", "news", "writing", "story_qa", "dialogue_qa", "policy_agent",
-             "reasoning", "code_tasks", "manpages")  # fmt: skip
+IN_DOMAIN = (
+    "chat",
+    "code",
+    "math",
+    "tool",
+    "agentic",
+    "news",
+    "writing",
+    "story_qa",
+    "dialogue_qa",
+    "policy_agent",
+    "reasoning",
+    "code_tasks",
+    "manpages",
+)
 
 
 def _prompts(workloads: list[str], per_workload: int, long_tokens: int, tokenizer) -> list[dict]:
@@ -121,8 +134,15 @@ def _replay(target, loaded: dict, texts: list[dict], device: str) -> tuple[dict[
                 start = time.perf_counter()
                 new, forwards, accepted = replay_tau(drafter, states[layers], text["tokens"], text["prompt_length"])
                 seconds[name] += time.perf_counter() - start
-                rows[name].append({"id": text["id"], "workload": text["workload"], "new_tokens": new,
-                                   "forwards": forwards, "accepted": accepted})  # fmt: skip
+                rows[name].append(
+                    {
+                        "id": text["id"],
+                        "workload": text["workload"],
+                        "new_tokens": new,
+                        "forwards": forwards,
+                        "accepted": accepted,
+                    }
+                )
     return rows, seconds
 
 
@@ -149,11 +169,16 @@ def main() -> None:
     workloads = args.workloads.split(",")
     texts = _texts(args, target, tokenizer, workloads)
     result = {
-        "target": args.target, "threads": args.threads, "per_workload": args.per_workload,
-        "max_new_tokens": args.max_new_tokens, "long_tokens": args.long_tokens, "texts": str(Path(args.texts)),
+        "target": args.target,
+        "threads": args.threads,
+        "per_workload": args.per_workload,
+        "max_new_tokens": args.max_new_tokens,
+        "long_tokens": args.long_tokens,
+        "texts": str(Path(args.texts)),
         "device": args.device,
-        "out_of_domain": [w for w in workloads if w in OOD], "drafters": {},
-    }  # fmt: skip
+        "out_of_domain": [w for w in workloads if w in OOD],
+        "drafters": {},
+    }
     loaded = {
         name: DLiteForSpeculation.from_pretrained(folder, dtype=torch.float32)
         .to(args.device)

@@ -33,8 +33,11 @@ METHODS = {
     "suffix": {"method": "suffix", "suffix_decoding_max_cached_requests": 0},
     "dlite": {"model": DRAFTER, "num_speculative_tokens": 7},
     # DLite with vLLM's batch-size schedule: K = 7 for one or two requests in the batch, no drafting above
-    "dlite-sched": {"model": DRAFTER, "num_speculative_tokens": 7,
-                    "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 1024, 0]]},  # fmt: skip
+    "dlite-sched": {
+        "model": DRAFTER,
+        "num_speculative_tokens": 7,
+        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 1024, 0]],
+    },
     # the hybrid: DLite plus a suffix index of each request (retrieved drafts up to 16 tokens)
     "hybrid": {"model": DRAFTER, "num_speculative_tokens": 16, "prompt_lookup_max": 16},
 }
@@ -112,17 +115,24 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
         mine = runs[method]
         tokens, accepted = sum(r["tokens"] for r in mine), sum(r["accepted"] for r in mine)
         latencies = sorted(x for r in mine for x in r["latencies"])
-        rows.append({
-            "method": method,
-            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in mine),
-            "speedup": statistics.median(r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])),
-            "speedups": [r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])],
-            "tau": tau(tokens, accepted),
-            "tokens": tokens, "wall_s": sum(r["wall_s"] for r in mine), "repeats": repeats,
-            "drafted": sum(r["drafted"] for r in mine), "accepted": accepted,
-            "latency_mean_s": statistics.fmean(latencies),
-            "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": method,
+                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in mine),
+                "speedup": statistics.median(
+                    r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])
+                ),
+                "speedups": [r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])],
+                "tau": tau(tokens, accepted),
+                "tokens": tokens,
+                "wall_s": sum(r["wall_s"] for r in mine),
+                "repeats": repeats,
+                "drafted": sum(r["drafted"] for r in mine),
+                "accepted": accepted,
+                "latency_mean_s": statistics.fmean(latencies),
+                "latency_p90_s": latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+            }
+        )
     return rows
 
 
@@ -158,8 +168,10 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 3.2), squeeze=False)
     for ax, workload in zip(axes[0], workloads):
         for method in [m for m in METHODS if m != "plain"]:
-            rows = sorted((r for r in results if r["workload"] == workload and r["method"] == method),
-                          key=lambda r: r["concurrency"])  # fmt: skip
+            rows = sorted(
+                (r for r in results if r["workload"] == workload and r["method"] == method),
+                key=lambda r: r["concurrency"],
+            )
             if rows:
                 ax.plot([r["concurrency"] for r in rows], [r["speedup"] for r in rows], marker="o", label=method)
         ax.axhline(1.0, color="gray", lw=0.8)
@@ -241,8 +253,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--requests", default="1:4,4:8,16:16,64:64", help="requests per run, by concurrency")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--repeats", default="1:3,4:2,16:1,64:1",
-                        help="rounds per cell, by concurrency (methods in a rotated order each round)")  # fmt: skip
+    parser.add_argument(
+        "--repeats",
+        default="1:3,4:2,16:1,64:1",
+        help="rounds per cell, by concurrency (methods in a rotated order each round)",
+    )
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
     variant_help = (
@@ -291,9 +306,15 @@ def _load_engines(specs: dict, methods: list[str], target: str, args, max_seqs: 
     for method in methods:
         begin = time.perf_counter()
         engine_args = EngineArgs(
-            model=target, dtype=args.dtype, gpu_memory_utilization=args.memory, max_model_len=4096,
-            max_num_seqs=max_seqs, seed=0, disable_log_stats=False, speculative_config=specs[method],
-        )  # fmt: skip
+            model=target,
+            dtype=args.dtype,
+            gpu_memory_utilization=args.memory,
+            max_model_len=4096,
+            max_num_seqs=max_seqs,
+            seed=0,
+            disable_log_stats=False,
+            speculative_config=specs[method],
+        )
         tally = SpecDecodeTally()
         engines[method] = LLMEngine.from_engine_args(engine_args, stat_loggers=[tally.factory]), tally
         run_workload(*engines[method], warm[:2], 2, 16)  # warm-up
@@ -337,8 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "command": "benchmarks/serve_vllm.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "threads": "engines bind VLLM_CPU_OMP_THREADS_BIND=" + os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
-        "dtype": args.dtype, "max_tokens": args.max_tokens, "load_s": load_s, "prompts": data["meta"],
-    }  # fmt: skip
+        "dtype": args.dtype,
+        "max_tokens": args.max_tokens,
+        "load_s": load_s,
+        "prompts": data["meta"],
+    }
     results = []
     for level in levels:
         wanted = per_level.get(level, level)

@@ -51,12 +51,22 @@ def main(argv: list[str] | None = None) -> int:
         for session in sessions[: args.num_prompts]:
             ids = tokenizer.apply_chat_template(session["turns"][0], add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-            row = {"workload": label, "id": session["id"], "source": session["source"], "prompt_ids": ids,
-                   "messages": session["turns"][0]}  # fmt: skip
+            row = {
+                "workload": label,
+                "id": session["id"],
+                "source": session["source"],
+                "prompt_ids": ids,
+                "messages": session["turns"][0],
+            }
             if drafter is not None:
                 inputs = torch.tensor([ids])
-                out = target.generate(inputs, attention_mask=torch.ones_like(inputs), assistant_model=drafter,
-                                      do_sample=False, max_new_tokens=args.max_new_tokens)  # fmt: skip
+                out = target.generate(
+                    inputs,
+                    attention_mask=torch.ones_like(inputs),
+                    assistant_model=drafter,
+                    do_sample=False,
+                    max_new_tokens=args.max_new_tokens,
+                )
                 stats = drafter.last_generation_stats
                 row["hf"] = {"output_ids": out[0, len(ids) :].tolist()}
                 for name in ("rounds", "drafted", "accepted", "tokens_per_forward", "drafted_per_forward"):
@@ -65,9 +75,12 @@ def main(argv: list[str] | None = None) -> int:
             output = len(row.get("hf", {}).get("output_ids", []))
             print(label, session["id"], len(ids), output, file=sys.stderr, flush=True)
     meta = {
-        "target": str(folder), "dtype": args.dtype, "max_new_tokens": args.max_new_tokens, "drafter": args.drafter,
+        "target": str(folder),
+        "dtype": args.dtype,
+        "max_new_tokens": args.max_new_tokens,
+        "drafter": args.drafter,
         "command": " ".join(["benchmarks/vllm_prompts.py", *(argv or sys.argv[1:])]),
-    }  # fmt: skip
+    }
     args.out.write_text(json.dumps({"meta": meta, "prompts": rows}) + "\n")
     return 0
 

@@ -32,8 +32,14 @@ def main() -> None:
     if not manifest_path.is_file():
         raise SystemExit(f"--cache {args.cache} has no manifest.json: expected a folder `dlite-hf features` filled.")
     manifest = json.loads(manifest_path.read_text())
-    cache = FeatureCache(args.cache, manifest["target"], manifest["layer_ids"], history_free=True,
-                         anchor_stride=args.anchor_stride, producer=manifest.get("producer"))  # fmt: skip
+    cache = FeatureCache(
+        args.cache,
+        manifest["target"],
+        manifest["layer_ids"],
+        history_free=True,
+        anchor_stride=args.anchor_stride,
+        producer=manifest.get("producer"),
+    )
     # (FeatureCache refuses a cache of another layout)
     raw = read_jsonl(args.rows)
     dataset = RegeneratedDataset(raw, max_length=args.max_length)

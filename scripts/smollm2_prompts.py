@@ -48,5 +48,6 @@ def main(run_dir: str) -> None:
     sampled += [{**p, "id": p["id"] + "#s2"} for p in every if p["workload"] in ("chat", "code")]
     write_jsonl(sampled, Path(run_dir) / "sampled.jsonl")
 
+
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -93,9 +93,11 @@ def test_real_smollm2_packed_attention_equals_sdpa(smollm2_dir):
     sdpa, tokenizer = load_target(smollm2_dir, attention="sdpa")
     packed, _ = load_target(smollm2_dir, attention="packed_gqa")
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "List three uses of a paperclip."}], add_generation_prompt=True,
-        return_tensors="pt", return_dict=True,
-    )["input_ids"]  # fmt: skip
+        [{"role": "user", "content": "List three uses of a paperclip."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(packed(ids).logits, sdpa(ids).logits, rtol=1e-4, atol=1e-4)
     plain = sdpa.generate(ids, max_new_tokens=32, do_sample=False)

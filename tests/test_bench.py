@@ -22,18 +22,65 @@ from dlite_hf.data import prompts as P
 from dlite_hf.data.workloads import CODING_TASKS, build_workloads, coding_session, session_from_messages
 
 RECORD_KEYS = {
-    "workload", "session_id", "turn", "prompt_id", "source", "method", "prompt_tokens", "cached_prompt_tokens",
+    "workload",
+    "session_id",
+    "turn",
+    "prompt_id",
+    "source",
+    "method",
+    "prompt_tokens",
+    "cached_prompt_tokens",
     "new_tokens",
-    "target_forwards", "rounds", "draft_calls", "drafted", "accepted", "tau", "wall_s", "prefill_s", "decode_s",
-    "tok_s", "decode_tok_s", "target_s", "drafter_s", "overhead_s", "target_ms_per_round", "drafter_ms_per_round",
-    "drafter_share", "peak_rss_delta_mb", "identical_to_plain", "first_mismatch", "near_tie", "lossless_ok",
-}  # fmt: skip
+    "target_forwards",
+    "rounds",
+    "draft_calls",
+    "drafted",
+    "accepted",
+    "tau",
+    "wall_s",
+    "prefill_s",
+    "decode_s",
+    "tok_s",
+    "decode_tok_s",
+    "target_s",
+    "drafter_s",
+    "overhead_s",
+    "target_ms_per_round",
+    "drafter_ms_per_round",
+    "drafter_share",
+    "peak_rss_delta_mb",
+    "identical_to_plain",
+    "first_mismatch",
+    "near_tie",
+    "lossless_ok",
+}
 SUMMARY_KEYS = {
-    "workload", "method", "prompts", "mean_prompt_tokens", "new_tokens", "target_forwards", "wall_s", "prefill_s",
-    "tok_s", "mean_tau", "tau_pooled", "speedup", "decode_speedup", "acceptance_rate", "drafter_ms_per_round",
-    "target_ms_per_round", "drafter_share", "rounds", "peak_rss_delta_mb_max", "mismatches", "lossless",
-    "exact_match_rate", "near_ties", "lossless_failures", "wall_ratio",
-}  # fmt: skip
+    "workload",
+    "method",
+    "prompts",
+    "mean_prompt_tokens",
+    "new_tokens",
+    "target_forwards",
+    "wall_s",
+    "prefill_s",
+    "tok_s",
+    "mean_tau",
+    "tau_pooled",
+    "speedup",
+    "decode_speedup",
+    "acceptance_rate",
+    "drafter_ms_per_round",
+    "target_ms_per_round",
+    "drafter_share",
+    "rounds",
+    "peak_rss_delta_mb_max",
+    "mismatches",
+    "lossless",
+    "exact_match_rate",
+    "near_ties",
+    "lossless_failures",
+    "wall_ratio",
+}
 META_KEYS = {"machine", "threads", "python", "torch", "transformers", "dlite_hf", "max_new_tokens", "started_utc"}
 ALL_METHODS = ("plain", "prompt_lookup", "dlite", "dlite_nohead", "history")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -93,9 +140,16 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
     }
     methods = {"plain": None, "prompt_lookup": None, **drafters}
     result = run_bench(
-        target, tokenizer, methods, workloads, max_new_tokens=10, progress=False, out_dir=tmp_path, name="tiny",
+        target,
+        tokenizer,
+        methods,
+        workloads,
+        max_new_tokens=10,
+        progress=False,
+        out_dir=tmp_path,
+        name="tiny",
         plots=True,
-    )  # fmt: skip
+    )
     _check_result(result, ALL_METHODS, ["chat", "agentic"])
     agentic = [s for s in result["sessions"] if s["workload"] == "agentic"]
     assert [s["id"].split("/")[0] for s in agentic] == ["tooltalk", "bfcl", "coding"]
@@ -123,9 +177,14 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
 def agentic_turns(tokenizer):
     """Three-turn agentic sessions (ToolTalk and a coding session, no BFCL), contexts to 3,000 tokens."""
     return build_workloads(
-        ["agentic"], tokenizer, num_prompts=1, agentic_max_tokens=3000, agentic_max_turns=3, file_tokens=300,
+        ["agentic"],
+        tokenizer,
+        num_prompts=1,
+        agentic_max_tokens=3000,
+        agentic_max_turns=3,
+        file_tokens=300,
         bfcl_sessions=0,
-    )  # fmt: skip
+    )
 
 
 def test_hybrid_method_keeps_one_index_per_session_and_records_its_sources(tiny, tokenizer, agentic_turns):
@@ -192,8 +251,16 @@ def test_repeats_keep_the_fastest_run_from_the_same_state_and_rotate_the_method_
     assert once["ok"] and twice["ok"] and twice["meta"]["repeats"] == 2 and once["meta"]["repeats"] == 1
     assert "measured 2 times with every method" in markdown_table(twice)
     # every repeat starts from the same cache and suffix index: the same outputs, cache reuse and lookups as once
-    keys = ("prompt_id", "method", "new_tokens", "target_forwards", "cached_prompt_tokens", "lookup_rounds",
-            "lookup_accepted", "lookup_index_reused")  # fmt: skip
+    keys = (
+        "prompt_id",
+        "method",
+        "new_tokens",
+        "target_forwards",
+        "cached_prompt_tokens",
+        "lookup_rounds",
+        "lookup_accepted",
+        "lookup_index_reused",
+    )
     assert [[r.get(k) for k in keys] for r in once["records"]] == [[r.get(k) for k in keys] for r in twice["records"]]
     for record in twice["records"]:
         assert len(record["wall_s_repeats"]) == 2 and record["wall_s"] == min(record["wall_s_repeats"])
@@ -224,9 +291,15 @@ def test_a_repeat_with_another_output_fails_the_check(tiny, tokenizer, monkeypat
 
     monkeypatch.setattr(bench_runner._Runner, "measure", flaky)
     result = run_bench(
-        target, tokenizer, {"prompt_lookup": None}, workloads, max_new_tokens=6, progress=False, warmup=False,
+        target,
+        tokenizer,
+        {"prompt_lookup": None},
+        workloads,
+        max_new_tokens=6,
+        progress=False,
+        warmup=False,
         repeats=2,
-    )  # fmt: skip
+    )
     assert result["ok"] is False and [m["method"] for m in result["mismatches"]] == ["prompt_lookup"]
     assert "repeats [0] of 2 gave another output" in result["mismatches"][0]["reason"]
 
@@ -246,10 +319,29 @@ def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
 
 def _cli(tmp_path, *extra: str) -> list[str]:
     return [
-        "bench", "--target", "tiny", "--drafter", "dlite", "--drafter-history", "history", "--workloads", "code",
-        "--methods", "prompt_lookup,dlite,history", "--num-prompts", "1", "--max-new-tokens", "6",
-        "--out", str(tmp_path), "--name", "cli", "--no-progress", "--no-warmup", *extra,
-    ]  # fmt: skip
+        "bench",
+        "--target",
+        "tiny",
+        "--drafter",
+        "dlite",
+        "--drafter-history",
+        "history",
+        "--workloads",
+        "code",
+        "--methods",
+        "prompt_lookup,dlite,history",
+        "--num-prompts",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "cli",
+        "--no-progress",
+        "--no-warmup",
+        *extra,
+    ]
 
 
 def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, monkeypatch, capsys):
@@ -392,8 +484,15 @@ def test_workload_loaders_on_the_real_files(tokenizer):
         coding_sessions=len(CODING_TASKS),
     )
     counts = {label: len(sessions) for label, sessions in workloads.items()}
-    assert counts == {"chat": 16, "code": 16, "math": 16, "tool": 16, "agentic": 16 + 1 + 3, "long-1024": 16,
-                      "long-4096": 16}  # fmt: skip
+    assert counts == {
+        "chat": 16,
+        "code": 16,
+        "math": 16,
+        "tool": 16,
+        "agentic": 16 + 1 + 3,
+        "long-1024": 16,
+        "long-4096": 16,
+    }
     for label in ("chat", "code", "math", "tool"):
         train = P.load_prompts(label, "train")
         sessions = workloads[label]
@@ -480,11 +579,25 @@ def test_cli_measures_a_users_prompt_file(tiny, tokenizer, tmp_path, monkeypatch
 
 def _record(method: str, prompt: str, new_tokens: int, wall: float, decode: float) -> dict:
     return {
-        "workload": "chat", "method": method, "prompt_id": prompt, "prompt_tokens": 10, "new_tokens": new_tokens,
-        "target_forwards": new_tokens, "rounds": 0, "accepted": 0, "drafted": 0, "tau": 1.0, "wall_s": wall,
-        "decode_s": decode, "prefill_s": wall - decode, "target_s": wall, "drafter_s": None,
-        "identical_to_plain": method == "plain" or new_tokens == 8, "lossless_ok": True, "peak_rss_delta_mb": None,
-    }  # fmt: skip
+        "workload": "chat",
+        "method": method,
+        "prompt_id": prompt,
+        "prompt_tokens": 10,
+        "new_tokens": new_tokens,
+        "target_forwards": new_tokens,
+        "rounds": 0,
+        "accepted": 0,
+        "drafted": 0,
+        "tau": 1.0,
+        "wall_s": wall,
+        "decode_s": decode,
+        "prefill_s": wall - decode,
+        "target_s": wall,
+        "drafter_s": None,
+        "identical_to_plain": method == "plain" or new_tokens == 8,
+        "lossless_ok": True,
+        "peak_rss_delta_mb": None,
+    }
 
 
 def test_speedup_is_a_tokens_per_second_ratio_so_a_shorter_output_is_not_faster():

@@ -132,17 +132,41 @@ def test_the_report_command_recomputes_a_documents_summary_and_goals_from_its_re
     records = []
     for method, tokens, wall in (("plain", 10, 4.0), ("prompt_lookup", 10, 2.0), ("hybrid", 5, 1.0)):
         records.append(
-            {"workload": "agentic", "method": method, "prompt_id": "s#0", "prompt_tokens": 100, "new_tokens": tokens,
-             "target_forwards": tokens, "rounds": 0, "accepted": 0, "drafted": 0, "tau": 1.0, "wall_s": wall,
-             "decode_s": wall / 2, "prefill_s": wall / 2, "target_s": wall, "drafter_s": None,
-             "identical_to_plain": method != "hybrid", "lossless_ok": True, "peak_rss_delta_mb": None}
-        )  # fmt: skip
+            {
+                "workload": "agentic",
+                "method": method,
+                "prompt_id": "s#0",
+                "prompt_tokens": 100,
+                "new_tokens": tokens,
+                "target_forwards": tokens,
+                "rounds": 0,
+                "accepted": 0,
+                "drafted": 0,
+                "tau": 1.0,
+                "wall_s": wall,
+                "decode_s": wall / 2,
+                "prefill_s": wall / 2,
+                "target_s": wall,
+                "drafter_s": None,
+                "identical_to_plain": method != "hybrid",
+                "lossless_ok": True,
+                "peak_rss_delta_mb": None,
+            }
+        )
     methods, workloads = ["plain", "prompt_lookup", "hybrid"], ["agentic"]
     stale = summarize(records, methods, workloads)
     for row in stale:
         row["speedup"] = 9.0  # as an older report computed it, say
-    document = {"meta": {"command": "dlite-hf bench"}, "methods": {m: {} for m in methods}, "workloads": workloads,
-                "records": records, "summary": stale, "goals": [], "divergences": [], "ok": True}  # fmt: skip
+    document = {
+        "meta": {"command": "dlite-hf bench"},
+        "methods": {m: {} for m in methods},
+        "workloads": workloads,
+        "records": records,
+        "summary": stale,
+        "goals": [],
+        "divergences": [],
+        "ok": True,
+    }
     path = tmp_path / "run.json"
     path.write_text(json.dumps(document))
     assert main(["bench", "report", str(path)]) == 0

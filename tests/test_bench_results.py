@@ -38,12 +38,35 @@ BENCH_RUNS = sorted(
 
 def _record(method: str, **fields) -> dict:
     """A version-1 record: no draft_calls, near_tie, lossless_ok nor cached_prompt_tokens."""
-    record = {"workload": "chat", "session_id": "s", "turn": 0, "prompt_id": "s", "source": "", "method": method,
-              "prompt_tokens": 10, "new_tokens": 8, "target_forwards": 4, "rounds": 3, "drafted": 9, "accepted": 4,
-              "tau": 2.0, "wall_s": 1.0, "prefill_s": 0.25, "decode_s": 0.75, "tok_s": 8.0, "decode_tok_s": 10.0,
-              "target_s": 0.5, "drafter_s": 0.3, "overhead_s": 0.2, "target_ms_per_round": 80.0,
-              "drafter_ms_per_round": 100.0, "drafter_share": 0.5, "peak_rss_delta_mb": 1.5,
-              "identical_to_plain": True, "first_mismatch": None}  # fmt: skip
+    record = {
+        "workload": "chat",
+        "session_id": "s",
+        "turn": 0,
+        "prompt_id": "s",
+        "source": "",
+        "method": method,
+        "prompt_tokens": 10,
+        "new_tokens": 8,
+        "target_forwards": 4,
+        "rounds": 3,
+        "drafted": 9,
+        "accepted": 4,
+        "tau": 2.0,
+        "wall_s": 1.0,
+        "prefill_s": 0.25,
+        "decode_s": 0.75,
+        "tok_s": 8.0,
+        "decode_tok_s": 10.0,
+        "target_s": 0.5,
+        "drafter_s": 0.3,
+        "overhead_s": 0.2,
+        "target_ms_per_round": 80.0,
+        "drafter_ms_per_round": 100.0,
+        "drafter_share": 0.5,
+        "peak_rss_delta_mb": 1.5,
+        "identical_to_plain": True,
+        "first_mismatch": None,
+    }
     return {**record, **fields}
 
 
@@ -62,7 +85,7 @@ def _version_1_document() -> dict:
                 "stop_reason": "end",
                 "last_context_tokens": 10,
             }
-        ],  # fmt: skip
+        ],
         "records": [_record("plain", rounds=0), _record("dlite", identical_to_plain=False, first_mismatch=5)],
         "summary": [{"workload": "chat", "method": "dlite", "prompts": 1, "mean_tau": 2.0, "speedup": 1.5}],
         "goals": [{"goal": "chat: dlite speedup > prompt_lookup speedup", "met": None, "measured": "not measured"}],
@@ -98,10 +121,14 @@ def test_the_module_needs_no_torch():
     the standard library and its own JSON-parts module."""
     for name in ("results.py", "json_parts.py"):
         tree = ast.parse((REPO / "src" / "dlite_hf" / "bench" / name).read_text())
-        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                    for alias in node.names}  # fmt: skip
-        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.ImportFrom) and node.level == 0}  # fmt: skip
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+        }
         relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
         assert imported <= sys.stdlib_module_names, (name, imported - sys.stdlib_module_names)
         assert relative <= {"json_parts"}, (name, relative)
@@ -158,7 +185,7 @@ def test_the_module_needs_no_torch():
             r"goals\[0\]\.met is absent: expected true "
             r"or false or null",
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_the_loader_says_what_it_got_what_it_expected_and_how_to_fix_it(document, expected):
     with pytest.raises(ResultsError, match=expected):
@@ -229,16 +256,42 @@ def test_a_document_without_a_version_or_ok_reads_as_the_current_version():
 
 
 def _near_tie() -> NearTie:
-    return NearTie(identical=False, first_divergence=5, plain_token=11, speculative_token=12, divergence_margin=0.01,
-                   top2_margin=0.01, max_gap=0.2, worst_position=5, epsilon=1.75, ok=True, reason="")  # fmt: skip
+    return NearTie(
+        identical=False,
+        first_divergence=5,
+        plain_token=11,
+        speculative_token=12,
+        divergence_margin=0.01,
+        top2_margin=0.01,
+        max_gap=0.2,
+        worst_position=5,
+        epsilon=1.75,
+        ok=True,
+        reason="",
+    )
 
 
 def test_a_document_built_in_code_is_written_in_the_runners_order_and_reads_back_the_same():
     metrics = {k: v for k, v in _record("hybrid").items() if k not in ("identical_to_plain", "first_mismatch")}
-    hybrid = Record(**metrics, draft_calls=4, cached_prompt_tokens=0, lookup_rounds=1, lookup_drafted=3,
-                    lookup_accepted=2, lookup_s=0.01, lookup_index_reused=0, lookup_fallback_rounds=0, dlite_rounds=2,
-                    dlite_accepted=2, dlite_drafter_s=0.29, identical_to_plain=False, first_mismatch=5,
-                    near_tie=_near_tie(), lossless_ok=True, wall_s_repeats=[1.0, 1.1])  # fmt: skip
+    hybrid = Record(
+        **metrics,
+        draft_calls=4,
+        cached_prompt_tokens=0,
+        lookup_rounds=1,
+        lookup_drafted=3,
+        lookup_accepted=2,
+        lookup_s=0.01,
+        lookup_index_reused=0,
+        lookup_fallback_rounds=0,
+        dlite_rounds=2,
+        dlite_accepted=2,
+        dlite_drafter_s=0.29,
+        identical_to_plain=False,
+        first_mismatch=5,
+        near_tie=_near_tie(),
+        lossless_ok=True,
+        wall_s_repeats=[1.0, 1.1],
+    )
     plain_metrics = {**_record("plain"), "draft_calls": 0, "cached_prompt_tokens": 0}
     plain = Record(**plain_metrics, near_tie=None, lossless_ok=True)
     result = BenchResult(
@@ -263,7 +316,7 @@ def test_a_document_built_in_code_is_written_in_the_runners_order_and_reads_back
         "mismatches",
         "divergences",
         "ok",
-    ]  # fmt: skip  (files, goals: only when set)
+    ]  # files, goals: only when set
     assert written["schema_version"] == SCHEMA_VERSION and list(written["meta"]) == ["machine", "command", "dtype"]
     # a hybrid record: the lookup keys after the timings, the verdict last; a plain one has no lookup keys
     keys = list(written["records"][1])
@@ -287,8 +340,9 @@ def test_set_after_loading_files_and_goals_are_written_where_a_rewrite_put_them(
     result.goals = [Goal(goal="g", met=True, measured="1.5x")]
     result.files = {"json": "run.json"}
     written = result.to_dict()
-    assert list(written)[-2:] == ["files", "goals"] and written["goals"] == [{"goal": "g", "met": True,
-                                                                                "measured": "1.5x"}]  # fmt: skip
+    assert list(written)[-2:] == ["files", "goals"] and written["goals"] == [
+        {"goal": "g", "met": True, "measured": "1.5x"}
+    ]
     result.goals = None  # a key written only when set
     assert "goals" not in result.to_dict()
 

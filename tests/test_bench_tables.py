@@ -13,10 +13,18 @@ from dlite_hf.cli import main
 
 def _summary(methods: tuple[str, ...]) -> list[dict]:
     return [
-        {"workload": "legal", "method": m, "prompts": 2, "tok_s": 10.0, "mean_tau": 1.0 + i, "tau_pooled": 1.0,
-         "speedup": [1.0, 1.5, 1.2, 1.1, 1.4][i], "decode_speedup": 1.0}
+        {
+            "workload": "legal",
+            "method": m,
+            "prompts": 2,
+            "tok_s": 10.0,
+            "mean_tau": 1.0 + i,
+            "tau_pooled": 1.0,
+            "speedup": [1.0, 1.5, 1.2, 1.1, 1.4][i],
+            "decode_speedup": 1.0,
+        }
         for i, m in enumerate(methods)
-    ]  # fmt: skip
+    ]
 
 
 def test_the_renderer_bolds_the_fastest_and_refuses_other_documents(tmp_path) -> None:

@@ -41,8 +41,18 @@ def test_keeps_exactly_the_rows_with_entries_in_order(tmp_path):
 
 def test_refuses_a_folder_without_a_manifest(tmp_path):
     (tmp_path / "rows.jsonl").write_text("")
-    result = _run("--rows", tmp_path / "rows.jsonl", "--cache", tmp_path, "--max-length", 16, "--anchor-stride", 4,
-                  "--out", tmp_path / "o.jsonl")  # fmt: skip
+    result = _run(
+        "--rows",
+        tmp_path / "rows.jsonl",
+        "--cache",
+        tmp_path,
+        "--max-length",
+        16,
+        "--anchor-stride",
+        4,
+        "--out",
+        tmp_path / "o.jsonl",
+    )
     assert (
         result.returncode != 0
         and "has no manifest.json: expected a folder `dlite-hf features` filled" in result.stderr

@@ -121,13 +121,22 @@ def tiny_checkpoint(tmp_path_factory):
     from transformers import LlamaConfig
 
     target_config = LlamaConfig(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, architectures=["LlamaForCausalLM"],
-    )  # fmt: skip
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        architectures=["LlamaForCausalLM"],
+    )
     drafter = make_drafter(
-        target_config, num_target_layers_tapped=2, target_name_or_path="smollm2-135m", num_hidden_layers=1,
-        head_rank=8, intermediate_size=None,
-    )  # fmt: skip
+        target_config,
+        num_target_layers_tapped=2,
+        target_name_or_path="smollm2-135m",
+        num_hidden_layers=1,
+        head_rank=8,
+        intermediate_size=None,
+    )
     folder = tmp_path_factory.mktemp("ckpt") / "drafter"
     drafter.save_pretrained(folder)
     record = {"stage": "stable", "epochs": 6, "learning_rate": 0.001, "draft_vocab_resized": {"from": 64, "to": 32}}
@@ -137,18 +146,42 @@ def tiny_checkpoint(tmp_path_factory):
 
 BENCH_DOCUMENT = {
     "schema_version": 1,
-    "meta": {"command": "dlite-hf bench --target smollm2-135m --max-new-tokens 128 --threads 1", "threads": 1,
-             "machine": {"cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2}},
+    "meta": {
+        "command": "dlite-hf bench --target smollm2-135m --max-new-tokens 128 --threads 1",
+        "threads": 1,
+        "machine": {"cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2},
+    },
     "records": [{"workload": "code", "method": "dlite", "prompt_id": "humaneval/1", "tau": 2.5, "speedup": None}],
     "summary": [
-        {"workload": "code", "method": "plain", "prompts": 4, "mean_tau": 1.0, "tok_s": 7.4183, "speedup": 1.0,
-         "lossless": True},
-        {"workload": "code", "method": "dlite", "prompts": 4, "mean_tau": 2.31894, "tok_s": 11.0571,
-         "speedup": 1.49052, "lossless": True},
-        {"workload": "long-1024", "method": "dlite", "prompts": 4, "mean_tau": 1.9012, "tok_s": 5.5021,
-         "speedup": 1.2249, "lossless": True},
+        {
+            "workload": "code",
+            "method": "plain",
+            "prompts": 4,
+            "mean_tau": 1.0,
+            "tok_s": 7.4183,
+            "speedup": 1.0,
+            "lossless": True,
+        },
+        {
+            "workload": "code",
+            "method": "dlite",
+            "prompts": 4,
+            "mean_tau": 2.31894,
+            "tok_s": 11.0571,
+            "speedup": 1.49052,
+            "lossless": True,
+        },
+        {
+            "workload": "long-1024",
+            "method": "dlite",
+            "prompts": 4,
+            "mean_tau": 1.9012,
+            "tok_s": 5.5021,
+            "speedup": 1.2249,
+            "lossless": True,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_card_command_renders_a_traceable_card(tiny_checkpoint, tmp_path):
@@ -233,12 +266,22 @@ def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
 
     from dlite_hf.cards import _num_parameters
 
-    target_config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    target_config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model = make_drafter(
-        target_config, num_target_layers_tapped=2, num_hidden_layers=1, head_rank=8, intermediate_size=None,
+        target_config,
+        num_target_layers_tapped=2,
+        num_hidden_layers=1,
+        head_rank=8,
+        intermediate_size=None,
         draft_vocab_size=40,
-    )  # fmt: skip
+    )
     model.save_pretrained(tmp_path)
     assert _num_parameters(tmp_path) == sum(p.numel() for p in model.parameters())
 

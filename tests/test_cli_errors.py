@@ -92,9 +92,12 @@ def test_compare_says_where_the_shipped_drafter_lives_when_it_is_missing(tmp_pat
 
     monkeypatch.setattr(assets, "open_target", no_loading)
     monkeypatch.setattr(loading, "drafter_search_path", lambda: [tmp_path / "drafters"])
-    with pytest.raises(SystemExit, match=r"No drafter named 'dlite-smollm2-135m' in .*drafters; the trained "
-                                         r"SmolLM2-135M drafter ships in the dlite-hf repository .*pass --drafter "
-                                         r"PATH.*DLITE_HF_DRAFTERS"):  # fmt: skip
+    with pytest.raises(
+        SystemExit,
+        match=r"No drafter named 'dlite-smollm2-135m' in .*drafters; the trained "
+        r"SmolLM2-135M drafter ships in the dlite-hf repository .*pass --drafter "
+        r"PATH.*DLITE_HF_DRAFTERS",
+    ):
         main(["compare", "--workloads", "chat", "--num-prompts", "1"])
     with pytest.raises(SystemExit, match=r"elsewhere' is neither an existing folder, a Hub id \(org/name\) nor a "):
         main(["compare", "--workloads", "chat", "--num-prompts", "1", "--drafter", str(tmp_path / "elsewhere")])

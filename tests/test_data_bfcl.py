@@ -101,8 +101,13 @@ def test_system_prompt_lists_the_involved_classes_minus_excluded_functions():
 
 def test_long_context_results_are_longer():
     def tool_chars(category: str) -> int:
-        return sum(len(m["content"]) for s in bfcl_sessions(8, category=category) for t in s["turns"] for m in t
-                   if m["role"] == "tool")  # fmt: skip
+        return sum(
+            len(m["content"])
+            for s in bfcl_sessions(8, category=category)
+            for t in s["turns"]
+            for m in t
+            if m["role"] == "tool"
+        )
 
     assert tool_chars("multi_turn_long_context") > 2 * tool_chars("multi_turn_base")
 

@@ -107,8 +107,11 @@ def test_build_mix_writes_train_items_only_and_is_seeded(tmp_path: Path) -> None
     texts = [json.loads(line) for line in rows["texts.jsonl"].splitlines()]
     assert len(prompts) == 21 and len(texts) == 5
     assert summary["domains"]["news"] == {
-        "kind": "prompt", "source": D.DOMAINS["news"].source, "available": 984, "written": 7,
-    }  # fmt: skip
+        "kind": "prompt",
+        "source": D.DOMAINS["news"].source,
+        "available": 984,
+        "written": 7,
+    }
     eval_ids = {p["id"] for d in ("news", "reasoning", "chat") for p in D.domain_prompts(d, "eval")}
     assert not eval_ids & {p["id"] for p in prompts + texts}
     with pytest.raises(ValueError, match="Unknown domain 'poetry'"):
@@ -189,17 +192,25 @@ class _Template:
 
 def test_label_text_masks_exactly_the_reply_and_resumes(tmp_path: Path) -> None:
     items = [
-        {"id": "t/1", "workload": "text_news", "messages": [{"role": "user", "content": "hi"},
-                                                             {"role": "assistant", "content": "x" * 40}]},
-        {"id": "t/2", "workload": "text_news", "messages": [{"role": "user", "content": "q"},
-                                                             {"role": "assistant", "content": "ab"}]},
-    ]  # fmt: skip
+        {
+            "id": "t/1",
+            "workload": "text_news",
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 40}],
+        },
+        {
+            "id": "t/2",
+            "workload": "text_news",
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ab"}],
+        },
+    ]
     ids, prompt_len = conversation_ids(_Template(), items[0]["messages"])
     assert prompt_len == len("<user>hi|<assistant>") and len(ids) == prompt_len + 41  # reply + its end mark
     out = tmp_path / "rows.jsonl"
     assert label_text(_Template(), items, out, max_tokens=50, min_reply_tokens=5) == {
-        "written": 1, "already_done": 0, "skipped_short": 1,
-    }  # fmt: skip
+        "written": 1,
+        "already_done": 0,
+        "skipped_short": 1,
+    }
     row = json.loads(out.read_text())
     assert row["label_source"] == TARGET_LABELS and len(row["input_ids"]) == 50
     assert row["loss_mask"] == [0] * prompt_len + [1] * (50 - prompt_len)
@@ -241,9 +252,15 @@ def test_trainer_uses_the_targets_argmax_on_target_labelled_rows(tmp_path: Path)
         for i in range(4)
     ]
     args = DLiteTrainingArguments(
-        output_dir=str(tmp_path), stage="stable", lambda_ce=1.0, lambda_tv=0.0, num_anchors=4, report_to=[],
-        per_device_train_batch_size=4, use_cpu=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path),
+        stage="stable",
+        lambda_ce=1.0,
+        lambda_tv=0.0,
+        num_anchors=4,
+        report_to=[],
+        per_device_train_batch_size=4,
+        use_cpu=True,
+    )
     trainer = DLiteTrainer(model=drafter, target=target, args=args, train_dataset=RegeneratedDataset(rows))
     for source in ("data", TARGET_LABELS):
         data = RegeneratedDataset([{**r, "label_source": source} for r in rows])

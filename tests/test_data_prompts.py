@@ -98,8 +98,11 @@ def test_deterministic_and_limit(workload: str) -> None:
 def test_eval_selection_is_pinned() -> None:
     """The eval sample is sha1-ranked ids; these must not drift between releases."""
     assert [p["id"] for p in P.load_prompts("chat", "eval", limit=4)] == [
-        "mtbench/101", "mtbench/144", "mtbench/105", "mtbench/160"
-    ]  # fmt: skip
+        "mtbench/101",
+        "mtbench/144",
+        "mtbench/105",
+        "mtbench/160",
+    ]
     assert P.load_prompts("code", "eval")[0]["id"] == "humaneval/66"
 
 

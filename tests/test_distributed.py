@@ -21,10 +21,19 @@ pytestmark = pytest.mark.heavy  # two training processes a test: in `make test` 
 LAUNCHERS = {
     "torchrun": ["-m", "torch.distributed.run", "--nproc_per_node", "2"],
     "accelerate": [
-        "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
     ],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))

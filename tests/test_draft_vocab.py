@@ -99,8 +99,12 @@ def test_draft_vocab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (tmp_path / "src" / "dlite_training.json").write_text(json.dumps({"stage": "stable"}))
 
     out = tmp_path / "narrow"
-    assert main(["draft-vocab", "--drafter", str(tmp_path / "src"), "--data", str(data), "--size", "8",
-                 "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            ["draft-vocab", "--drafter", str(tmp_path / "src"), "--data", str(data), "--size", "8", "--out", str(out)]
+        )
+        == 0
+    )
     narrowed = DLiteForSpeculation.from_pretrained(out)
     assert narrowed.config.draft_vocab_size == 8
     ranked = counts + 0.5 * (1 - torch.arange(128) / 128)  # ties go to lower ids (response_token_counts)
@@ -120,5 +124,6 @@ def test_draft_vocab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         main(["draft-vocab", "--drafter", str(out), "--data", str(data), "--size", "4", "--out", str(out)])
     foreign = _rows(tmp_path / "foreign.jsonl", [[1, 2, 3, 500, 7]], prompt_len=2)
     with pytest.raises(SystemExit, match=r"outside the drafter's vocabulary \[0, 128\).*another tokenizer"):
-        main(["draft-vocab", "--drafter", str(out), "--data", str(foreign), "--size", "4",
-              "--out", str(tmp_path / "x")])  # fmt: skip
+        main(
+            ["draft-vocab", "--drafter", str(out), "--data", str(foreign), "--size", "4", "--out", str(tmp_path / "x")]
+        )

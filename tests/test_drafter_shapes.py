@@ -50,12 +50,14 @@ def test_the_shipped_shape_is_the_shipped_drafters():
 @pytest.mark.parametrize(
     ("variant", "changed"),
     [
-        ("WIDTH_576", {"drafter_hidden_size": 576, "drafter_heads": 9, "drafter_kv_heads": 3,
-                       "drafter_intermediate_size": 1536}),
+        (
+            "WIDTH_576",
+            {"drafter_hidden_size": 576, "drafter_heads": 9, "drafter_kv_heads": 3, "drafter_intermediate_size": 1536},
+        ),
         ("LAYERS_7", {"drafter_layers": 7}),
         ("TAPS_12", {"num_tapped_layers": 12}),
     ],
-)  # fmt: skip
+)
 def test_a_variant_after_the_shipped_shape_changes_only_what_it_names(variant, changed):
     base, varied = vars(_parsed("SHIPPED_SHAPE")), vars(_parsed("SHIPPED_SHAPE", variant))
     assert {name: value for name, value in varied.items() if base[name] != value} == changed

@@ -47,8 +47,11 @@ def test_cli_dtype_flags_refuse_unknown_names(argv, capsys):
 def test_a_drafter_in_another_dtype_than_the_target_is_refused():
     target = make_tiny_target("qwen3", seed=0).to(torch.bfloat16)
     drafter = make_drafter(target, seed=0)  # float32
-    with pytest.raises(ValueError, match=r"drafter is in torch.float32 but the target is in torch.bfloat16.*"
-                       r"drafter.to\(torch.bfloat16\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"drafter is in torch.float32 but the target is in torch.bfloat16.*"
+        r"drafter.to\(torch.bfloat16\)",
+    ):
         target.generate(torch.tensor([[3, 5, 7]]), max_new_tokens=4, do_sample=False, assistant_model=drafter)
 
 
@@ -277,14 +280,17 @@ def test_the_default_mode_is_the_one_the_committed_benchmarks_measured_fastest(m
         ("float32", "sdpa"): ["smollm2-135m-main.json"],
         ("bfloat16", "sdpa"): ["smollm2-135m-main-bf16.json"],
         ("float32", "packed_gqa"): [
-            "smollm2-135m-main-packed.json", "smollm2-135m-main-packed-r2.json",
+            "smollm2-135m-main-packed.json",
+            "smollm2-135m-main-packed-r2.json",
             "smollm2-135m-dtype-fp32-packed-avx2.json",
         ],
         ("bfloat16", "packed_gqa"): [
-            "smollm2-135m-main-bf16-packed.json", "smollm2-135m-main-bf16-packed-r2.json",
-            "smollm2-135m-main-bf16-packed-r3.json", "smollm2-135m-dtype-bf16-packed-avx2.json",
+            "smollm2-135m-main-bf16-packed.json",
+            "smollm2-135m-main-bf16-packed-r2.json",
+            "smollm2-135m-main-bf16-packed-r3.json",
+            "smollm2-135m-dtype-bf16-packed-avx2.json",
         ],
-    }  # fmt: skip
+    }
     records = []
     for (dtype, attention), names in runs.items():
         for name in names:

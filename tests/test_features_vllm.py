@@ -37,7 +37,7 @@ def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monk
             anchor_stride=4,
             max_length=16,
             python=sys.executable,
-        )  # fmt: skip  (this interpreter has no vLLM)
+        )  # this interpreter has no vLLM
     job = [json.loads(line) for line in (cache_dir / "vllm-job-0of1.jsonl").read_text().splitlines()]
     trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=True, anchor_stride=4)
     assert trainer_cache.producer == "vllm-bfloat16"
@@ -55,9 +55,17 @@ def test_all_positions_writes_the_layout_history_aware_training_reads(tmp_path, 
     cache_dir = tmp_path / "cache"
     with pytest.raises(RuntimeError, match="feature worker exited"):
         features_vllm(
-            tmp_path, "tiny", tmp_path, [0, 2], _rows(), cache_dir, anchor_stride=4, max_length=16,
-            python=sys.executable, all_positions=True,
-        )  # fmt: skip
+            tmp_path,
+            "tiny",
+            tmp_path,
+            [0, 2],
+            _rows(),
+            cache_dir,
+            anchor_stride=4,
+            max_length=16,
+            python=sys.executable,
+            all_positions=True,
+        )
     job = [json.loads(line) for line in (cache_dir / "vllm-job-0of1.jsonl").read_text().splitlines()]
     trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=False)
     for row, item in zip(RegeneratedDataset(_rows(), max_length=16).rows, job):
@@ -85,7 +93,7 @@ def test_shards_split_the_rows_into_their_own_jobs(tmp_path, monkeypatch):
                 max_length=32,
                 python=sys.executable,
                 shard=(index, 2),
-            )  # fmt: skip  (this interpreter has no vLLM)
+            )  # this interpreter has no vLLM
         lines = (tmp_path / "c" / f"vllm-job-{index}of2.jsonl").read_text().splitlines()
         jobs.append([json.loads(line)["input_ids"] for line in lines])
     assert [len(job) for job in jobs] == [3, 2]
@@ -118,9 +126,15 @@ def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):
         main([*base, str(folder), "--shard", "1/1"])
 
 
-@pytest.mark.parametrize(("native", "flag", "expected"), [
-    (True, None, "bfloat16"), (False, None, "float32"), (False, "bfloat16", "bfloat16"), (True, "float32", "float32"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("native", "flag", "expected"),
+    [
+        (True, None, "bfloat16"),
+        (False, None, "float32"),
+        (False, "bfloat16", "bfloat16"),
+        (True, "float32", "float32"),
+    ],
+)
 def test_the_cli_runs_vllm_in_the_machines_fastest_dtype_unless_told(tmp_path, monkeypatch, native, flag, expected):
     """`--dtype fastest` (the default): bfloat16 where the machine computes it natively, float32 where vLLM would
     emulate it; an explicit `--dtype` is passed as given."""
@@ -136,7 +150,16 @@ def test_the_cli_runs_vllm_in_the_machines_fastest_dtype_unless_told(tmp_path, m
     seen = {}
     monkeypatch.setattr(defaults, "native_bfloat16", lambda device="cpu": native)
     monkeypatch.setattr(module, "features_vllm", lambda *args, **kwargs: seen.update(kwargs) or {"written": 0})
-    argv = ["features", "--rows", str(tmp_path / "rows.jsonl"), "--cache", str(tmp_path / "c"), "--drafter",
-            str(tmp_path / "drafter"), "--target", str(tmp_path / "target")]  # fmt: skip
+    argv = [
+        "features",
+        "--rows",
+        str(tmp_path / "rows.jsonl"),
+        "--cache",
+        str(tmp_path / "c"),
+        "--drafter",
+        str(tmp_path / "drafter"),
+        "--target",
+        str(tmp_path / "target"),
+    ]
     assert main([*argv, *(["--dtype", flag] if flag else [])]) == 0
     assert seen["dtype"] == expected

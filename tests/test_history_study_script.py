@@ -18,8 +18,13 @@ def _run(tmp_path, **env):
     for name, body in (("dlite-hf", f'echo "$*" >> {log}'), ("taskset", 'shift 2; exec "$@"')):
         (bin_dir / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DLITE": str(bin_dir / "dlite-hf"), "ROWS": "rows.jsonl",
-            "CACHE": "cache", "RUN": str(tmp_path / "run")}  # fmt: skip
+    base = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "DLITE": str(bin_dir / "dlite-hf"),
+        "ROWS": "rows.jsonl",
+        "CACHE": "cache",
+        "RUN": str(tmp_path / "run"),
+    }
     result = subprocess.run(["bash", str(SCRIPT)], env={**base, **env}, capture_output=True, text=True, check=False)
     calls = log.read_text().splitlines() if log.exists() else []
     log.unlink(missing_ok=True)

@@ -142,9 +142,13 @@ def test_a_round_on_the_columns_drafts_what_the_widened_round_drafts(target, rul
         stop, skip = (between if rules[0] else 0.0), (between * rules[1] / 0.5 if rules[1] else 0.0)
         compact = drafter.draft(context, anchors, confidence_threshold=stop, skip_threshold=skip)
         widened = drafter.draft(
-            context, anchors, confidence_threshold=stop, skip_threshold=skip,
-            logits_processor=lambda ids, scores: scores, prefix_ids=prefix,
-        )  # fmt: skip
+            context,
+            anchors,
+            confidence_threshold=stop,
+            skip_threshold=skip,
+            logits_processor=lambda ids, scores: scores,
+            prefix_ids=prefix,
+        )
         assert torch.equal(compact[0], widened[0]) and torch.equal(compact[1], widened[1])
         lengths = drafter.draft_row_lengths(*compact, confidence_threshold=stop, skip_threshold=skip)
         assert lengths == drafter.draft_row_lengths(*widened, confidence_threshold=stop, skip_threshold=skip)

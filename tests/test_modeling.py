@@ -289,8 +289,9 @@ def _between_rows(values: torch.Tensor) -> float:
     return float(ordered[middle - 1] + ordered[middle]) / 2
 
 
-@pytest.mark.parametrize(("stop", "skip", "lengths"), [(True, False, None), (True, False, [3, 5]), (False, True, None),
-                                                      (True, True, None)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("stop", "skip", "lengths"), [(True, False, None), (True, False, [3, 5]), (False, True, None), (True, True, None)]
+)
 def test_row_lengths_are_where_each_row_alone_would_stop(target, stop, skip, lengths):
     """A batched round runs until every row is unsure; `draft_row_lengths` gives each row the drafts it would have
     drafted alone: the same count and, being a prefix of the batch's, the same tokens."""

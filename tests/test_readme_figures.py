@@ -233,13 +233,19 @@ def test_the_training_logs_capacity_study_tables_are_the_result_files() -> None:
     drafters = _check_study_rows("smollm2-135m-capacity-study.json", rows)
     assert predicted_speedup(2.0, 10.0, {"1": 60.0, "8": 70.0}) == pytest.approx(1.5)  # 2 x 60 / (70 + 10)
     cost = json.loads((RESULTS / "smollm2-135m-capacity-study-round-cost-bf16.json").read_text())
-    labels = {"A": "A (the shipped shape)", "l7": "l7 (7 layers)", "t12": "t12 (12 tapped layers)",
-              "w576": "w576 (width 576)"}  # fmt: skip
+    labels = {
+        "A": "A (the shipped shape)",
+        "l7": "l7 (7 layers)",
+        "t12": "t12 (12 tapped layers)",
+        "w576": "w576 (width 576)",
+    }
     by_time = {"A": "A1500", "t12": "t12-1500", "w576": "w576-1500"}  # the same shape, 1,500 s of training
 
     def speedups(name: str, ms: float) -> str:
-        return " / ".join(f"{predicted_speedup(drafters[name][key], ms, cost['target_ms']):.2f}x"
-                          for key in ("mean_tau_ood", "mean_tau_in_domain"))  # fmt: skip
+        return " / ".join(
+            f"{predicted_speedup(drafters[name][key], ms, cost['target_ms']):.2f}x"
+            for key in ("mean_tau_ood", "mean_tau_in_domain")
+        )
 
     for arm, label in labels.items():
         ms = cost["ms_per_round"][arm]
@@ -253,8 +259,11 @@ def test_the_round_comparison_in_vllm_is_the_bench_run() -> None:
     cell = {(r["workload"], r["method"]): r for r in results}
     text = (REPO / "benchmarks" / "README.md").read_text()
     section = text[text.index("### vLLM at c = 1: the drafting round") :].splitlines()
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")][1:] for line in section
-            if line.startswith("| ") and not line.startswith("| workload")}  # fmt: skip
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")][1:]
+        for line in section
+        if line.startswith("| ") and not line.startswith("| workload")
+    }
     for workload in ("chat", "code", "math"):
         expected = [f"{cell[workload, 'plain']['tokens_per_s']:.1f}"] + [
             f"{cell[workload, m]['speedup']:.2f}x (tau {cell[workload, m]['tau']:.2f})"
@@ -296,21 +305,28 @@ def test_the_training_logs_window_cut_table_is_the_result_file() -> None:
     windows = json.loads((RESULTS / "smollm2-135m-window-step-cost-avx2.json").read_text())["windows"]
     for window, entry in windows.items():
         assert _row(window, "docs/training-log.md") == [
-            f"{entry['uncut_s_per_step']:.2f}", f"{entry['cut_s_per_step']:.2f}", f"{entry['speedup']:.2f}x",
+            f"{entry['uncut_s_per_step']:.2f}",
+            f"{entry['cut_s_per_step']:.2f}",
+            f"{entry['speedup']:.2f}x",
             f"{entry['backbone_rows_ratio']:.2f}",
-        ]  # fmt: skip
+        ]
     assert windows["512"]["backbone_rows_ratio"] < 1 and windows["512"]["speedup"] > 1
 
 
 def test_the_machines_tables_for_a_cpu_without_native_bfloat16_are_the_result_files() -> None:
     shapes = json.loads((RESULTS / "matmul-dtypes-avx2.json").read_text())["shapes"]
-    for label, key in (("512 x 576 x 1536 (a prefill's MLP)", "prefill, 512 rows x MLP up"),
-                       ("1 x 576 x 1536 (a one-token step's)", "one-token step, MLP up")):  # fmt: skip
+    for label, key in (
+        ("512 x 576 x 1536 (a prefill's MLP)", "prefill, 512 rows x MLP up"),
+        ("1 x 576 x 1536 (a one-token step's)", "one-token step, MLP up"),
+    ):
         gflops = shapes[key]["gflop_per_s"]
         expected = [f"{gflops[d]:.1f}" for d in ("float32", "bfloat16", "float16")]
         assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
-    for label, dtype, workload in (("float32, all four", "fp32", "all"), ("float32, chat", "fp32", "chat"),
-                                   ("bfloat16, all four", "bf16", "all")):  # fmt: skip
+    for label, dtype, workload in (
+        ("float32, all four", "fp32", "all"),
+        ("float32, chat", "fp32", "chat"),
+        ("bfloat16, all four", "bf16", "all"),
+    ):
         summary = json.loads((RESULTS / f"smollm2-135m-dtype-{dtype}-packed-avx2.json").read_text())["summary"]
         rows = {r["method"]: r for r in summary if r["workload"] == workload}
         verify = rows["dlite"]["target_ms_per_round"] / rows["plain"]["target_ms_per_round"]
@@ -338,13 +354,19 @@ def test_the_machines_rules_table_is_the_result_file() -> None:
     result = json.loads((RESULTS / "smollm2-135m-rules-avx2.json").read_text())
     assert result["environment"]["machine"]["bf16_native"] is False and len(result["rules"]) == 196
     assert result["best"] == result["rules"][0] and result["decoded_tokens"] == 3501
-    for label, key in (("shipped (0.3, 0.5, 3+7)", "shipped"), ("best of the grid (0.4, 0.4, 3+7)", "best"),
-                       ("K every round", "k_every_round")):  # fmt: skip
+    for label, key in (
+        ("shipped (0.3, 0.5, 3+7)", "shipped"),
+        ("best of the grid (0.4, 0.4, 3+7)", "best"),
+        ("K every round", "k_every_round"),
+    ):
         entry = result[key]
         expected = [f"{entry[d]['speedup_est']:.2f}x" for d in ("reasoning", "manpages", "all")]
         assert _row(label, "docs/benchmark-machines.md") == expected, (label, expected)
-    assert result["shipped"]["rule"] == {"draft_confidence_threshold": 0.3, "draft_skip_threshold": 0.5,
-                                         "draft_lengths": [3, 7]}  # fmt: skip
+    assert result["shipped"]["rule"] == {
+        "draft_confidence_threshold": 0.3,
+        "draft_skip_threshold": 0.5,
+        "draft_lengths": [3, 7],
+    }
     assert result["best"]["rule"]["draft_confidence_threshold"] == 0.4
     assert result["best"]["all"]["speedup_est"] / result["shipped"]["all"]["speedup_est"] < 1.01
     ms = result["drafter_ms"]["skipped_round"]

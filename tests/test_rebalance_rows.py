@@ -56,16 +56,18 @@ def test_cli_writes_the_rows_and_refuses_rows_without_a_workload(tmp_path):
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows({"a": 9, "b": 1})))
     done = subprocess.run(
         [sys.executable, SCRIPT, "--rows", tmp_path / "rows.jsonl", "--out", tmp_path / "out.jsonl"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert Counter(r["workload"] for r in out) == {"a": 9, "b": 3}
     (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
     bad = subprocess.run(
         [sys.executable, SCRIPT, "--rows", tmp_path / "bad.jsonl", "--out", tmp_path / "o.jsonl"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "no workload/loss_mask" in bad.stderr
 
 

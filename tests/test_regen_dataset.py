@@ -26,10 +26,14 @@ class _Tokenizer:
 
 def _prompts(n: int):
     return [
-        {"id": f"p{i}", "workload": "math" if i % 2 else "chat", "source": "pkg==1.0:data/x.jsonl",
-         "messages": [{"role": "user", "content": f"question {i} " * (i + 1)}]}
+        {
+            "id": f"p{i}",
+            "workload": "math" if i % 2 else "chat",
+            "source": "pkg==1.0:data/x.jsonl",
+            "messages": [{"role": "user", "content": f"question {i} " * (i + 1)}],
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def _rows(prompts, tokenizer, sampled: bool = False):
@@ -110,9 +114,11 @@ def test_the_shards_load_with_datasets(tmp_path):
     write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
     dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
     loaded = datasets.load_dataset(
-        "parquet", data_files=str(tmp_path / "ds" / "data" / "*.parquet"), split="train",
+        "parquet",
+        data_files=str(tmp_path / "ds" / "data" / "*.parquet"),
+        split="train",
         cache_dir=str(tmp_path / "cache"),
-    )  # fmt: skip
+    )
     assert loaded.num_rows == 3 and loaded[1]["response_ids"] == [6, 6, 7, 2]
 
 

@@ -19,8 +19,10 @@ class _Chat:
 def test_replay_equals_the_real_run_token_for_token(fitted_pair) -> None:
     target, drafter, prompts, _, _ = fitted_pair
     drafter.bind_target(target)
-    items = [{"id": str(i), "workload": "w", "messages": [{"role": "user", "content": p.tolist()}]} for i, p in
-             enumerate(prompts[:4])]  # fmt: skip
+    items = [
+        {"id": str(i), "workload": "w", "messages": [{"role": "user", "content": p.tolist()}]}
+        for i, p in enumerate(prompts[:4])
+    ]
     texts = list(greedy_texts(target, _Chat(), items, max_new_tokens=24))
     for text in texts:
         ids = torch.tensor([text["tokens"][: text["prompt_length"]]])
@@ -96,10 +98,12 @@ def test_replay_gives_a_history_drafter_the_inputs_generate_gives_it(window) -> 
     drafter.encode_block = recording
     prompt = {"id": "0", "workload": "w", "messages": [{"role": "user", "content": list(range(3, 9))}]}
     text = next(greedy_texts(target, _Chat(), [prompt], max_new_tokens=12))
-    config = GenerationConfig(max_new_tokens=12, do_sample=False, draft_confidence_threshold=0.0,
-                              draft_skip_threshold=0.0)  # fmt: skip
-    target.generate(torch.tensor([text["tokens"][: text["prompt_length"]]]), generation_config=config,
-                    assistant_model=drafter)  # fmt: skip
+    config = GenerationConfig(
+        max_new_tokens=12, do_sample=False, draft_confidence_threshold=0.0, draft_skip_threshold=0.0
+    )
+    target.generate(
+        torch.tensor([text["tokens"][: text["prompt_length"]]]), generation_config=config, assistant_model=drafter
+    )
     real, calls[:] = list(calls), []
     row = replay_text(drafter, target, text)
     assert len(calls) == len(row["accepted"]) >= len(real) > 5  # generate skips drafting when one token is left

@@ -62,16 +62,19 @@ def test_the_runner_replays_saved_data_without_a_model(tmp_path):
     second = _turn([4] * 600, [4, 4, 20, 21], {601: [4, 20], 602: [20, 21], 603: [21]})
     data = tmp_path / "replay.json"
     forward = {"512": {"1": 0.02, "2": 0.022, "4": 0.026, "33": 0.1}, "1024": {"1": 0.03, "8": 0.04}}
-    data.write_text(json.dumps({"sessions": {"code": [[first]], "agentic": [[second]]}, "forward_s": forward,
-                                "drafter_s": 0.005}))  # fmt: skip
+    data.write_text(
+        json.dumps({"sessions": {"code": [[first]], "agentic": [[second]]}, "forward_s": forward, "drafter_s": 0.005})
+    )
     out = tmp_path / "rules.json"
     assert main(["bench", "replay", "hybrid", "--replay-data", str(data), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert len(result["rules"]) == len(replay_hybrid.hybrid_grid()) and result["turns"] == {"code": 1, "agentic": 1}
     speeds = [row["all"]["speedup_est"] for row in result["rules"]]
     assert speeds == sorted(speeds, reverse=True)
-    sessions = {k: [[replay_hybrid.HybridTurn.from_json(t) for t in s] for s in v] for k, v in
-                json.loads(data.read_text())["sessions"].items()}  # fmt: skip
+    sessions = {
+        k: [[replay_hybrid.HybridTurn.from_json(t) for t in s] for s in v]
+        for k, v in json.loads(data.read_text())["sessions"].items()
+    }
     tables = {int(c): {int(q): t for q, t in tb.items()} for c, tb in forward.items()}
     assert result["rules"] == replay_hybrid.rule_rows(sessions, tables, 0.005, 96)
     alone = next(row for row in result["rules"] if row["rule"]["min_match"] is None)

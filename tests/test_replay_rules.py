@@ -85,8 +85,15 @@ def test_the_runner_replays_saved_data_without_a_model(tmp_path):
     """The runner on saved replay data: K every round and the shipped rule first, then the grid's, ranked; the
     same rows as the replay of each rule."""
     drafts = [[11, 12, 99], [12, 13, 14], [13, 14, 0], [14, 0, 0]]
-    turn = {"domain": "d", "prompt_id": "a", "ids": [1, 2], "plain": [10, 11, 12, 13, 14], "drafts": drafts,
-            "chosen": [[0.9, 0.2, 0.9]] * 4, "first_top": [0.9, 0.4, 0.9, 0.9]}  # fmt: skip
+    turn = {
+        "domain": "d",
+        "prompt_id": "a",
+        "ids": [1, 2],
+        "plain": [10, 11, 12, 13, 14],
+        "drafts": drafts,
+        "chosen": [[0.9, 0.2, 0.9]] * 4,
+        "first_top": [0.9, 0.4, 0.9, 0.9],
+    }
     data = tmp_path / "replay.json"
     costs = {"512": {"1": 1.0, "2": 1.5, "3": 1.75, "4": 2.0}}
     data.write_text(json.dumps({"turns": [turn], "forward_s": costs, "drafter_skip_s": 0.25, "drafter_step_s": 0.125}))

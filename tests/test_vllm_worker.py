@@ -71,8 +71,10 @@ def test_a_killed_run_stops_the_worker_and_the_engine_it_started(tmp_path, stop)
     pids_path, summary = tmp_path / "pids.json", tmp_path / "summary.json"
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, WORKER, str(pids_path), str(summary), "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pids = _wait_for(pids_path)
     assert _alive(pids["worker"]) and _alive(pids["engine"])
     parent.send_signal(stop)
@@ -85,8 +87,10 @@ def test_a_finished_worker_returns_its_summary_and_leaves_nothing_running(tmp_pa
     pids_path, summary = tmp_path / "pids.json", tmp_path / "summary.json"
     done = subprocess.run(
         [sys.executable, "-c", PARENT, WORKER, str(pids_path), str(summary), "0"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "{'written': 3}" in done.stdout and not summary.exists()  # read, then removed
     pids = json.loads(pids_path.read_text())

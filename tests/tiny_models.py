@@ -93,10 +93,19 @@ def make_smollm_vocab_target(seed: int = 0, num_layers: int = 2, max_positions: 
     """A seeded random Llama with SmolLM2's vocabulary (49152) and special token ids (bos 1, eos = pad 2), hidden
     32, tied embeddings: real prompts tokenized by the SmolLM2 tokenizer run through it."""
     return make_tiny_target(
-        "llama", seed=seed, vocab_size=49152, num_layers=num_layers, hidden_size=32, intermediate_size=64,
-        head_dim=8, max_position_embeddings=max_positions, tie_word_embeddings=True, bos_token_id=1,
-        eos_token_id=2, pad_token_id=2,
-    )  # fmt: skip
+        "llama",
+        seed=seed,
+        vocab_size=49152,
+        num_layers=num_layers,
+        hidden_size=32,
+        intermediate_size=64,
+        head_dim=8,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
 
 
 def make_drafter(target, seed: int = 0, **overrides) -> DLiteForSpeculation:

@@ -33,12 +33,24 @@ def pytest_configure(config):
 def _tiny_config(**overrides) -> dict:
     config = json.loads((DRAFTER / "config.json").read_text())
     config.update(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, head_rank=16, num_target_layers=TINY_LAYERS, target_hidden_size=TINY_HIDDEN,
-        vocab_size=TINY_VOCAB, target_layer_ids=[0, 1, 3], draft_vocab_size=None, num_draft_tokens=4,
-        draft_lengths=None, draft_confidence_threshold=0.0, draft_skip_threshold=0.0,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        head_rank=16,
+        num_target_layers=TINY_LAYERS,
+        target_hidden_size=TINY_HIDDEN,
+        vocab_size=TINY_VOCAB,
+        target_layer_ids=[0, 1, 3],
+        draft_vocab_size=None,
+        num_draft_tokens=4,
+        draft_lengths=None,
+        draft_confidence_threshold=0.0,
+        draft_skip_threshold=0.0,
         target_model={"architecture": "LlamaForCausalLM", "model_type": "llama", "name_or_path": "tiny"},
-    )  # fmt: skip
+    )
     config.update(overrides)
     return config
 
@@ -78,9 +90,13 @@ def tiny_hf_config():
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=TINY_VOCAB, hidden_size=TINY_HIDDEN, num_hidden_layers=TINY_LAYERS, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=128,
-    )  # fmt: skip
+        vocab_size=TINY_VOCAB,
+        hidden_size=TINY_HIDDEN,
+        num_hidden_layers=TINY_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+    )
 
 
 def fake_vllm_config(folder: Path, num_tokens: int = 4, max_model_len: int = 1024, lookup=None):
@@ -106,10 +122,20 @@ def real_prompts(tmp_path_factory) -> dict:
         pytest.fail(f"No package environment at {PACKAGE_PYTHON}: run `make setup` (or set DLITE_PACKAGE_PYTHON).")
     out = tmp_path_factory.mktemp("prompts") / "prompts.json"
     subprocess.run(
-        [str(PACKAGE_PYTHON), str(ROOT / "benchmarks" / "vllm_prompts.py"), "--out", str(out), "--num-prompts", "3",
-         "--max-new-tokens", "64", "--hf-stats"],
-        check=True, cwd=ROOT,
-    )  # fmt: skip
+        [
+            str(PACKAGE_PYTHON),
+            str(ROOT / "benchmarks" / "vllm_prompts.py"),
+            "--out",
+            str(out),
+            "--num-prompts",
+            "3",
+            "--max-new-tokens",
+            "64",
+            "--hf-stats",
+        ],
+        check=True,
+        cwd=ROOT,
+    )
     return json.loads(out.read_text())
 
 
@@ -136,9 +162,16 @@ class Engine:
         speculative = {"model": str(DRAFTER), "num_speculative_tokens": num_tokens, **(spec or {})}
         spec = {"speculative_config": speculative} if dlite else {}
         self.llm = LLM(
-            model=str(TARGET), dtype=dtype, gpu_memory_utilization=0.15, enforce_eager=True, max_model_len=4096,
-            seed=0, disable_log_stats=False, **spec, **kwargs,
-        )  # fmt: skip
+            model=str(TARGET),
+            dtype=dtype,
+            gpu_memory_utilization=0.15,
+            enforce_eager=True,
+            max_model_len=4096,
+            seed=0,
+            disable_log_stats=False,
+            **spec,
+            **kwargs,
+        )
 
     def generate(self, prompt_ids: list[list[int]], params) -> list[list[int]]:
         from vllm.inputs import TokensPrompt

@@ -55,8 +55,11 @@ def _draw_family(name: str, rng: random.Random, common: list[int], kw: dict[str,
     elif name == "min_tokens":
         kw["min_tokens"] = rng.randint(1, 12)
     elif name == "penalties":
-        for key, values in (("presence_penalty", [-0.5, 0.5, 1.5]), ("frequency_penalty", [-0.5, 0.5, 1.5]),
-                            ("repetition_penalty", [0.9, 1.2, 1.8])):  # fmt: skip
+        for key, values in (
+            ("presence_penalty", [-0.5, 0.5, 1.5]),
+            ("frequency_penalty", [-0.5, 0.5, 1.5]),
+            ("repetition_penalty", [0.9, 1.2, 1.8]),
+        ):
             if rng.random() < 0.6:
                 kw[key] = rng.choice(values)
     elif name == "logit_bias":
@@ -70,10 +73,13 @@ def _draw_family(name: str, rng: random.Random, common: list[int], kw: dict[str,
     elif name == "prompt_logprobs":
         kw["prompt_logprobs"] = rng.choice([0, 1, 3])
     elif name == "structured":
-        kw["structured"] = rng.choice([
-            {"choice": ["yes", "no", "maybe"]}, {"regex": r"[0-9]{1,4}(\.[0-9]{1,2})?"},
-            {"json": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}},
-        ])  # fmt: skip
+        kw["structured"] = rng.choice(
+            [
+                {"choice": ["yes", "no", "maybe"]},
+                {"regex": r"[0-9]{1,4}(\.[0-9]{1,2})?"},
+                {"json": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}},
+            ]
+        )
     elif name == "max_tokens_1":
         kw["max_tokens"] = 1
     elif name == "ignore_eos":
@@ -88,9 +94,23 @@ def _draw_family(name: str, rng: random.Random, common: list[int], kw: dict[str,
 
 
 FAMILIES = (
-    "n", "seed", "stop_strings", "stop_token_ids", "min_tokens", "penalties", "logit_bias", "allowed_tokens",
-    "bad_words", "logprobs", "prompt_logprobs", "structured", "max_tokens_1", "ignore_eos", "sampling", "abort",
-)  # fmt: skip
+    "n",
+    "seed",
+    "stop_strings",
+    "stop_token_ids",
+    "min_tokens",
+    "penalties",
+    "logit_bias",
+    "allowed_tokens",
+    "bad_words",
+    "logprobs",
+    "prompt_logprobs",
+    "structured",
+    "max_tokens_1",
+    "ignore_eos",
+    "sampling",
+    "abort",
+)
 
 
 def draw_cases(count: int, seed: int, prompts: list[dict], common: list[int], max_tokens: int = 24) -> list[dict]:
@@ -142,8 +162,9 @@ def run_engine(llm, cases: list[dict], prompts: list[dict], in_flight: int = 32,
             case = todo.pop(0)
             rid = f"case-{case['index']}"
             try:
-                engine.add_request(rid, TokensPrompt(prompt_token_ids=prompts[case["prompt"]]["prompt_ids"]),
-                                   make_params(case))  # fmt: skip
+                engine.add_request(
+                    rid, TokensPrompt(prompt_token_ids=prompts[case["prompt"]]["prompt_ids"]), make_params(case)
+                )
             except Exception as error:  # noqa: BLE001 - a refusal is the verdict's input, whatever its type
                 results[case["index"]] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
                 continue
@@ -229,8 +250,9 @@ def engine_alive(llm, prompt_ids: list[int]) -> list[int]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    out = llm.generate([TokensPrompt(prompt_token_ids=prompt_ids)], SamplingParams(temperature=0, max_tokens=8),
-                       use_tqdm=False)  # fmt: skip
+    out = llm.generate(
+        [TokensPrompt(prompt_token_ids=prompt_ids)], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False
+    )
     return list(out[0].outputs[0].token_ids)
 
 
@@ -247,16 +269,26 @@ def run_all(make_engine, prompts: list[dict], cases: list[dict], label: str, voc
     for case in cases:
         prompt = prompts[case["prompt"]]
         kind, reason = judge(
-            case, results["plain"][case["index"]], results["dlite"][case["index"]],
-            results["ngram"][case["index"]], len(prompt["prompt_ids"]), vocab,
-        )  # fmt: skip
+            case,
+            results["plain"][case["index"]],
+            results["dlite"][case["index"]],
+            results["ngram"][case["index"]],
+            len(prompt["prompt_ids"]),
+            vocab,
+        )
         kw = dict(case["kw"])
         if "logit_bias" in kw:
             kw["logit_bias"] = {str(k): v for k, v in kw["logit_bias"].items()}
-        records.append({
-            "index": case["index"], "kind": kind, "reason": reason, "label": label,
-            "workload": prompt.get("workload", ""), "case": {"families": case["families"], "kw": kw},
-        })  # fmt: skip
+        records.append(
+            {
+                "index": case["index"],
+                "kind": kind,
+                "reason": reason,
+                "label": label,
+                "workload": prompt.get("workload", ""),
+                "case": {"families": case["families"], "kw": kw},
+            }
+        )
     return records
 
 

@@ -75,8 +75,15 @@ def _one(client, port: int, model: str, messages: list[dict], rng: random.Random
     return "completed" if answer.choices[0].finish_reason in ("stop", "length") else "bad finish"
 
 
-def drive(port: int, model: str, conversations: list[list[dict]], requests: int, concurrency: int = 32,
-          seed: int = 0, deadline_s: float = 900) -> Counter:  # fmt: skip
+def drive(
+    port: int,
+    model: str,
+    conversations: list[list[dict]],
+    requests: int,
+    concurrency: int = 32,
+    seed: int = 0,
+    deadline_s: float = 900,
+) -> Counter:
     """Send ``requests`` random requests (see the module docstring); a Counter of their outcomes."""
     from openai import OpenAI
 
@@ -140,8 +147,13 @@ def run(requests: int, seed: int, conversations: list[list[dict]], log_dir: Path
     finally:
         plain.stop()
     failures = {k: v for k, v in outcomes.items() if k not in PASSING}
-    return {"requests": requests, "outcomes": dict(outcomes), "failures": failures, "healthy_after": alive,
-            "greedy_after_equal_plain": after == reference}  # fmt: skip
+    return {
+        "requests": requests,
+        "outcomes": dict(outcomes),
+        "failures": failures,
+        "healthy_after": alive,
+        "greedy_after_equal_plain": after == reference,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

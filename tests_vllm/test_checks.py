@@ -52,8 +52,9 @@ def _refused(speculative_config, dtype="float32"):
 
 
 def test_a_drafter_for_another_target(tmp_path):
-    folder = _drafter_like_shipped(tmp_path, num_target_layers=24, target_hidden_size=896,
-                                   target_model={"name_or_path": "qwen2.5-0.5b"})  # fmt: skip
+    folder = _drafter_like_shipped(
+        tmp_path, num_target_layers=24, target_hidden_size=896, target_model={"name_or_path": "qwen2.5-0.5b"}
+    )
     message = _refused({"model": str(folder)})
     assert "trained for 'qwen2.5-0.5b'" in message and "30 layers (expected 24)" in message
     assert "hidden size 576 (expected 896)" in message and "dlite-hf train" in message

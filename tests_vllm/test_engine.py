@@ -148,10 +148,17 @@ def test_bfloat16_divergences_are_float32_proven_near_ties(runs, real_prompts, t
         return  # identical: nothing to prove
     (tmp_path / "cases.json").write_text(json.dumps({"dtype": "bfloat16", "cases": cases}))
     subprocess.run(
-        [str(PACKAGE_PYTHON), str(ROOT / "benchmarks" / "near_tie_check.py"), "--cases", str(tmp_path / "cases.json"),
-         "--out", str(tmp_path / "reports.json")],
-        check=True, cwd=ROOT,
-    )  # fmt: skip
+        [
+            str(PACKAGE_PYTHON),
+            str(ROOT / "benchmarks" / "near_tie_check.py"),
+            "--cases",
+            str(tmp_path / "cases.json"),
+            "--out",
+            str(tmp_path / "reports.json"),
+        ],
+        check=True,
+        cwd=ROOT,
+    )
     reports = json.loads((tmp_path / "reports.json").read_text())
     bad = [r for r in reports if not r["ok"]]
     assert not bad, bad

@@ -71,8 +71,11 @@ def test_vllm_features_equal_transformers_float32_at_the_kept_positions(real_pro
     assert first["todo"] == 4 and first["missing"] == 0 and first["producer"] == "vllm-float32"
     compared = subprocess.run(
         [str(PACKAGE_PYTHON), "-c", COMPARE, str(rows), str(cache), str(DRAFTER), str(TARGET)],
-        check=True, cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     for row in json.loads(compared.stdout.strip().splitlines()[-1]):
         assert row["kept"] == row["marked"] and all((p + 1) % 3 == 0 for p in row["kept"]), row
         assert row["states_rel"] < 5e-3 and row["final_rel"] < 5e-3, row  # float16 rounding of float32 states

@@ -59,9 +59,10 @@ class Server:
     def chat(self, messages: list[dict]) -> str:
         body = {"model": str(TARGET), "messages": messages, "temperature": 0, "max_tokens": 64}
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/v1/chat/completions", json.dumps(body).encode(),
+            f"http://127.0.0.1:{self.port}/v1/chat/completions",
+            json.dumps(body).encode(),
             {"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         with urllib.request.urlopen(request, timeout=600) as answer:
             return json.loads(answer.read())["choices"][0]["message"]["content"]
 
@@ -99,8 +100,11 @@ def test_a_bad_drafter_config_stops_the_server_at_start_up(tmp_path):
     started = time.monotonic()
     result = subprocess.run(
         _serve_args(_free_port(), {"model": str(DRAFTER), "num_speculative_tokens": 9}),
-        capture_output=True, text=True, timeout=300, env={**os.environ},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ},
+    )
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "drafts at most 7 tokens a round" in output and "num_speculative_tokens=9" in output

@@ -41,8 +41,17 @@ HUB_IDS = {
 }
 _CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lossless")
 # config fields the template prints as they are
-_CONFIG_FIELDS = ("num_target_layers", "target_hidden_size", "vocab_size", "num_hidden_layers", "backbone_type",
-                  "hidden_size", "num_attention_heads", "num_key_value_heads", "head_rank")  # fmt: skip
+_CONFIG_FIELDS = (
+    "num_target_layers",
+    "target_hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "backbone_type",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_rank",
+)
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,9 +12,21 @@ __all__ = ["RECORD", "derive_drafter", "extend_record", "grow_drafter", "interpo
 
 RECORD = "dlite_training.json"
 # config fields two drafters must share for their weights to be averaged (shapes alone miss the tapped layers)
-SHARED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                 "intermediate_size", "head_rank", "num_draft_tokens", "target_layer_ids", "use_sequential_head",
-                 "history_window", "vocab_size", "target_hidden_size", "backbone_type")  # fmt: skip
+SHARED_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "head_rank",
+    "num_draft_tokens",
+    "target_layer_ids",
+    "use_sequential_head",
+    "history_window",
+    "vocab_size",
+    "target_hidden_size",
+    "backbone_type",
+)
 
 
 def extend_record(source: Path, out: Path, key: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -80,8 +92,10 @@ def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: flo
     for field in SHARED_FIELDS:
         left, right = getattr(base.config, field, None), getattr(tuned.config, field, None)
         if left != right:
-            raise ValueError(f"{field} differs: {left!r} in {base_dir}, {right!r} in {tuned_dir}; average a drafter "
-                             "with one fine-tuned from it.")  # fmt: skip
+            raise ValueError(
+                f"{field} differs: {left!r} in {base_dir}, {right!r} in {tuned_dir}; average a drafter "
+                "with one fine-tuned from it."
+            )
     base_state, tuned_state = base.state_dict(), tuned.state_dict()
     for key in sorted(set(base_state) | set(tuned_state)):
         if key == "draft_vocab_ids":
@@ -90,9 +104,10 @@ def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: flo
             raise ValueError(f"weight {key} differs in name or shape between {base_dir} and {tuned_dir}.")
     merged = {
         key: torch.lerp(base_state[key], value, float(alpha))
-        if value.is_floating_point() and key != "draft_vocab_ids" else value
+        if value.is_floating_point() and key != "draft_vocab_ids"
+        else value
         for key, value in tuned_state.items()
-    }  # fmt: skip
+    }
     tuned.load_state_dict(merged)
     tuned.save_pretrained(out)
     return extend_record(

@@ -113,11 +113,19 @@ def check_near_ties(
     if divergence == min(len(a), len(b)):  # one output is a prefix of the other: they stopped at different points
         stopped = "plain" if len(a) < len(b) else "speculative"
         return NearTieReport(
-            False, divergence, a[divergence] if divergence < len(a) else None,
-            b[divergence] if divergence < len(b) else None, None, None, 0.0, None, epsilon, False,
+            False,
+            divergence,
+            a[divergence] if divergence < len(a) else None,
+            b[divergence] if divergence < len(b) else None,
+            None,
+            None,
+            0.0,
+            None,
+            epsilon,
+            False,
             f"the {stopped} output stopped at new token {divergence} while the other went on (same tokens until "
             "then): a stopping difference, not a near-tie",
-        )  # fmt: skip
+        )
     # one forward: up to the divergence both runs saw the same tokens, so the speculative sequence's logits row there
     # scores plain's token too
     logits = _rescored(reference, speculative, prompt_length)

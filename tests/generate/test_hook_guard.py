@@ -33,9 +33,17 @@ def test_hook_reads_parameters_by_name():
     assert "no parameter target_tokenizer, assistant_tokenizer" in problem and "(it has self, " in problem
 
     def reordered_with_a_new_option(
-        self, input_ids, generation_config, logits_processor, model_kwargs, assistant_model=None,
-        target_tokenizer=None, assistant_tokenizer=None, inputs_tensor=None, new_option=None,
-    ):  # fmt: skip
+        self,
+        input_ids,
+        generation_config,
+        logits_processor,
+        model_kwargs,
+        assistant_model=None,
+        target_tokenizer=None,
+        assistant_tokenizer=None,
+        inputs_tensor=None,
+        new_option=None,
+    ):
         return None
 
     assert _hook_problem(reordered_with_a_new_option) is None  # other parameters may come, go and move
@@ -61,14 +69,28 @@ def test_a_new_optional_parameter_keeps_dlite_working(monkeypatch, tiny_pair):
     original = GenerationMixin._get_candidate_generator._dlite_original
 
     def newer(
-        self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs, assistant_model=None,
-        target_tokenizer=None, assistant_tokenizer=None, new_option=None,
-    ):  # fmt: skip
+        self,
+        generation_config,
+        input_ids,
+        inputs_tensor,
+        logits_processor,
+        model_kwargs,
+        assistant_model=None,
+        target_tokenizer=None,
+        assistant_tokenizer=None,
+        new_option=None,
+    ):
         return original(
-            self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
-            assistant_model=assistant_model, target_tokenizer=target_tokenizer,
+            self,
+            generation_config,
+            input_ids,
+            inputs_tensor,
+            logits_processor,
+            model_kwargs,
+            assistant_model=assistant_model,
+            target_tokenizer=target_tokenizer,
             assistant_tokenizer=assistant_tokenizer,
-        )  # fmt: skip
+        )
 
     monkeypatch.setattr(GenerationMixin, integration._HOOKED_METHOD, newer)
     assert install_generate_hook() is True and GenerationMixin._get_candidate_generator._dlite_original is newer

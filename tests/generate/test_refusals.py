@@ -156,9 +156,12 @@ def test_a_generate_that_raises_leaves_no_hooks_on_the_target(tiny_pair):
     for _ in range(3):
         try:
             target.generate(
-                tiny_prompt(), max_new_tokens=8, do_sample=False, assistant_model=drafter,
+                tiny_prompt(),
+                max_new_tokens=8,
+                do_sample=False,
+                assistant_model=drafter,
                 logits_processor=LogitsProcessorList([Fails()]),
-            )  # fmt: skip
+            )
         except RuntimeError as error:
             kept.append(error)  # the traceback holds the generate() frames
         assert _forward_hooks(target) == before
@@ -169,9 +172,12 @@ def test_a_generate_that_raises_leaves_no_hooks_on_the_target(tiny_pair):
 
 @pytest.mark.parametrize(
     "options, mode",
-    [({"num_beams": 2}, "beam_search"), ({"num_beams": 2, "do_sample": True}, "beam_sample"),
-     ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive_search")],
-)  # fmt: skip
+    [
+        ({"num_beams": 2}, "beam_search"),
+        ({"num_beams": 2, "do_sample": True}, "beam_sample"),
+        ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive_search"),
+    ],
+)
 def test_a_mode_that_would_ignore_the_drafter_is_refused(tiny_pair, options, mode):
     target, drafter = tiny_pair
     drafter.last_generation_stats = None

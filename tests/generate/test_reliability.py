@@ -126,8 +126,14 @@ def test_processed_gaps_are_zero_on_the_targets_own_processed_greedy_output(fitt
     from dlite_hf.reliability.verdict import _processed_gaps
 
     target, _, prompts, _, _ = fitted_pair
-    generation = {"max_new_tokens": 8, "do_sample": False, "repetition_penalty": 1.8, "no_repeat_ngram_size": 2,
-                  "sequence_bias": {(5,): -4.0}, "min_new_tokens": 3}  # fmt: skip
+    generation = {
+        "max_new_tokens": 8,
+        "do_sample": False,
+        "repetition_penalty": 1.8,
+        "no_repeat_ngram_size": 2,
+        "sequence_bias": {(5,): -4.0},
+        "min_new_tokens": 3,
+    }
     case = Case(0, generation=generation)
     prompt = prompts[:1]
     out = target.generate(prompt, attention_mask=torch.ones_like(prompt), **generation)

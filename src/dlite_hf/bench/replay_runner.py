@@ -202,8 +202,10 @@ def run_rules(args: argparse.Namespace) -> int:
     ranked = sorted(results, key=lambda r: -r["all"]["speedup_est"])
     domains = sorted({t.domain for t in turns})
     labels = [*domains, "all"]
-    print(f"drafter: {1000 * skip_s:.2f} ms a skipped round, {1000 * step_s:.2f} ms a further step; forward ms by "
-          f"context: {_cost_lines(costs)}")  # fmt: skip
+    print(
+        f"drafter: {1000 * skip_s:.2f} ms a skipped round, {1000 * step_s:.2f} ms a further step; forward ms by "
+        f"context: {_cost_lines(costs)}"
+    )
     print("| rule | " + " | ".join(f"{lb} tau / speedup" for lb in labels) + " |")
     for row in [*ranked[:10], *results[:2]]:
         cells = " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.3f}x" for lb in labels)

@@ -93,8 +93,14 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, str, Path]:
         decoding += ", K drafts every round"
     overrides = dict(FIXED_K_OVERRIDES) if args.fixed_k else {}
     name = "hybrid" if args.lookup_tokens else "dlite"
-    method = BenchMethod(name, "dlite", model=drafter, checkpoint=str(drafter_dir), drafter_overrides=overrides,
-                         lookup_tokens=args.lookup_tokens or None)  # fmt: skip
+    method = BenchMethod(
+        name,
+        "dlite",
+        model=drafter,
+        checkpoint=str(drafter_dir),
+        drafter_overrides=overrides,
+        lookup_tokens=args.lookup_tokens or None,
+    )
     return target, tokenizer, method, decoding, drafter_dir
 
 
@@ -181,23 +187,46 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
     add = compare.add_argument
     add("--target", default=DEFAULT_TARGET)
-    add("--drafter", help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout "
-        "has it)")  # fmt: skip
+    add(
+        "--drafter",
+        help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout has it)",
+    )
     add("--workloads", default="chat,code,math")
     add("--num-prompts", type=int, help="eval prompts per workload (default 2; with --prompts: all)")
-    add("--prompts", help="your own prompts instead of --workloads: a JSONL file, one row per prompt with `messages` "
-        "(the chat format) and optionally `id`")  # fmt: skip
+    add(
+        "--prompts",
+        help="your own prompts instead of --workloads: a JSONL file, one row per prompt with `messages` "
+        "(the chat format) and optionally `id`",
+    )
     add("--max-new-tokens", type=int, default=96)
     add("--threads", type=int, default=1)
-    add("--dtype", default=DEFAULT_DTYPE, choices=DTYPE_CHOICES, help=f"both models' dtype (default {DEFAULT_DTYPE}: "
+    add(
+        "--dtype",
+        default=DEFAULT_DTYPE,
+        choices=DTYPE_CHOICES,
+        help=f"both models' dtype (default {DEFAULT_DTYPE}: "
         "bfloat16 where this machine computes it natively, else float32; measured: README, Results). float32 is "
-        "token-exact; in bfloat16/float16 each divergence from plain must be a float32-verified near-tie")  # fmt: skip
-    add("--attention", default=DEFAULT_ATTENTION, choices=ATTENTION_CHOICES, help=f"the target's attention (default "
-        f"{DEFAULT_ATTENTION}: dlite_hf.attention, measured fastest here; sdpa: transformers' own)")  # fmt: skip
-    add("--lookup-tokens", type=int, default=HYBRID_LOOKUP_TOKENS, help="hybrid drafting: DLite plus drafts retrieved "
+        "token-exact; in bfloat16/float16 each divergence from plain must be a float32-verified near-tie",
+    )
+    add(
+        "--attention",
+        default=DEFAULT_ATTENTION,
+        choices=ATTENTION_CHOICES,
+        help=f"the target's attention (default "
+        f"{DEFAULT_ATTENTION}: dlite_hf.attention, measured fastest here; sdpa: transformers' own)",
+    )
+    add(
+        "--lookup-tokens",
+        type=int,
+        default=HYBRID_LOOKUP_TOKENS,
+        help="hybrid drafting: DLite plus drafts retrieved "
         f"from the context, at most this many a round (default {HYBRID_LOOKUP_TOKENS}, the decoding measured fastest: "
-        "README); 0 = DLite drafts only")  # fmt: skip
-    add("--fixed-k", action="store_true",
-        help="draft K tokens every round (adaptive drafting off, per call): tau as the drafter gives it")  # fmt: skip
+        "README); 0 = DLite drafts only",
+    )
+    add(
+        "--fixed-k",
+        action="store_true",
+        help="draft K tokens every round (adaptive drafting off, per call): tau as the drafter gives it",
+    )
     add("--out", help="write the rows and summary as JSON here")
     compare.set_defaults(func=cmd_compare)

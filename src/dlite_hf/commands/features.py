@@ -41,11 +41,20 @@ def cmd_features(args: argparse.Namespace) -> int:
     target_name = getattr(AutoConfig.from_pretrained(target_dir), "_name_or_path", "") or str(target_dir)
     try:
         result = features_vllm(
-            target_dir, target_name, args.drafter, list(drafter.target_layer_ids), args.rows, args.cache,
-            anchor_stride=args.anchor_stride, max_length=args.max_length, dtype=vllm_dtype(args.dtype),
-            max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager, shard=shard,
+            target_dir,
+            target_name,
+            args.drafter,
+            list(drafter.target_layer_ids),
+            args.rows,
+            args.cache,
+            anchor_stride=args.anchor_stride,
+            max_length=args.max_length,
+            dtype=vllm_dtype(args.dtype),
+            max_num_seqs=args.max_num_seqs,
+            enforce_eager=args.enforce_eager,
+            shard=shard,
             all_positions=args.all_positions,
-        )  # fmt: skip
+        )
     except (FileNotFoundError, ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf features: {error}") from None
     print(json.dumps(result))

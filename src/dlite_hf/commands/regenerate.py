@@ -87,9 +87,13 @@ def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str]
     from ..data.regenerate.transformers import regenerate
 
     options = {
-        "max_new_tokens": args.max_new_tokens, "max_prompt_tokens": args.max_prompt_tokens, "seed": args.seed,
-        "temperature": args.temperature, "top_p": args.top_p, "skip_ids": shipped,
-    }  # fmt: skip
+        "max_new_tokens": args.max_new_tokens,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "seed": args.seed,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "skip_ids": shipped,
+    }
     if args.engine == "vllm":
         return _regenerate_vllm(args, prompts, options)
     if args.samples > 1:

@@ -44,9 +44,18 @@ def cmd_reliability(args: argparse.Namespace) -> int:
         print(f"case {outcome.index} ({outcome.workload}): {mark}", file=sys.stderr, flush=True)
 
     outcomes = run_suite(
-        target, drafter, tokenizer, prompts, args.cases, args.out, seed=args.seed,
-        max_new_tokens=args.max_new_tokens, sampled=args.sampled, label=label, progress=progress,
-    )  # fmt: skip
+        target,
+        drafter,
+        tokenizer,
+        prompts,
+        args.cases,
+        args.out,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        sampled=args.sampled,
+        label=label,
+        progress=progress,
+    )
     failures = sum(outcome.kind == "failure" for outcome in outcomes)
     print(f"{len(outcomes)} cases run now, {failures} failed; all verdicts in {args.out}")
     return 1 if failures else 0

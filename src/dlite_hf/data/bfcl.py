@@ -32,10 +32,15 @@ _UPSTREAM_MODULE_PREFIX = "bfcl_eval.eval_checker.multi_turn_eval.func_source_co
 _LOCAL_MODULE_PREFIX = "_dlite_hf_bfcl_backend_"
 # class name -> file stem of its backend (func_source_code/<stem>.py) and of its schemas (multi_turn_func_doc/)
 _BACKENDS: dict[str, str] = {
-    "GorillaFileSystem": "gorilla_file_system", "MathAPI": "math_api", "MessageAPI": "message_api",
-    "TwitterAPI": "posting_api", "TicketAPI": "ticket_api", "TradingBot": "trading_bot",
-    "TravelAPI": "travel_booking", "VehicleControlAPI": "vehicle_control",
-}  # fmt: skip
+    "GorillaFileSystem": "gorilla_file_system",
+    "MathAPI": "math_api",
+    "MessageAPI": "message_api",
+    "TwitterAPI": "posting_api",
+    "TicketAPI": "ticket_api",
+    "TradingBot": "trading_bot",
+    "TravelAPI": "travel_booking",
+    "VehicleControlAPI": "vehicle_control",
+}
 _AGENT_PREAMBLE = (
     "You are an agent that completes the user's requests by calling functions. The environment runs each call and "
     "returns its result in a tool message."
@@ -156,8 +161,14 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_t
     finally:
         random.setstate(state)
     source = S.provenance(f"bfcl_{category}")
-    return {"id": f"bfcl/{entry['id']}", "workload": "agentic", "source": source, "turns": turns,
-            "max_tokens": max_tokens, "max_turns": None}  # fmt: skip
+    return {
+        "id": f"bfcl/{entry['id']}",
+        "workload": "agentic",
+        "source": source,
+        "turns": turns,
+        "max_tokens": max_tokens,
+        "max_turns": None,
+    }
 
 
 def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "multi_turn_base") -> list[Session]:

@@ -24,9 +24,17 @@ from .sources import SOURCES
 SHARD_ROWS = 25_000  # about 10-20 MB of parquet at a few hundred tokens a response: well under 40 MB a shard
 MAX_SHARD_BYTES = 40 * 1024 * 1024
 COLUMNS = (
-    "id", "prompt_id", "domain", "source", "prompt_sha256", "prompt_tokens", "response_ids", "finished", "sampling",
+    "id",
+    "prompt_id",
+    "domain",
+    "source",
+    "prompt_sha256",
+    "prompt_tokens",
+    "response_ids",
+    "finished",
+    "sampling",
     "engine",
-)  # fmt: skip
+)
 
 
 def _arrow():

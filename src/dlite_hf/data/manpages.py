@@ -49,8 +49,11 @@ def render_man(path: Path) -> str:
         else:
             done = subprocess.run(
                 ["groff", "-man", "-Tascii", "-P", "-c", "-P", "-b", "-P", "-u"],
-                input=source, capture_output=True, timeout=20, check=False,
-            )  # fmt: skip
+                input=source,
+                capture_output=True,
+                timeout=20,
+                check=False,
+            )
             text = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else ""
             text = re.sub(r"\n{3,}", "\n\n", text).strip()
     except (OSError, EOFError, subprocess.TimeoutExpired, gzip.BadGzipFile):

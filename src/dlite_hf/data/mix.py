@@ -65,8 +65,11 @@ def build_mix(
         picked = rng.sample(items, min(cap, len(items)))
         chosen[domain.kind] += picked
         summary["domains"][name] = {
-            "kind": domain.kind, "source": domain.source, "available": len(items), "written": len(picked),
-        }  # fmt: skip
+            "kind": domain.kind,
+            "source": domain.source,
+            "available": len(items),
+            "written": len(picked),
+        }
         if name in weights:
             summary["domains"][name]["weight"] = weights[name]
     out_dir = Path(out_dir)
@@ -83,9 +86,17 @@ def row_domain(row: dict[str, Any]) -> str:
         return str(row["workload"])
     head = str(row.get("id", "")).split("/", 1)[0]
     legacy = {
-        "mtbench": "chat", "fiqa": "chat", "truthfulqa": "chat", "liveqa": "chat", "humaneval": "code",
-        "stdlib": "code", "asdiv": "math", "bfcl": "tool", "tooltalk": "agentic", "tooltalk-easy": "agentic",
-    }  # fmt: skip
+        "mtbench": "chat",
+        "fiqa": "chat",
+        "truthfulqa": "chat",
+        "liveqa": "chat",
+        "humaneval": "code",
+        "stdlib": "code",
+        "asdiv": "math",
+        "bfcl": "tool",
+        "tooltalk": "agentic",
+        "tooltalk-easy": "agentic",
+    }
     return legacy.get(head, head or "?")
 
 

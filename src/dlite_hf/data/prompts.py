@@ -54,14 +54,27 @@ _BFCL_EVAL_SOURCES = ("bfcl_simple_python", "bfcl_multiple")
 _BFCL_TRAIN_SOURCES = ("bfcl_live_simple", "bfcl_live_multiple")
 _LEGAL_MAX_CHARS = 5000  # about 1,100 SmolLM2 tokens of case text
 _CLINICAL_SECTIONS = {
-    "GENHX": "history of present illness", "FAM/SOCHX": "family and social history",
-    "PASTMEDICALHX": "past medical history", "CC": "chief complaint", "PASTSURGICAL": "past surgical history",
-    "ALLERGY": "allergies", "ROS": "review of systems", "MEDICATIONS": "medications", "ASSESSMENT": "assessment",
-    "EXAM": "examination", "DIAGNOSIS": "diagnosis", "DISPOSITION": "disposition", "PLAN": "plan",
-    "EDCOURSE": "emergency department course", "IMMUNIZATIONS": "immunizations", "IMAGING": "imaging",
-    "GYNHX": "gynecologic history", "PROCEDURES": "procedures", "OTHER_HISTORY": "other history",
+    "GENHX": "history of present illness",
+    "FAM/SOCHX": "family and social history",
+    "PASTMEDICALHX": "past medical history",
+    "CC": "chief complaint",
+    "PASTSURGICAL": "past surgical history",
+    "ALLERGY": "allergies",
+    "ROS": "review of systems",
+    "MEDICATIONS": "medications",
+    "ASSESSMENT": "assessment",
+    "EXAM": "examination",
+    "DIAGNOSIS": "diagnosis",
+    "DISPOSITION": "disposition",
+    "PLAN": "plan",
+    "EDCOURSE": "emergency department course",
+    "IMMUNIZATIONS": "immunizations",
+    "IMAGING": "imaging",
+    "GYNHX": "gynecologic history",
+    "PROCEDURES": "procedures",
+    "OTHER_HISTORY": "other history",
     "LABS": "laboratory results",
-}  # fmt: skip
+}
 
 # Pools, cached per process: (groups, train-only prompts), a group (group_id, eval item, train items)
 _Group = tuple[str, Prompt, list[Prompt]]
@@ -171,9 +184,14 @@ def _clinical_pool() -> tuple[list[_Group], list[Prompt]]:
 
 
 _POOLS: dict[str, Callable[[], tuple[list[_Group], list[Prompt]]]] = {
-    "legal": _legal_pool, "clinical": _clinical_pool, "chat": _chat_pool, "code": _code_pool, "math": _math_pool,
-    "tool": _tool_pool, "agentic": _agentic_pool,
-}  # fmt: skip
+    "legal": _legal_pool,
+    "clinical": _clinical_pool,
+    "chat": _chat_pool,
+    "code": _code_pool,
+    "math": _math_pool,
+    "tool": _tool_pool,
+    "agentic": _agentic_pool,
+}
 
 
 def _split(groups: list[_Group], extra: list[Prompt], split: str) -> list[Prompt]:

@@ -44,14 +44,22 @@ def parse_app_args(description: str | None = None, argv: list[str] | None = None
         help=f"DLite drafter folder (env {DRAFTER_ENV}; default: the shipped drafters/dlite-smollm2-135m)",
     )
     _add_env_choice(
-        parser, "--dtype", DTYPE_ENV, DEFAULT_DTYPE, DTYPE_CHOICES,
+        parser,
+        "--dtype",
+        DTYPE_ENV,
+        DEFAULT_DTYPE,
+        DTYPE_CHOICES,
         "the models' dtype (fastest: bfloat16 where this machine computes it natively, else float32; float32 is the "
         "token-exact mode, auto the checkpoint's own dtype)",
-    )  # fmt: skip
+    )
     _add_env_choice(
-        parser, "--attention", ATTENTION_ENV, DEFAULT_ATTENTION, ATTENTION_CHOICES,
+        parser,
+        "--attention",
+        ATTENTION_ENV,
+        DEFAULT_ATTENTION,
+        ATTENTION_CHOICES,
         "the target's attention (packed_gqa: dlite_hf.attention, measured fastest here; sdpa: transformers' own)",
-    )  # fmt: skip
+    )
     port = env_default("GRADIO_SERVER_PORT", "7860")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise SystemExit(f"GRADIO_SERVER_PORT={port!r} is invalid: expected a port number (1-65535), e.g. 7861.")

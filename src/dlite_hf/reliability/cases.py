@@ -52,9 +52,15 @@ class Case:
         if "sequence_bias" in generation:
             generation["sequence_bias"] = [[list(k), v] for k, v in generation["sequence_bias"].items()]
         return {
-            "index": self.index, "families": self.families, "generation": generation, "drafter": self.drafter,
-            "sampled": self.sampled, "session": self.session, "streamer": self.streamer, "seed": self.seed,
-        }  # fmt: skip
+            "index": self.index,
+            "families": self.families,
+            "generation": generation,
+            "drafter": self.drafter,
+            "sampled": self.sampled,
+            "session": self.session,
+            "streamer": self.streamer,
+            "seed": self.seed,
+        }
 
 
 def _ids(rng: random.Random, ctx: Context, count: int) -> list[int]:
@@ -176,10 +182,14 @@ def _bad_drafter_option(rng, ctx, case):
     """An invalid drafter option: the drafted call must refuse it, naming it (plain never sees it)."""
     name, value = rng.choice(
         [
-            ("draft_confidence_threshold", 1.5), ("draft_skip_threshold", -0.2), ("lookup_min_match", 0),
-            ("lookup_length_factor", 0.0), ("lookup_fallback_min_match", -1), ("prompt_lookup_num_tokens", 10_000),
+            ("draft_confidence_threshold", 1.5),
+            ("draft_skip_threshold", -0.2),
+            ("lookup_min_match", 0),
+            ("lookup_length_factor", 0.0),
+            ("lookup_fallback_min_match", -1),
+            ("prompt_lookup_num_tokens", 10_000),
         ]
-    )  # fmt: skip
+    )
     if name != "prompt_lookup_num_tokens":
         case.drafter.setdefault("prompt_lookup_num_tokens", 8)
     case.drafter[name] = value
@@ -228,10 +238,14 @@ def draw_case(rng: random.Random, ctx: Context, index: int, max_new_tokens: int 
         case.generation["do_sample"] = True
         for name in rng.sample(_SAMPLING, rng.randint(1, 3)):
             case.generation[name] = {  # every value is drawn for each name: the seeded cases depend on it
-                "temperature": rng.choice([0.3, 0.7, 1.0, 1.5]), "top_k": rng.choice([1, 5, 50]),
-                "top_p": rng.choice([0.5, 0.9, 1.0]), "min_p": rng.choice([0.02, 0.1]),
-                "typical_p": rng.choice([0.5, 0.95]), "epsilon_cutoff": 3e-4, "eta_cutoff": 1e-3,
-            }[name]  # fmt: skip
+                "temperature": rng.choice([0.3, 0.7, 1.0, 1.5]),
+                "top_k": rng.choice([1, 5, 50]),
+                "top_p": rng.choice([0.5, 0.9, 1.0]),
+                "min_p": rng.choice([0.02, 0.1]),
+                "typical_p": rng.choice([0.5, 0.95]),
+                "epsilon_cutoff": 3e-4,
+                "eta_cutoff": 1e-3,
+            }[name]
         case.families.append("sampling")
     elif not case.sampled:
         case.generation["do_sample"] = False

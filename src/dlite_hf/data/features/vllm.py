@@ -44,9 +44,13 @@ def features_vllm(
     )
     dataset = RegeneratedDataset(rows, max_length=max_length)
     cache = FeatureCache(
-        str(cache_dir), target_name, layer_ids, history_free=not all_positions, anchor_stride=anchor_stride,
+        str(cache_dir),
+        target_name,
+        layer_ids,
+        history_free=not all_positions,
+        anchor_stride=anchor_stride,
         producer=f"vllm-{dtype}",
-    )  # fmt: skip
+    )
     if cache.producer != f"vllm-{dtype}":
         raise ValueError(
             f"Feature cache {cache_dir} holds entries from {cache.producer}; vLLM's would mix two forwards in one "
@@ -69,9 +73,15 @@ def features_vllm(
     summary_path = job.with_suffix(".summary.json")
     if written:
         options = {
-            "model": target_dir, "drafter": drafter_dir, "job": job, "cache": cache_dir, "dtype": dtype,
-            "max-model-len": longest + 2, "max-num-seqs": max_num_seqs, "summary": summary_path,
-        }  # fmt: skip
+            "model": target_dir,
+            "drafter": drafter_dir,
+            "job": job,
+            "cache": cache_dir,
+            "dtype": dtype,
+            "max-model-len": longest + 2,
+            "max-num-seqs": max_num_seqs,
+            "summary": summary_path,
+        }
         command = worker_command(python, "features", options, *(["enforce-eager"] if enforce_eager else []))
         summary = run_worker(command, summary_path, "feature worker", "Entries")
     else:

@@ -58,10 +58,19 @@ def regenerate_vllm(
             for row in todo:
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
         options = {
-            "model": model_dir, "job": job, "out": out_path, "dtype": dtype, "max-new-tokens": max_new_tokens,
-            "max-model-len": max_prompt_tokens + max_new_tokens, "chunk": chunk, "samples": samples,
-            "temperature": temperature, "top-p": top_p, "seed": seed, "summary": summary_path,
-        }  # fmt: skip
+            "model": model_dir,
+            "job": job,
+            "out": out_path,
+            "dtype": dtype,
+            "max-new-tokens": max_new_tokens,
+            "max-model-len": max_prompt_tokens + max_new_tokens,
+            "chunk": chunk,
+            "samples": samples,
+            "temperature": temperature,
+            "top-p": top_p,
+            "seed": seed,
+            "summary": summary_path,
+        }
         command = worker_command(python, "regenerate", options)
         summary = run_worker(command, summary_path, "worker", "Rows")
         job.unlink(missing_ok=True)
