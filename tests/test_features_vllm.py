@@ -23,21 +23,17 @@ def _rows():
     ]
 
 
+def _write_job(tmp_path, cache_dir, **kwargs):
+    """Write the worker's job for two tapped layers of a "tiny" target, then start the worker."""
+    args = (tmp_path, "tiny", tmp_path, [0, 2], _rows(), cache_dir)
+    features_vllm(*args, anchor_stride=4, max_length=16, python=sys.executable, **kwargs)
+
+
 def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
     cache_dir = tmp_path / "cache"
     with pytest.raises(RuntimeError, match=r"feature worker exited with status 1 .*run the same command again"):
-        features_vllm(
-            tmp_path,
-            "tiny",
-            tmp_path,
-            [0, 2],
-            _rows(),
-            cache_dir,
-            anchor_stride=4,
-            max_length=16,
-            python=sys.executable,
-        )  # this interpreter has no vLLM
+        _write_job(tmp_path, cache_dir)  # this interpreter has no vLLM
     job = [json.loads(line) for line in (cache_dir / "vllm-job-0of1.jsonl").read_text().splitlines()]
     trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=True, anchor_stride=4)
     assert trainer_cache.producer == "vllm-bfloat16"
@@ -54,18 +50,7 @@ def test_all_positions_writes_the_layout_history_aware_training_reads(tmp_path, 
     monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
     cache_dir = tmp_path / "cache"
     with pytest.raises(RuntimeError, match="feature worker exited"):
-        features_vllm(
-            tmp_path,
-            "tiny",
-            tmp_path,
-            [0, 2],
-            _rows(),
-            cache_dir,
-            anchor_stride=4,
-            max_length=16,
-            python=sys.executable,
-            all_positions=True,
-        )
+        _write_job(tmp_path, cache_dir, all_positions=True)
     job = [json.loads(line) for line in (cache_dir / "vllm-job-0of1.jsonl").read_text().splitlines()]
     trainer_cache = FeatureCache(str(cache_dir), "tiny", [0, 2], history_free=False)
     for row, item in zip(RegeneratedDataset(_rows(), max_length=16).rows, job):

@@ -25,24 +25,14 @@ def pair(tmp_path):
     return tmp_path, base, tuned
 
 
+def _interpolate(folder, alpha: str, out: str, tuned: str = "tuned") -> int:
+    args = ["--base", str(folder / "base"), "--tuned", str(folder / tuned), "--alpha", alpha]
+    return main(["interpolate", *args, "--out", str(folder / out)])
+
+
 def test_weights_are_the_convex_mix_and_the_vocabulary_is_the_tuned_one(pair):
     folder, base, tuned = pair
-    assert (
-        main(
-            [
-                "interpolate",
-                "--base",
-                str(folder / "base"),
-                "--tuned",
-                str(folder / "tuned"),
-                "--alpha",
-                "0.25",
-                "--out",
-                str(folder / "mix"),
-            ]
-        )
-        == 0
-    )
+    assert _interpolate(folder, "0.25", "mix") == 0
     mixed = DLiteForSpeculation.from_pretrained(folder / "mix", dtype=torch.float32)
     b, t, m = base.state_dict(), tuned.state_dict(), mixed.state_dict()
     assert torch.equal(m["draft_vocab_ids"], t["draft_vocab_ids"])
@@ -54,19 +44,7 @@ def test_weights_are_the_convex_mix_and_the_vocabulary_is_the_tuned_one(pair):
     record = json.loads((folder / "mix" / "dlite_training.json").read_text())
     assert record["interpolated"]["alpha"] == 0.25
     # the ends are the inputs themselves
-    main(
-        [
-            "interpolate",
-            "--base",
-            str(folder / "base"),
-            "--tuned",
-            str(folder / "tuned"),
-            "--alpha",
-            "1",
-            "--out",
-            str(folder / "one"),
-        ]
-    )
+    _interpolate(folder, "1", "one")
     one = DLiteForSpeculation.from_pretrained(folder / "one", dtype=torch.float32).state_dict()
     assert all(torch.equal(one[k], t[k]) for k in floats)
 
@@ -81,16 +59,4 @@ def test_refuses_a_bad_alpha_an_input_as_output_and_another_architecture(pair):
     other = make_drafter(make_tiny_target("llama", seed=0), seed=3, draft_vocab_size=40, head_rank=4)
     other.save_pretrained(folder / "other")
     with pytest.raises(SystemExit, match="head_rank differs"):
-        main(
-            [
-                "interpolate",
-                "--base",
-                str(folder / "base"),
-                "--tuned",
-                str(folder / "other"),
-                "--alpha",
-                "0.5",
-                "--out",
-                str(folder / "y"),
-            ]
-        )
+        _interpolate(folder, "0.5", "y", tuned="other")
