@@ -425,3 +425,17 @@ def test_the_reliability_page_shows_the_committed_verdicts():
     summary = page.split("<!-- reliability summary -->")[1].split("<!-- /reliability summary -->")[0]
     head, by_run = text.split("\n")[0], text.split("### By run\n\n")[1].split("\n\n")[0]
     assert head in summary and by_run in summary
+
+
+def test_the_reliability_page_quotes_the_server_run():
+    run = json.loads((RESULTS / "reliability" / "server-faults.json").read_text())
+    page = " ".join((REPO / "docs" / "reliability.md").read_text().split())
+    outcomes = run["outcomes"]
+    assert not run["failures"] and run["healthy_after"] and run["greedy_after_equal_plain"]
+    text = (
+        f"{run['requests']} requests through the `openai` client, up to 32 in flight: "
+        f"{outcomes['completed']} completed, {outcomes['stream completed']} streams completed, "
+        f"{outcomes['stream dropped']} streams dropped by the client mid-stream, "
+        f"{outcomes['malformed answered 4xx']} malformed requests answered 4xx"
+    )
+    assert text in page, text
