@@ -18,29 +18,18 @@ import json
 import time
 from pathlib import Path
 
-OOD = ("legal", "clinical", "long")
+from dlite_hf.data.prompts import OUT_OF_DOMAIN_WORKLOADS, TRAINING_WORKLOADS
+
+OOD = OUT_OF_DOMAIN_WORKLOADS  # legal, clinical, long
 # summary fields printed; each is None when no workload of its kind was replayed
 SHOWN = ("mean_tau_ood", "mean_tau_in_domain", "first_accepted_ood", "first_accepted_in_domain")
-IN_DOMAIN = (
-    "chat",
-    "code",
-    "math",
-    "tool",
-    "agentic",
-    "news",
-    "writing",
-    "story_qa",
-    "dialogue_qa",
-    "policy_agent",
-    "reasoning",
-    "code_tasks",
-    "manpages",
-)
+MIX_DOMAINS = ("news", "writing", "story_qa", "dialogue_qa", "policy_agent", "reasoning", "code_tasks", "manpages")
+IN_DOMAIN = (*TRAINING_WORKLOADS, *MIX_DOMAINS)
 
 
 def _prompts(workloads: list[str], per_workload: int, long_tokens: int, tokenizer) -> list[dict]:
     from dlite_hf.data.domains import eval_prompts
-    from dlite_hf.data.long_context import load_long
+    from dlite_hf.data.prompts import load_long
 
     out = []
     for workload in workloads:
@@ -83,17 +72,14 @@ def _arguments() -> tuple[argparse.Namespace, dict[str, str]]:
 def _texts(args: argparse.Namespace, target, tokenizer, workloads: list[str]) -> list[dict]:
     """The greedy texts of the prompts, from the --texts cache or generated (and appended to it)."""
     from dlite_hf.bench.replay import greedy_texts
+    from dlite_hf.jsonl import read_jsonl
 
     cache = Path(args.texts)
     if args.texts_only and not cache.is_file():
         raise SystemExit(f"--texts-only replays the texts in --texts, but {args.texts} does not exist.")
     cache.parent.mkdir(parents=True, exist_ok=True)
-    done = {}
-    if cache.is_file():
-        for line in cache.read_text().splitlines():
-            row = json.loads(line)
-            if row.get("max_new_tokens") == args.max_new_tokens:
-                done[row["id"]] = row
+    cached = read_jsonl(cache) if cache.is_file() else []
+    done = {row["id"]: row for row in cached if row.get("max_new_tokens") == args.max_new_tokens}
     if args.texts_only:  # every cached text of the workloads, in the file's order (read once, above)
         prompts = [t for t in done.values() if t["workload"] in workloads]
         if not prompts:

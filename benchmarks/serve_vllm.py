@@ -14,6 +14,7 @@ answered. Reported per method: the median tokens/s and ratio to plain vLLM's, ta
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -115,14 +116,13 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
         mine = runs[method]
         tokens, accepted = sum(r["tokens"] for r in mine), sum(r["accepted"] for r in mine)
         latencies = sorted(x for r in mine for x in r["latencies"])
+        speedups = [r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])]
         rows.append(
             {
                 "method": method,
                 "tokens_per_s": statistics.median(r["tokens_per_s"] for r in mine),
-                "speedup": statistics.median(
-                    r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])
-                ),
-                "speedups": [r["tokens_per_s"] / p["tokens_per_s"] for r, p in zip(mine, runs["plain"])],
+                "speedup": statistics.median(speedups),
+                "speedups": speedups,
                 "tau": tau(tokens, accepted),
                 "tokens": tokens,
                 "wall_s": sum(r["wall_s"] for r in mine),
@@ -139,8 +139,6 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
 def check_suffix_decoding() -> None:
     """vLLM's suffix proposer imports arctic_inference.suffix_decoding, built by scripts/build_suffix_decoding.sh and
     found through PYTHONPATH (`make bench-vllm` sets it)."""
-    import importlib.util
-
     if importlib.util.find_spec("arctic_inference") is None:
         raise SystemExit(
             "--methods suffix: arctic_inference.suffix_decoding is not importable. Build it with "

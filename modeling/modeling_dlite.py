@@ -16,14 +16,21 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 
-from .blocks import DLiteOutput, DLiteSequentialHead, backbone_blocks, encode_with_history
-from .candidate_generators import DLiteCandidateGenerator, make_candidate_generator
-from .configuration_dlite import DLiteConfig
-from .decoding_options import check_threshold
-from .drafting import DraftRules, draft_tokens, row_lengths
-from .integration import install_generate_hook
-from .suffix_index import DraftSession
-from .target_binding import TargetBindingMixin
+try:
+    from .blocks import DLiteOutput, DLiteSequentialHead, backbone_blocks, encode_with_history
+    from .candidate_generators import DLiteCandidateGenerator, make_candidate_generator
+    from .configuration_dlite import DLiteConfig
+    from .decoding_options import check_threshold
+    from .drafting import DraftRules, draft_tokens, row_lengths
+    from .integration import install_generate_hook
+    from .suffix_index import DraftSession
+    from .target_binding import TargetBindingMixin
+except ImportError as error:  # a folder whose code files were copied from different releases
+    raise ImportError(
+        f"The DLite drafter's code files do not fit together ({error}): they come from different dlite-hf versions. "
+        "A drafter folder must hold the .py files of one release: copy them all from the release its weights were "
+        "saved with, or load the drafter with dlite-hf installed and save it again (save_pretrained writes them)."
+    ) from error
 
 
 class DLitePreTrainedModel(PreTrainedModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlite_hf.training.anchors import IGNORE_INDEX, block_labels, sample_anchors
+from dlite_hf.training.data import IGNORE_INDEX, block_labels, sample_anchors
 
 
 def _candidates(loss_mask: torch.Tensor) -> list[set[int]]:

@@ -14,7 +14,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from dlite_hf.bench import command as bench_command
 from dlite_hf.bench import runner as bench_runner
 from dlite_hf.bench.methods import BenchMethod, make_methods
-from dlite_hf.bench.report import PLOT_NAMES, markdown_table
+from dlite_hf.bench.plots import PLOT_NAMES
+from dlite_hf.bench.report import markdown_table
 from dlite_hf.bench.runner import run_bench
 from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.cli import main

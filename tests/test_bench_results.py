@@ -23,8 +23,7 @@ from dlite_hf.bench.results import (
     ResultsError,
     RunMeta,
     SummaryRow,
-    as_records,
-    as_summary_rows,
+    as_parts,
     load_result,
     parse_result,
 )
@@ -118,20 +117,17 @@ def test_every_committed_run_loads_and_writes_back_byte_for_byte(path):
 
 def test_the_module_needs_no_torch():
     """The cards, the README tables and the goals read results without torch: the typed definition imports only
-    the standard library and its own JSON-parts module."""
-    for name in ("results.py", "json_parts.py"):
-        tree = ast.parse((REPO / "src" / "dlite_hf" / "bench" / name).read_text())
-        imported = {
-            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
-        }
-        imported |= {
-            node.module.split(".")[0]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.level == 0
-        }
-        relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-        assert imported <= sys.stdlib_module_names, (name, imported - sys.stdlib_module_names)
-        assert relative <= {"json_parts"}, (name, relative)
+    the standard library."""
+    tree = ast.parse((REPO / "src" / "dlite_hf" / "bench" / "results.py").read_text())
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0
+    }
+    relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+    assert imported <= sys.stdlib_module_names, imported - sys.stdlib_module_names
+    assert not relative, relative
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -203,11 +199,13 @@ def test_load_result_names_the_file_and_refuses_what_is_not_json(tmp_path):
 
 
 def test_rows_given_as_json_are_checked_too():
-    assert as_summary_rows([{"workload": "chat", "method": "dlite", "mean_tau": 2, "speedup": 1.5}])[0].mean_tau == 2
+    row = {"workload": "chat", "method": "dlite", "mean_tau": 2, "speedup": 1.5}
+    assert as_parts([row], SummaryRow, "summary")[0].mean_tau == 2
     with pytest.raises(ResultsError, match=r"summary\[1\]\.method is absent: expected a string"):
-        as_summary_rows([SummaryRow(workload="a", method="b", mean_tau=1.0, speedup=1.0), {"workload": "chat"}])
+        typed = SummaryRow(workload="a", method="b", mean_tau=1.0, speedup=1.0)
+        as_parts([typed, {"workload": "chat"}], SummaryRow, "summary")
     with pytest.raises(ResultsError, match=r"records\[0\] is 3: expected a JSON object"):
-        as_records([3])
+        as_parts([3], Record, "records")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

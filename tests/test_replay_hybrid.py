@@ -45,7 +45,7 @@ def test_the_replay_counts_the_forwards_generate_runs(smollm2):
                 target, drafter, ids[0].tolist(), plain[0, ids.shape[1] :].tolist()
             )
             costs = {id(turn): {1: 1.0, 64: 1.0}}
-            replayed = replay_hybrid.replay([[turn]], (DEFAULT_LOOKUP_TOKENS, rule), costs, 0.0, 0.0, MAX_NEW)
+            replayed = replay_hybrid.replay_rule([[turn]], (DEFAULT_LOOKUP_TOKENS, rule), costs, 0.0, 0.0, MAX_NEW)
             compared.append((prompt["id"], stats.lookup_rounds, stats.target_forwards))
             assert replayed["tau"] == pytest.approx(stats.tau), (prompt["id"], replayed, stats.to_dict())
     assert any(lookups for _, lookups, _ in compared), compared  # the retrieved side was exercised

@@ -63,14 +63,14 @@ def test_replay_by_hand():
     turn = replay_rules.RulesTurn("d", "a", [1, 2], [10, 11, 12, 13, 14], drafts, [[0.5] * 3] * 4, [0.9] * 4)
     costs = {512: {1: 1.0, 2: 1.5, 3: 1.75, 4: 2.0}}
     lengths = {id(turn): [3, 3, 3, 3]}
-    out = replay_rules.replay([turn], lengths, costs, skip_s=0.25, step_s=0.125, trace=True)
+    out = replay_rules.replay_rule([turn], lengths, costs, skip_s=0.25, step_s=0.125, trace=True)
     # round 1 at position 3: 3 drafts, 2 accepted (11, 12), commits 3 tokens; round 2 at position 6: one token left
     assert out["drafted_per_round"] == [3, 0] and out["rounds"] == 2 and out["decoded_tokens"] == 4
     assert out["tau"] == 2.0 and out["acceptance_rate"] == pytest.approx(2 / 3)
     # costs: (0.25 + 2 x 0.125 + T(4) = 2.0) + (0.25 + 0.25 drafter, the rule drafted 3, + T(1)); plain 4 x T(1)
     assert out["speedup_est"] == pytest.approx(4.0 / (2.5 + 1.5))
     skipped = {id(turn): [0, 0, 0, 0]}
-    out = replay_rules.replay([turn], skipped, costs, skip_s=0.25, step_s=0.125)
+    out = replay_rules.replay_rule([turn], skipped, costs, skip_s=0.25, step_s=0.125)
     assert out["rounds"] == 4 and out["skipped_rounds"] == 4 and out["speedup_est"] == pytest.approx(4.0 / 5.0)
 
 
@@ -133,7 +133,7 @@ def test_the_replay_runs_the_rounds_generate_runs(smollm2):
             turn = replay_rules.RulesTurn.measure(target, drafter, workload, prompt["id"], ids[0].tolist(), out)
             lengths = {id(turn): lengths_under_rules(torch.tensor(turn.chosen), torch.tensor(turn.first_top), rules)}
             costs = {context_key(len(turn.ids)): {1: 1.0}}
-            replayed = replay_rules.replay([turn], lengths, costs, 0.0, 0.0, trace=True)
+            replayed = replay_rules.replay_rule([turn], lengths, costs, 0.0, 0.0, trace=True)
             assert replayed["drafted_per_round"] == stats.drafted_per_forward[1:], prompt["id"]
             skipped += replayed["skipped_rounds"]
     assert skipped > 0  # the skip rule was exercised

@@ -67,8 +67,6 @@ def test_a_drafter_variant_needs_a_new_name_and_a_drafter_folder(tmp_path):
 def test_the_suffix_method_needs_suffix_decoding_on_the_path_before_any_engine_loads(tmp_path, monkeypatch):
     """vLLM's suffix proposer imports arctic_inference.suffix_decoding, which `make bench-vllm` puts on PYTHONPATH
     (the script itself never edits sys.path)."""
-    import importlib.util
-
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name)

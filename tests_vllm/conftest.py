@@ -140,10 +140,13 @@ def real_prompts(tmp_path_factory) -> dict:
 
 
 def spec_counters(llm) -> dict[str, float]:
-    """vLLM's cumulative spec-decode counters (drafts, draft tokens, accepted tokens) of the one engine alive."""
-    from dlite_hf_vllm.compat import spec_decode_counters
-
-    return spec_decode_counters(llm)
+    """vLLM's cumulative spec-decode counters (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`) of the one
+    engine alive: they come from the process-wide Prometheus registry, which every new engine resets."""
+    return {
+        m.name.removeprefix("vllm:spec_decode_"): m.value
+        for m in llm.get_metrics()
+        if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
+    }
 
 
 def accepted_per_position(llm) -> list[int]:

@@ -107,3 +107,23 @@ def test_a_moved_vllm_method_names_the_version():
         check_signature(Runner, "propose_draft_token_ids", ("self", "scheduler_output", "sampled_token_ids"))
     with pytest.raises(DLiteVLLMError, match="does not exist"):
         check_signature(Runner, "_setup_eagle3_aux_hidden_state_outputs", ("self",))
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5, 0.9999])
+def test_a_truncated_weights_file_is_refused_at_start_up(tmp_path, keep):
+    folder = _drafter_like_shipped(tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: int(weights.stat().st_size * keep)])
+    message = _refused({"model": str(folder)})
+    assert str(weights) in message and "truncated or corrupt" in message and "save_pretrained" in message, message
+
+
+def test_code_files_from_different_releases_are_refused_at_start_up(tmp_path):
+    folder = _drafter_like_shipped(tmp_path)
+    folder = folder.rename(tmp_path / "drafter_mixed_releases")  # transformers caches remote code by folder name
+    older = folder / "candidate_generators.py"
+    older.write_text(
+        older.read_text().replace("import DECODING_OPTIONS,", "import DECODING_OPTIONS, check_option,", 1)
+    )
+    message = _refused({"model": str(folder)})
+    assert "check_option" in message and "different dlite-hf versions" in message, message

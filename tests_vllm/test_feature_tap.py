@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import torch
-from dlite_hf_vllm.feature_tap import FeatureTap
+from dlite_hf_vllm.workers.features import FeatureTap
 from safetensors.torch import load_file
 
 

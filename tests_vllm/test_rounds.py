@@ -7,8 +7,7 @@ import pytest
 import torch
 from conftest import TINY_HIDDEN, TINY_VOCAB, FakeVLLMTarget, fake_vllm_config, make_tiny_drafter_folder
 from dlite_hf_vllm.compat import DLiteVLLMError
-from dlite_hf_vllm.proposer import DLiteProposer, StepInputs, TargetView
-from dlite_hf_vllm.rounds import TemperatureScale, draft_batch, newest_rows
+from dlite_hf_vllm.proposer import DLiteProposer, StepInputs, TargetView, TemperatureScale, draft_batch, newest_rows
 
 
 def test_newest_rows_reads_the_last_committed_position_of_each_request():

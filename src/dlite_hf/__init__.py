@@ -20,10 +20,7 @@ __version__ = "0.1.0"
 AutoConfig.register(DLiteConfig.model_type, DLiteConfig, exist_ok=True)
 AutoModel.register(DLiteConfig, DLiteForSpeculation, exist_ok=True)
 
-_LAZY = {
-    "DLiteTrainer": "dlite_hf.training.trainer",
-    "DLiteTrainingArguments": "dlite_hf.training.arguments",
-}
+_LAZY = {"DLiteTrainer": "dlite_hf.training.trainer", "DLiteTrainingArguments": "dlite_hf.training.arguments"}
 
 __all__ = [
     "DLiteCandidateGenerator",

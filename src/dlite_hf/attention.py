@@ -22,11 +22,9 @@ from transformers.integrations import sdpa_attention
 
 __all__ = ["MAX_PACKED_QUERY", "PACKED_GQA_SDPA", "packed_gqa_sdpa_attention", "register", "use_packed_gqa_attention"]
 
-PACKED_GQA_SDPA = "dlite_packed_gqa_sdpa"
-"""The attention implementation's name (`attn_implementation=...`)."""
-
+PACKED_GQA_SDPA = "dlite_packed_gqa_sdpa"  # the attention implementation's name (`attn_implementation=...`)
+# queries up to this many tokens (decode steps, verification blocks) are packed; longer ones use `sdpa` as is
 MAX_PACKED_QUERY = 64
-"""Queries up to this many tokens (decode steps, verification blocks) are packed; longer ones use `sdpa` as is."""
 
 
 def packed_gqa_sdpa_attention(

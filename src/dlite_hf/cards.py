@@ -1,45 +1,26 @@
-"""Model cards for DLite drafters, for `dlite-hf card`, the trainer and `hub_cards/render_paper_cards.py`.
-
-:func:`render_model_card` fills the package's `templates/model_card.md` from a drafter's config and the card's texts;
-:func:`card_from_checkpoint` renders a drafter folder's card with a results table read from a bench result (formats:
-`dlite-hf card --help`), each number the file's value rounded for display (`card_check.check_card` verifies it).
+"""Model cards of DLite drafters: :func:`render_model_card` fills the package's `templates/model_card.md` from a
+drafter's config and the card's texts (for the trainer, `dlite-hf card` and `hub_cards/render_paper_cards.py`);
+:func:`check_card` checks a card's front matter, its sections, and that every number of its results tables is
+labelled as the paper's figures or traceable to the bench result it names (`dlite-hf card --check`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
-from .attention import PACKED_GQA_SDPA
-from .bench.results import BenchResult, RunMeta, SummaryRow, parse_result
-from .defaults import repo_root
-from .modeling.configuration_dlite import DLiteConfig
+from .defaults import ATTENTION_CHOICES, repo_root
 
-__all__ = [
-    "HUB_IDS",
-    "PAPER_LABEL",
-    "REQUIRED_SECTIONS",
-    "bench_rows",
-    "card_from_checkpoint",
-    "fastest_decoding",
-    "read_bench_result",
-    "render_model_card",
-]
+__all__ = ["check_card", "numbers_in", "render_model_card", "results_tables"]
 
 REQUIRED_SECTIONS = ("## Usage", "## Architecture", "## Training", "## Results", "## Limits", "## Citation")
 PAPER_LABEL = "reported in the DLite paper"  # the phrase above a table of the paper's figures
-# Registry names of dlite-hf's local targets -> the Hub repositories they were converted from (the card's base_model).
-HUB_IDS = {
-    "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "qwen2.5-coder-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-}
-_CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lossless")
 # config fields the template prints as they are
 _CONFIG_FIELDS = (
     "num_target_layers",
@@ -52,6 +33,12 @@ _CONFIG_FIELDS = (
     "num_key_value_heads",
     "head_rank",
 )
+_WINDOWS = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}
+_SOURCE = re.compile(r"Source:\s*`([^`]+)`")
+# A number as printed in a table cell: digits not glued to a word (so "Qwen3" and "K7" are not numbers), optional
+# thousands separators, optional decimals.
+_CELL_NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_FILE_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,7 +91,7 @@ def _usage_load(base_model: str, repo_id: str, dtype: str | None, attention: str
     """The usage example's loading lines, in the mode the card's results were measured in."""
     if dtype not in (None, "float32", "bfloat16", "float16"):
         raise ValueError(f"dtype={dtype!r} is invalid: expected None, 'float32', 'bfloat16' or 'float16'.")
-    if attention not in (None, "sdpa", "packed_gqa"):
+    if attention not in (None, *ATTENTION_CHOICES):
         raise ValueError(f"attention={attention!r} is invalid: expected None, 'sdpa' or 'packed_gqa'.")
     reduced = dtype not in (None, "float32")
     extra = f", dtype=torch.{dtype}" if reduced else ""
@@ -130,26 +117,13 @@ def _usage_load(base_model: str, repo_id: str, dtype: str | None, attention: str
     return "\n".join(lines) + "\n"
 
 
-_WINDOWS = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}
-
-
-def _training_table(training: dict[str, Any] | None) -> str:
-    if not training:
-        return "Not recorded."
-    rows = [{"setting": k, "value": _setting(v)} for k, v in training.items() if v is not None]
-    return _table(rows, ["setting", "value"])
-
-
-def _results_text(
-    results: list[dict[str, Any]] | None, columns: list[str] | None, source: str | None, are_paper: bool
-) -> str:
+def _results_text(results: list[dict[str, Any]] | None, columns: list[str] | None, source: str | None, paper: bool):
     if not results:
         return "No measurements recorded yet."
-    label = (
-        f"Figures {PAPER_LABEL} (not measured by dlite-hf)."
-        if are_paper
-        else f"Measured by dlite-hf. Source: {source or 'not recorded'}."
-    )
+    if paper:
+        label = f"Figures {PAPER_LABEL} (not measured by dlite-hf)."
+    else:
+        label = f"Measured by dlite-hf. Source: {source or 'not recorded'}."
     return label + "\n\n" + _table(results, columns or list(results[0].keys()))
 
 
@@ -210,14 +184,16 @@ def render_model_card(
     `fastest` (``"hybrid"``, or ``"dlite"`` the default), `dtype` and `attention` (None: float32, transformers'
     attention): the decoding the results measured fastest and the mode they were measured in, as the usage example
     shows them. `results` rows are printed as a table, whose numbers come from `results_source` (a bench result file
-    and the command that wrote it), or from the paper with `results_are_paper=True`.
+    and the command that wrote it), or from the paper with `results_are_paper=True`; `training_text` replaces the
+    table of the `training` record.
     """
+    if fastest not in (None, "dlite", "hybrid"):
+        raise ValueError(f"fastest={fastest!r} is invalid: expected None, 'dlite' or 'hybrid'.")
     target = dict(config.target_model or {})
     base_model = base_model or target.get("name_or_path") or "unknown-target"
     if training_text is None:
-        training_text = _training_table(training)
-    if fastest not in (None, "dlite", "hybrid"):
-        raise ValueError(f"fastest={fastest!r} is invalid: expected None, 'dlite' or 'hybrid'.")
+        rows = [{"setting": k, "value": _setting(v)} for k, v in (training or {}).items() if v is not None]
+        training_text = _table(rows, ["setting", "value"]) if training else "Not recorded."
     repo_id = repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}"
     values = {
         "usage_load": _usage_load(str(base_model), repo_id, dtype, attention),
@@ -228,7 +204,6 @@ def render_model_card(
         "repo_id": repo_id,
         "license": license,
         **{name: getattr(config, name) for name in _CONFIG_FIELDS},
-        "num_tapped": len(config.target_layer_ids),
         "k": config.num_draft_tokens,
         "target_architecture": target.get("architecture", "?"),
         "target_layer_ids": ", ".join(str(i) for i in config.target_layer_ids),
@@ -250,127 +225,118 @@ def render_model_card(
     return environment.from_string(_template()).render(**values)
 
 
-def read_bench_result(document: Any, source: str = "the bench result") -> BenchResult:
-    """A ``--bench-result`` document in either accepted format (:mod:`dlite_hf.commands.card`), typed: the document
-    ``dlite-hf bench`` writes (:func:`dlite_hf.bench.results.parse_result`), or a list of rows (or
-    ``{"rows": [...]}``) as a result whose summary is those rows. Raises ``ValueError`` for anything else."""
-    if isinstance(document, dict) and "summary" in document:
-        return parse_result(document, source)
-    meta = {}
-    if isinstance(document, dict) and "rows" in document:
-        rows, meta = document["rows"], document.get("meta", {})
-    elif isinstance(document, list):
-        rows = document
-    else:
-        raise ValueError(
-            "The bench result must be the JSON `dlite-hf bench` writes (with a `summary` list), a list of rows, or "
-            '{"rows": [...]}; each row needs workload, method, tau (or mean_tau) and speedup.'
-        )
-    summary = [_simple_row(i, row) for i, row in enumerate(rows)]
-    return BenchResult(meta=RunMeta.from_dict(meta, "meta"), summary=summary)
+def numbers_in(text: str) -> list[str]:
+    """The numbers of a markdown table cell, as printed (thousands separators removed)."""
+    return [match.replace(",", "") for match in _CELL_NUMBER.findall(text)]
 
 
-def _simple_row(index: int, row: Any) -> SummaryRow:
-    """A row of the simple format (``tau`` or ``mean_tau``) as a summary row."""
-    tau = row.get("tau", row.get("mean_tau")) if isinstance(row, dict) else None
-    if not isinstance(row, dict) or any(row.get(k) is None for k in ("workload", "method", "speedup")) or tau is None:
-        raise ValueError(f"Bench row {index} is {row!r}: expected a dict with workload, method, tau and speedup.")
-    fields = {k: v for k, v in row.items() if k != "tau"}
-    return SummaryRow.from_dict({**fields, "mean_tau": tau}, f"bench row {index}")
+def _traceable(number: str, file_numbers: list[float]) -> bool:
+    """True if some number of the source file, rounded to ``number``'s decimals, equals it."""
+    decimals = len(number.split(".")[1]) if "." in number else 0
+    value = float(number)
+    return any(abs(round(x, decimals) - value) < 10 ** (-decimals) / 2 for x in file_numbers)
 
 
-def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[dict[str, Any]]:
-    """Card rows (display strings) from a bench result's summary rows, of ``methods`` (None: all); at least one."""
-    rows = [_card_row(row) for row in result.summary if not methods or row.method in methods]
-    if not rows:
-        raise ValueError("The bench result has no rows" + (f" for methods {methods}." if methods else "."))
-    return rows
-
-
-def _card_row(row: SummaryRow) -> dict[str, str]:
-    out = {"workload": str(row.workload), "method": str(row.method)}
-    if row.prompts is not None:
-        out["prompts"] = str(int(row.prompts))
-    out["tau"] = f"{float(row.mean_tau):.2f}"
-    if row.tok_s is not None:
-        out["tok/s"] = f"{float(row.tok_s):.2f}"
-    out["speedup"] = f"{float(row.speedup):.2f}x"
-    if row.lossless is not None:
-        out["lossless"] = "yes" if row.lossless else "**NO**"
-    return out
-
-
-def _display_path(path: Path) -> str:
-    """``path`` relative to the repository root (or the working directory) when it lies inside it."""
-    resolved = path.resolve()
-    for base in (repo_root(), Path.cwd()):
-        try:
-            return str(resolved.relative_to(base))
-        except ValueError:
+def results_tables(text: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``(text before the table, header cells, body rows as cells)`` for every table of the card's Results."""
+    start = text.find("## Results\n")
+    end = text.find("\n## ", start + len("## Results"))
+    section = text[start : end if end >= 0 else len(text)] if start >= 0 else ""
+    tables, before, current = [], [], []
+    for line in [*section.splitlines(), ""]:  # the empty line closes a table that ends the section
+        if line.lstrip().startswith("|"):
+            current.append([cell.strip() for cell in line.strip().strip("|").split("|")])
             continue
-    return str(path)
+        if current:
+            tables.append(("\n".join(before), current[0], current[2:]))  # current[1] is the separator
+            before, current = [], []
+        before.append(line)
+    return tables
 
 
-def _num_parameters(checkpoint: Path) -> int | None:
-    """Drafter parameters counted from the safetensors header (no weights loaded); integer tensors are buffers
-    (the draft vocabulary's token ids), not parameters."""
-    weights = checkpoint / "model.safetensors"
-    if not weights.is_file():
-        return None
-    from safetensors import safe_open
-
-    with safe_open(str(weights), framework="pt") as handle:
-        slices = [handle.get_slice(key) for key in handle.keys()]
-        return sum(math.prod(s.get_shape()) for s in slices if s.get_dtype().startswith(("F", "BF")))
-
-
-def card_from_checkpoint(
-    checkpoint: str | Path,
-    bench_result: str | Path | None = None,
-    *,
-    base_model: str | None = None,
-    methods: list[str] | None = None,
-    **card: Any,
-) -> str:
-    """The card of the drafter in ``checkpoint`` (its config.json, dlite_training.json, weights header), with the
-    rows of ``bench_result`` (of ``methods``) as its results table; ``card``: :func:`render_model_card`'s
-    ``repo_id``, ``title``, ``license`` or ``extra_limits``."""
-    checkpoint = Path(checkpoint)
-    if not (checkpoint / "config.json").is_file():
-        raise FileNotFoundError(f"No config.json in {checkpoint}: pass a drafter folder saved by `dlite-hf train`.")
-    config = DLiteConfig.from_pretrained(checkpoint)
-    target = (config.target_model or {}).get("name_or_path") or ""
-    if (checkpoint / "dlite_training.json").is_file():
-        card["training"] = json.loads((checkpoint / "dlite_training.json").read_text(encoding="utf-8"))
-    if bench_result is not None:
-        path = Path(bench_result)
-        document = json.loads(path.read_text(encoding="utf-8"))
-        result = read_bench_result(document, str(path))
-        rows = bench_rows(result, methods)
-        card.update(_measured_mode(result, path), results=rows)
-        card["results_columns"] = [c for c in _CARD_COLUMNS if any(c in r for r in rows)]
-        if isinstance(document, dict) and "summary" in document:  # a row list compares no decodings
-            card["fastest"] = fastest_decoding(result)
-    base_model = base_model or HUB_IDS.get(target) or target or None
-    return render_model_card(config, base_model=base_model, num_parameters=_num_parameters(checkpoint), **card)
+def _keyed_rows(document: Any) -> list[dict[str, Any]]:
+    """Every JSON object in ``document`` that has a workload and a method (bench summary rows, records, rows)."""
+    found = []
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "workload" in item and "method" in item:
+                found.append(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
-def _measured_mode(result: BenchResult, path: Path) -> dict[str, str | None]:
-    """How a bench result's numbers were measured (dtype, attention) and where (the source line)."""
-    meta = result.meta
-    source = f"`{_display_path(path)}`" + (f", written by `{meta.command}`" if meta.command else "")
-    machine = meta.machine
-    if machine is not None and machine.cpu:  # speedups are ratios on one CPU: another CPU gives other ratios
-        cores = f", {machine.cpu_count} cores" if machine.cpu_count else ""
-        source += f", on {machine.cpu}{cores}, {meta.value_or('threads', '?')} thread(s)"
-    attention = "packed_gqa" if meta.attention == PACKED_GQA_SDPA else meta.attention
-    return {"dtype": meta.dtype, "attention": attention, "results_source": source}
+def _check_table(index: int, header: list[str], rows: list[list[str]], source: Path) -> list[str]:
+    """Every number of the table must come from ``source``: from the objects of the same workload and method when
+    the table has those columns and the source is JSON, else from anywhere in the file."""
+    text = source.read_text(encoding="utf-8")
+    everything = [float(x) for x in _FILE_NUMBER.findall(text)]
+    keyed = None
+    if "workload" in header and "method" in header:
+        try:
+            keyed = _keyed_rows(json.loads(text))
+        except ValueError:
+            keyed = None
+    problems = []
+    for row in rows:
+        cells = dict(zip(header, row))
+        pool = everything
+        if keyed is not None:
+            same = [
+                r for r in keyed if str(r["workload"]) == cells["workload"] and str(r["method"]) == cells["method"]
+            ]
+            if not same:
+                problems.append(
+                    f"results table {index}: no object with workload {cells['workload']!r} and method "
+                    f"{cells['method']!r} in {source}"
+                )
+                continue
+            pool = [float(x) for x in _FILE_NUMBER.findall(json.dumps(same))]
+        for cell in row:
+            for number in numbers_in(cell):
+                if not _traceable(number, pool):
+                    where = f"{cells.get('workload')}/{cells.get('method')} in " if keyed is not None else ""
+                    problems.append(f"results table {index}: {number} (cell {cell!r}) is not in {where}{source}")
+    return problems
 
 
-def fastest_decoding(result: BenchResult) -> str | None:
-    """``"hybrid"`` when a bench result's ``all`` row has the hybrid faster than the drafter alone, ``"dlite"``
-    when the drafter alone was faster, None when the result does not compare the two."""
-    speed = {r.method: r.speedup for r in result.summary if r.workload == "all"}
-    if speed.get("hybrid") is None or speed.get("dlite") is None:
-        return None
-    return "hybrid" if speed["hybrid"] > speed["dlite"] else "dlite"
+def check_card(text: str, base_dir: str | Path | None = None) -> list[str]:
+    """Problems of a card (empty list: valid): its front matter (``ModelCard``: library_name transformers,
+    base_model, pipeline_tag, license, tags), the ``REQUIRED_SECTIONS``, and every results table labelled as the
+    paper's figures or naming a source file (``Source: `PATH` ``, relative to ``base_dir``, by default the repository
+    root then the working directory) that holds each of its numbers as printed (see :func:`_check_table`).
+    """
+    from huggingface_hub import ModelCard
+
+    problems = []
+    try:
+        data = ModelCard(text).data.to_dict()
+    except ValueError as error:
+        return [f"front matter does not parse: {error}"]
+    if data.get("library_name") != "transformers":
+        problems.append(f"library_name is {data.get('library_name')!r}, expected 'transformers'")
+    for key in ("base_model", "pipeline_tag", "license", "tags"):
+        if not data.get(key):
+            problems.append(f"front matter lacks {key}")
+    for heading in REQUIRED_SECTIONS:
+        if heading + "\n" not in text:
+            problems.append(f"missing section {heading!r}")
+    bases = [Path(base_dir)] if base_dir is not None else [repo_root(), Path.cwd()]
+    for index, (before, header, rows) in enumerate(results_tables(text), 1):
+        if PAPER_LABEL in before:
+            continue
+        sources = _SOURCE.findall(before)
+        if not sources:
+            problems.append(f"results table {index} is neither labelled as the paper's figures nor names a source")
+            continue
+        named = Path(sources[-1])
+        candidates = [named] if named.is_absolute() else [base / named for base in bases]
+        source = next((c for c in candidates if c.is_file()), None)
+        if source is None:
+            problems.append(f"results table {index}: source file {named} does not exist (looked in {bases})")
+            continue
+        problems += _check_table(index, header, rows, source)
+    return problems

@@ -7,23 +7,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DEFAULT_TARGET = "smollm2-135m"
-"""The registry name of the default target (see :data:`dlite_hf.assets.MODELS`)."""
-
+DEFAULT_TARGET = "smollm2-135m"  # a registry name (`dlite_hf.assets.MODELS`)
+# a name of `dlite_hf.assets.registry.DRAFTERS`, used when no drafter is given
+DEFAULT_DRAFTER = "dlite-smollm2-135m"
+# what `--dtype` accepts everywhere: `fastest` (`resolve_dtype`), a torch floating dtype, or `auto` (the checkpoint's)
 DTYPE_CHOICES = ("fastest", "float32", "bfloat16", "float16", "auto")
-"""What `--dtype` accepts everywhere: `fastest` (see :func:`resolve_dtype`), a torch floating dtype, or `auto` (the
-checkpoint's own `config.dtype`)."""
-
+# The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively (the
+# faster mode there; emulated bfloat16 is far slower than float32), else float32 (`tests/test_dtypes.py` checks the
+# committed results still say so). bfloat16 greedy decoding is near-tie-exact (`dlite_hf.neartie`); float32 is the
+# token-exact mode.
 DEFAULT_DTYPE = "fastest"
-"""The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively
-(the faster mode there; emulated bfloat16 is far slower than float32), float32 elsewhere (:func:`resolve_dtype`;
-`tests/test_dtypes.py` checks the committed results still say so). bfloat16 greedy decoding is near-tie-exact
-(:mod:`dlite_hf.neartie`); float32 is the token-exact mode."""
-
-
+# torch's CPU capability checks `native_bfloat16` asks (private API: `tests/test_dtypes.py` checks they exist, so a
+# torch without them fails a test instead of resolving `fastest` to float32 everywhere)
 BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-"""torch's CPU capability checks `native_bfloat16` asks (private API: `tests/test_dtypes.py` checks they exist, so a
-torch without them fails a test instead of resolving `fastest` to float32 everywhere)."""
+ATTENTION_CHOICES = ("sdpa", "packed_gqa")  # transformers' `sdpa`, or `packed_gqa` (`dlite_hf.attention`)
+DEFAULT_ATTENTION = "packed_gqa"  # what `compare`, `make run` and the demo load the target with (fastest: README)
+SHIPPED_DRAFTER_NOTE = (
+    "the trained SmolLM2-135M drafter ships in the dlite-hf repository as drafters/dlite-smollm2-135m (a checkout "
+    "finds it; an installed wheel does not include it): pass --drafter PATH to that folder or to any drafter saved "
+    "by `dlite-hf train`"
+)
 
 
 def native_bfloat16(device: str = "cpu") -> bool:
@@ -44,28 +47,20 @@ def resolve_dtype(name: str, device: str = "cpu") -> str:
     return "bfloat16" if native_bfloat16(device) else "float32"
 
 
-ATTENTION_CHOICES = ("sdpa", "packed_gqa")
-"""What `--attention` accepts: transformers' `sdpa`, or `packed_gqa` (:mod:`dlite_hf.attention`)."""
-
-DEFAULT_ATTENTION = "packed_gqa"
-"""The attention `dlite-hf compare`, `make run` and the demo load the target with (measured fastest: README)."""
-
-
 def _check_choice(kind: str, name: str, choices: tuple[str, ...], hint: str, shown: str) -> str:
+    """Return `name` if it is one of `choices`; raise `ValueError` saying what was given otherwise."""
     if name not in choices:
         raise ValueError(f"{shown}={name!r} is not a supported {kind}: expected one of {', '.join(choices)} ({hint}).")
     return name
 
 
 def check_dtype(name: str, shown: str = "dtype") -> str:
-    """Return `name` if it is one of :data:`DTYPE_CHOICES`; raise `ValueError` saying what was given otherwise."""
     return _check_choice(
         "dtype", name, DTYPE_CHOICES, "fastest: bfloat16 where the machine computes it natively, else float32", shown
     )
 
 
 def check_attention(name: str, shown: str = "attention") -> str:
-    """Return `name` if it is one of :data:`ATTENTION_CHOICES`; raise `ValueError` saying what was given otherwise."""
     return _check_choice("attention", name, ATTENTION_CHOICES, "packed_gqa: dlite_hf.attention, opt-in", shown)
 
 
@@ -74,18 +69,7 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-DEFAULT_DRAFTER = "dlite-smollm2-135m"
-"""The drafter the CLI and the demo use when none is given: a name of `dlite_hf.assets.registry.DRAFTERS`."""
-
-
-SHIPPED_DRAFTER_NOTE = (
-    "the trained SmolLM2-135M drafter ships in the dlite-hf repository as drafters/dlite-smollm2-135m (a checkout "
-    "finds it; an installed wheel does not include it): pass --drafter PATH to that folder or to any drafter saved "
-    "by `dlite-hf train`"
-)
-
-
 def default_drafter_dir() -> Path:
-    """The checkout's copy of :data:`DEFAULT_DRAFTER` (see :data:`SHIPPED_DRAFTER_NOTE`); commands find it by name
-    (`dlite_hf.assets.resolve_drafter`), so another copy may be used instead."""
+    """The checkout's copy of `DEFAULT_DRAFTER` (commands find it by name, `dlite_hf.assets.resolve_drafter`, so
+    another copy may be used instead)."""
     return repo_root() / "drafters" / DEFAULT_DRAFTER

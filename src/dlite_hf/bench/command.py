@@ -8,7 +8,7 @@ Example::
 
 Its subcommands work on results afterwards (`dlite-hf bench report | goals | tables`,
 :mod:`dlite_hf.bench.report`) or replay greedy decoding offline to choose drafting rules
-(`dlite-hf bench replay hybrid | rules`, :mod:`dlite_hf.bench.replay_runner`).
+(`dlite-hf bench replay hybrid | rules`, :mod:`dlite_hf.bench.replay`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..data.workloads import LONG_MAX_TOKENS, parse_workloads
+from . import replay_hybrid, replay_rules
 from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
 from .methods import parse_methods
-from .replay_runner import add_replay_parser
+from .replay import add_replay_parser
 from .report import add_postprocess_parsers
 from .results import as_result
 
@@ -54,7 +55,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=cmd_bench)
     tools = parser.add_subparsers(dest="bench_command", metavar="{report,goals,tables,replay}")
     add_postprocess_parsers(tools)
-    add_replay_parser(tools)
+    add_replay_parser(tools, (replay_hybrid, replay_rules))
 
 
 def _load_target(name_or_path: str, dtype: str, attention: str) -> tuple[Any, Any, Path]:
@@ -192,7 +193,7 @@ def _user_prompts(args: argparse.Namespace) -> list[dict] | None:
     """The rows of --prompts (None without it); a missing or malformed file stops the command."""
     if not args.prompts:
         return None
-    from ..data.user_prompts import load_prompt_file
+    from ..data.workloads import load_prompt_file
 
     try:
         return load_prompt_file(args.prompts)
@@ -338,7 +339,7 @@ def _sessions(
     except ValueError as error:
         raise SystemExit(str(error)) from error
     if user_prompts is not None:
-        from ..data.user_prompts import USER_PROMPTS_WORKLOAD
+        from ..data.workloads import USER_PROMPTS_WORKLOAD
 
         sessions[USER_PROMPTS_WORKLOAD] = user_prompts
     return sessions

@@ -1,16 +1,14 @@
 """The benchmark issues' performance goals, checked on one `dlite-hf bench` run's summary rows (methods measured
 side by side): met, not met, or not measured (``met = None``, saying what the run lacks).
-``dlite-hf bench goals RESULTS.json ...`` adds them to each document and re-renders its table.
+``dlite-hf bench goals RESULTS.json ...`` (:func:`dlite_hf.bench.report.cmd_goals`) adds them to each document.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from .results import Goal, ResultsError, SummaryRow, as_summary_rows, load_result
+from .results import SummaryRow, as_parts
 
 GENERAL_WORKLOADS = ("chat", "code", "math", "tool")
 SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt lookup's on these
@@ -20,10 +18,6 @@ HYBRID_AGENTIC_FACTOR = 1.25  # the hybrid's agentic speedup is at least 1.25x p
 
 
 Rows = dict[tuple[str, str], SummaryRow]
-
-
-def _rows(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> Rows:
-    return {(r.workload, r.method): r for r in as_summary_rows(summary)}
 
 
 def _goal(name: str, met: bool | None, measured: str) -> dict[str, Any]:
@@ -117,46 +111,19 @@ def _hybrid_goals(rows: Rows, hybrid: str, method: str, peer: str) -> list[dict[
     return goals
 
 
-def evaluate_goals(
-    summary: Sequence[SummaryRow | Mapping[str, Any]],
-    method: str = "dlite",
-    peer: str = "prompt_lookup",
-    history: str = "history",
-    fixed: str = "dlite_fixed",
-    hybrid: str = "hybrid",
-) -> list[dict[str, Any]]:
+def evaluate_goals(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The performance goals, one ``{"goal", "met", "measured"}`` dict each, checked on one run's summary rows.
 
-    The drafter-ms goal is also checked for `fixed` (K drafts every round) when the run has it at two or more
-    long-context lengths: adaptive drafting's cost follows how much it chose to draft, fixed K isolates how the
-    drafting cost depends on the context. The `hybrid` goals apply only when the run has it.
+    The drafter-ms goal is also checked for ``dlite_fixed`` (K drafts every round) when the run has it at two or
+    more long-context lengths: adaptive drafting's cost follows how much it chose to draft, fixed K isolates how the
+    drafting cost depends on the context. The hybrid's goals apply only when the run has it.
     """
-    rows = _rows(summary)
-    goals = [_speedup_goal(rows, w, True, method, peer) for w in SPEEDUP_WORKLOADS]
-    goals.append(_speedup_goal(rows, "agentic", False, method, peer))
-    goals.append(_agentic_tau_goal(rows, method, history))
-    goals.append(_drafter_ms_goal(rows, method, history))
-    fixed_goal = _drafter_ms_goal(rows, fixed, history)
+    rows = {(r.workload, r.method): r for r in as_parts(summary, SummaryRow, "summary")}
+    goals = [_speedup_goal(rows, w, True, "dlite", "prompt_lookup") for w in SPEEDUP_WORKLOADS]
+    goals.append(_speedup_goal(rows, "agentic", False, "dlite", "prompt_lookup"))
+    goals.append(_agentic_tau_goal(rows, "dlite", "history"))
+    goals.append(_drafter_ms_goal(rows, "dlite", "history"))
+    fixed_goal = _drafter_ms_goal(rows, "dlite_fixed", "history")
     if fixed_goal["met"] is not None:  # only runs with the fixed-K method at two or more lengths
         goals.append(fixed_goal)
-    return goals + _hybrid_goals(rows, hybrid, method, peer)
-
-
-def add_goals(path: str | Path) -> list[dict[str, Any]]:
-    """Evaluate the goals on the results document at `path`, store them in it and re-render ``NAME.md``."""
-    from .report import markdown_table
-
-    path = Path(path)
-    try:
-        result = load_result(path)
-    except ResultsError as error:
-        raise SystemExit(str(error)) from None
-    except OSError as error:
-        raise SystemExit(
-            f"{path}: not a `dlite-hf bench` results document ({error!r}); pass NAME.json of a run."
-        ) from None
-    goals = evaluate_goals(result.summary)
-    result.goals = [Goal.from_dict(goal, "goals") for goal in goals]
-    path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
-    path.with_suffix(".md").write_text(markdown_table(result), encoding="utf-8")
-    return goals
+    return goals + _hybrid_goals(rows, "hybrid", "dlite", "prompt_lookup")

@@ -1,9 +1,6 @@
-"""Measuring one generate() call: forward hooks that count and time every forward, peak memory, and the metrics of
-a run (:class:`_Runner`, the state of one benchmark run: models, hooks, greedy settings).
-
-Hooks on the target's (and the assistant's) top-level forward time every forward, so every method is measured by
-the same code; DLite drafters add their own statistics from `drafter.last_generation_stats`.
-"""
+"""Measuring one generate() call (:class:`_Runner`, the state of one benchmark run): hooks on the target's (and the
+assistant's) top-level forward count and time every forward, so every method is measured by the same code; DLite
+drafters add their own statistics (`drafter.last_generation_stats`); and peak memory."""
 
 from __future__ import annotations
 
@@ -14,13 +11,13 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..defaults import native_bfloat16
-from ..neartie import NearTieChecker, NearTieReport
+from ..neartie import NearTieChecker
 from .methods import BenchMethod
 
 
@@ -114,48 +111,45 @@ def environment_info() -> dict[str, Any]:
     }
 
 
-class _Drafting(NamedTuple):
-    """What proposing drafts cost in one generate() call."""
-
-    rounds: int
-    draft_calls: int  # calls of the drafter: a skipped round ran it too (and proposed nothing)
-    drafted: int
-    accepted: int
-    drafter_s: float | None  # None: the method has no drafter model
-    lookup: dict[str, Any]  # hybrid methods: the suffix index's share
+# the drafter statistics a hybrid method's records report under their own names
+HYBRID_STATS = (
+    "lookup_rounds lookup_drafted lookup_accepted lookup_index_reused lookup_fallback_rounds "
+    "dlite_rounds dlite_accepted"
+).split()
 
 
 def _drafting(
     method: BenchMethod, forwards: list[tuple[int, float]], new_tokens: int, assistant_timer: ForwardTimer | None
-) -> _Drafting:
-    """A DLite method's drafting from its drafter's statistics; any other method's from the target's forwards
-    (a verification forward over n > 1 positions checked n - 1 drafts)."""
+) -> dict[str, Any]:
+    """What proposing drafts cost in one generate() call, as record fields (``drafter_s`` None: no drafter model):
+    a DLite method's from its drafter's statistics; any other method's from the target's forwards (a verification
+    forward over n > 1 positions checked n - 1 drafts)."""
     if method.kind != "dlite":
         verify = [n for n, _ in forwards[1:] if n > 1]
-        accepted = max(0, new_tokens - len(forwards)) if method.kind != "plain" else 0
-        drafter_s = sum(t for _, t in assistant_timer.forwards) if assistant_timer is not None else None
-        return _Drafting(len(verify), len(verify), sum(verify) - len(verify), accepted, drafter_s, {})
+        return {
+            "rounds": len(verify),
+            "draft_calls": len(verify),
+            "drafted": sum(verify) - len(verify),
+            "accepted": max(0, new_tokens - len(forwards)) if method.kind != "plain" else 0,
+            "drafter_s": sum(t for _, t in assistant_timer.forwards) if assistant_timer is not None else None,
+        }
     stats = method.model.last_generation_stats
     if stats is None:
         raise RuntimeError(
             f"Method {method.name!r}: the drafter recorded no generation statistics; was it used as the "
             "assistant_model?"
         )
-    lookup: dict[str, Any] = {}
-    if method.lookup_tokens is not None:
-        lookup = {
-            "lookup_rounds": stats.lookup_rounds,
-            "lookup_drafted": stats.lookup_drafted,
-            "lookup_accepted": stats.lookup_accepted,
-            "lookup_s": stats.lookup_time_s,
-            "lookup_index_reused": stats.lookup_index_reused,
-            "lookup_fallback_rounds": stats.lookup_fallback_rounds,
-            "dlite_rounds": stats.dlite_rounds,
-            "dlite_accepted": stats.dlite_accepted,
-            "dlite_drafter_s": stats.drafter_time_s,
-        }
-    drafter_s = stats.drafter_time_s + stats.lookup_time_s  # all the work of proposing drafts
-    return _Drafting(stats.rounds, stats.rounds + stats.skipped, stats.drafted, stats.accepted, drafter_s, lookup)
+    fields = {
+        "rounds": int(stats.rounds),
+        "draft_calls": int(stats.rounds + stats.skipped),  # a skipped round ran the drafter too
+        "drafted": int(stats.drafted),
+        "accepted": int(stats.accepted),
+        "drafter_s": stats.drafter_time_s + stats.lookup_time_s,  # all the work of proposing drafts
+    }
+    if method.lookup_tokens is not None:  # a hybrid method: the suffix index's share
+        fields |= {name: getattr(stats, name) for name in HYBRID_STATS}
+        fields |= {"lookup_s": stats.lookup_time_s, "dlite_drafter_s": stats.drafter_time_s}
+    return fields
 
 
 def _metrics(
@@ -164,14 +158,14 @@ def _metrics(
     new_tokens: int,
     forwards: list[tuple[int, float]],
     wall: float,
-    drafting: _Drafting,
+    drafting: dict[str, Any],
     rss: tuple[int | None, int | None],
 ) -> dict[str, Any]:
-    """The record fields of one generate() call (the keys of :class:`~dlite_hf.bench.results.Record`)."""
+    """The record fields of one generate() call (:class:`~dlite_hf.bench.results.Record`), with the drafting's."""
     prefill_s = forwards[0][1] if forwards else 0.0
     verify = forwards[1:]
     verify_s = sum(t for _, t in verify)
-    drafter_s, draft_calls = drafting.drafter_s, drafting.draft_calls
+    drafter_s, draft_calls = drafting["drafter_s"], drafting["draft_calls"]
     decode_s = max(wall - prefill_s, 1e-9)
     rss_before, peak = rss
     return {
@@ -179,10 +173,6 @@ def _metrics(
         "cached_prompt_tokens": int(cached),
         "new_tokens": new_tokens,
         "target_forwards": len(forwards),
-        "rounds": int(drafting.rounds),
-        "draft_calls": int(draft_calls),
-        "drafted": int(drafting.drafted),
-        "accepted": int(drafting.accepted),
         "tau": new_tokens / len(forwards) if forwards else 0.0,
         "wall_s": wall,
         "prefill_s": prefill_s,
@@ -190,13 +180,12 @@ def _metrics(
         "tok_s": new_tokens / wall if wall > 0 else 0.0,
         "decode_tok_s": new_tokens / decode_s,
         "target_s": prefill_s + verify_s,
-        "drafter_s": drafter_s,
         "overhead_s": wall - prefill_s - verify_s - (drafter_s or 0.0),
         "target_ms_per_round": 1000 * verify_s / len(verify) if verify else None,
         "drafter_ms_per_round": 1000 * drafter_s / draft_calls if drafter_s is not None and draft_calls else None,
         "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
         "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
-        **drafting.lookup,
+        **drafting,
     }
 
 
@@ -229,13 +218,11 @@ class _Runner:
         # float32 is the token-exact mode; in reduced precision a divergence from plain must be a near-tie
         self.checker = NearTieChecker(target)
         self.dtype, self.epsilon = self.checker.dtype, self.checker.epsilon
+        # the near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)
+        self.near_tie = self.checker.check
         # generate()'s name for a cache to start from: the forward's (`cache` from transformers 5.24)
         forward = inspect.signature(type(target).forward).parameters
         self.cache_keyword = "cache" if "cache" in forward else "past_key_values"
-
-    def near_tie(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
-        """The near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)."""
-        return self.checker.check(prompt_length, plain, other)
 
     def close(self) -> None:
         for timer in (self.timer, *self.assistant_timers.values()):

@@ -52,28 +52,18 @@ def weights_sha256(checkpoint: str | None) -> str | None:
 
 @dataclass
 class BenchMethod:
-    """One method of a benchmark run.
+    """One method of a benchmark run."""
 
-    Attributes:
-        name: label in the results (one of :data:`METHOD_CHOICES` for the CLI; any string from Python).
-        kind: ``plain``, ``prompt_lookup``, ``dlite`` (any DLite checkpoint) or ``assisted``.
-        model: the drafter (``dlite``) or the assistant language model (``assisted``).
-        assistant_tokenizer: ``assisted`` across vocabularies only: the assistant's tokenizer.
-        checkpoint: where the model came from (recorded in the results).
-        drafter_overrides: ``dlite`` only: decoding options (`DECODING_OPTIONS`) passed per call in the
-            `GenerationConfig`, so one drafter object serves several methods; validated here.
-        lookup_tokens: hybrid only: the cap on a retrieved draft (``prompt_lookup_num_tokens``).
-        lookup_min_match: hybrid only: its sessions' `DraftSession(min_match=...)` (None: the drafter's).
-    """
-
-    name: str
-    kind: str
-    model: nn.Module | None = None
-    assistant_tokenizer: Any = None
-    checkpoint: str | None = None
+    name: str  # the label in the results (one of METHOD_CHOICES for the CLI; any string from Python)
+    kind: str  # plain, prompt_lookup, dlite (any DLite checkpoint) or assisted
+    model: nn.Module | None = None  # the drafter (dlite) or the assistant language model (assisted)
+    assistant_tokenizer: Any = None  # assisted across vocabularies only: the assistant's tokenizer
+    checkpoint: str | None = None  # where the model came from (recorded in the results)
+    # dlite only: decoding options (DECODING_OPTIONS) passed per call in the GenerationConfig, so one drafter object
+    # serves several methods; validated here
     drafter_overrides: dict[str, Any] = field(default_factory=dict)
-    lookup_tokens: int | None = None
-    lookup_min_match: int | None = None
+    lookup_tokens: int | None = None  # hybrid only: the cap on a retrieved draft (prompt_lookup_num_tokens)
+    lookup_min_match: int | None = None  # hybrid only: its sessions' DraftSession(min_match=...); None: the drafter's
 
     def new_session(self) -> Any:
         """A fresh `DraftSession` for one benchmark session (hybrid methods), or None."""

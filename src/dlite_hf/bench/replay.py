@@ -1,32 +1,41 @@
-"""Greedy tau offline: replay speculative decoding of a drafter over a fixed greedy text.
+"""`dlite-hf bench replay hybrid | rules`: choose a drafting rule by replaying greedy decoding offline.
 
-Greedy decoding that drafts K tokens every round commits exactly the target's greedy text, so its rounds follow from
-that text and one teacher-forced target forward: tau of many drafters costs one forward per text each, not a decode.
-The replay equals a real float32 ``generate(assistant_model=drafter)`` run token for token (``tests/test_replay.py``);
-in reduced precision a real run's texts can differ after a near-tie, so replay float32 texts to compare drafters.
+Greedy decoding's rounds are fixed by plain greedy's output, so one plain run and one teacher-forced forward per
+turn let every rule of a grid be replayed with this machine's measured forward costs, in seconds instead of a
+benchmark run per rule. ``hybrid`` compares the hybrid's selection rules on a tuning split
+(:mod:`dlite_hf.bench.replay_hybrid`); ``rules`` compares the adaptive-drafting thresholds on prompts no drafter
+saw (:mod:`dlite_hf.bench.replay_rules`). ``--replay-data FILE`` keeps what a replay needs: written when missing,
+read (no model loaded) when present, so a second run compares rules again in seconds::
 
-Also what the rule replays (:mod:`.replay_hybrid`, :mod:`.replay_rules`) charge a round: the target's forward over
-``q`` new tokens, timed at the turn's context and interpolated between the timed sizes.
+    dlite-hf bench replay hybrid --replay-data runs/hybrid-replay.json \\
+        --out benchmarks/results/smollm2-135m-hybrid-rules.json
+    dlite-hf bench replay rules --exclude data/mix/prompts.jsonl --domains reasoning:16,manpages:16 \\
+        --max-new-tokens 128 --replay-data ~/.cache/dlite-hf/work/rules.json \\
+        --out benchmarks/results/smollm2-135m-rules-avx2.json
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
+import json
+import shlex
 import statistics
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-HISTORY_KEYS = ("history_states", "history_valid", "history_positions")  # `DLiteForSpeculation.draft`'s keywords
+from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
     """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` (prompt and
-    greedy continuation, from ``prompt_length`` >= 2) that drafts K every round, as ``generate`` runs it: the
-    prefill commits the first new token, then each round's verify forward commits its accepted drafts plus one.
-
-    ``drafter`` has ``DLiteForSpeculation.draft``; a history variant (``config.history_window != 0``) gets the
-    states of the committed positions before each round's context, as ``generate`` gives it. ``states``: the
-    target's tapped states over ``tokens``, ``[1, T, L, H_t]``.
+    greedy continuation, from ``prompt_length`` >= 2) that drafts K every round, as ``generate`` runs it (equal to a
+    real float32 run token for token; in reduced precision a real run can diverge after a near-tie, so replay float32
+    texts): the prefill commits the first new token, then each round's verify forward commits its accepted drafts
+    plus one. ``states``: the target's tapped states over ``tokens`` (:func:`teacher_states`); a history drafter
+    (``config.history_window != 0``) gets those of the committed positions before each round's context.
     """
     import torch
 
@@ -42,7 +51,8 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
         history = {}
         if window:  # the committed positions before the context (position - 2), the last `window` of them
             past = states[:, max(0, position - 2 - window) if window > 0 else 0 : position - 2]
-            history = dict(zip(HISTORY_KEYS, history_inputs(past, states.device)))
+            keywords = ("history_states", "history_valid", "history_positions")  # DLiteForSpeculation.draft's
+            history = dict(zip(keywords, history_inputs(past, states.device)))
         drafts, _ = drafter.draft(
             states[:, position - 2],
             torch.tensor([tokens[position - 1]], device=states.device),
@@ -60,33 +70,18 @@ def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int)
 
 def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_tokens: int) -> Iterable[dict]:
     """Yield ``{"id", "workload", "prompt_length", "tokens"}``: each prompt's plain greedy continuation."""
-    import torch
-
     from ..chat_template import chat_prompt_ids
 
     for prompt in prompts:
-        ids = torch.tensor([chat_prompt_ids(tokenizer, prompt["messages"])], device=target.device)
-        with torch.no_grad():
-            out = target.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
-        yield {
-            "id": prompt["id"],
-            "workload": prompt["workload"],
-            "prompt_length": ids.shape[1],
-            "tokens": out[0].tolist(),
-        }
+        ids = chat_prompt_ids(tokenizer, prompt["messages"])
+        tokens = ids + plain_greedy(target, ids, max_new_tokens)
+        yield {"id": prompt["id"], "workload": prompt["workload"], "prompt_length": len(ids), "tokens": tokens}
 
 
 def replay_text(drafter: Any, target: Any, text: dict) -> dict[str, Any]:
     """Replay one :func:`greedy_texts` row: ``{"id", "workload", "new_tokens", "forwards", "accepted"}``."""
-    import torch
-
-    from ..data.features.transformers import target_features
-
-    with torch.no_grad():
-        states, _ = target_features(
-            target, torch.tensor([text["tokens"]], device=target.device), list(drafter.config.target_layer_ids)
-        )
-        new, forwards, accepted = replay_tau(drafter, states, text["tokens"], text["prompt_length"])
+    states = teacher_states(target, drafter, text["tokens"])
+    new, forwards, accepted = replay_tau(drafter, states, text["tokens"], text["prompt_length"])
     return {
         "id": text["id"],
         "workload": text["workload"],
@@ -126,6 +121,26 @@ def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> 
     }
 
 
+def plain_greedy(target: Any, ids: list[int], max_new_tokens: int) -> list[int]:
+    """The new tokens of plain greedy decoding after ``ids``."""
+    import torch
+
+    prompt = torch.tensor([ids], device=target.device)
+    with torch.no_grad():
+        return target.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False)[0, len(ids) :].tolist()
+
+
+def teacher_states(target: Any, drafter: Any, tokens: list[int]) -> Any:
+    """The target's tapped states over ``tokens`` (one teacher-forced forward), ``[1, T, L, H_t]``."""
+    import torch
+
+    from ..data.features.transformers import target_features
+
+    with torch.no_grad():
+        ids = torch.tensor([tokens], device=target.device)
+        return target_features(target, ids, list(drafter.config.target_layer_ids))[0]
+
+
 def forward_costs(target: Any, context: int, sizes: Sequence[int], repeats: int = 5) -> dict[int, float]:
     """Median seconds of a target forward over q new tokens on a cache of `context` tokens, for each q of `sizes`."""
     import torch
@@ -147,6 +162,12 @@ def forward_costs(target: Any, context: int, sizes: Sequence[int], repeats: int 
                 cache.crop(-q)
             costs[q] = statistics.median(times)
     return costs
+
+
+def cost_tables(target: Any, turns: Sequence[Any], sizes: Sequence[int], repeats: int) -> dict[int, dict[int, float]]:
+    """:func:`forward_costs` at the :func:`context_key` of every turn's prompt (``turn.ids``)."""
+    contexts = sorted({context_key(len(turn.ids)) for turn in turns})
+    return {context: forward_costs(target, context, sizes, repeats) for context in contexts}
 
 
 def cost_at(costs: dict[int, float], q: int) -> float:
@@ -181,11 +202,111 @@ def load_models(target: str, drafter: str, attention: str, threads: int) -> tupl
 
     import torch
 
-    from .. import DLiteForSpeculation
-    from ..assets import load_target, resolve_drafter, resolve_model
+    from ..assets import load_drafter, open_target
 
     torch.set_num_threads(threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    model, tokenizer = load_target(resolve_model(target), dtype="float32", attention=attention)
-    bound = DLiteForSpeculation.from_pretrained(resolve_drafter(drafter)).bind_target(model).eval()
-    return model, tokenizer, bound
+    model, tokenizer, _ = open_target(target, dtype="float32", attention=attention)
+    return model, tokenizer, load_drafter(drafter, model).bind_target(model)
+
+
+def add_replay_parser(sub: argparse._SubParsersAction, kinds: Sequence[Any]) -> None:
+    """Register ``replay`` under `dlite-hf bench`, a subcommand per kind module (:mod:`.replay_hybrid`,
+    :mod:`.replay_rules`: ``NAME``, ``HELP``, ``MAX_NEW_TOKENS``, ``DATA_KEYS``, ``add_arguments``, ``check``,
+    ``collect`` and ``compare``)."""
+    parser = sub.add_parser(
+        "replay",
+        help="replay greedy decoding offline to compare drafting rules",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subparsers = parser.add_subparsers(dest="replay_kind", required=True, metavar="{hybrid,rules}")
+    for kind in kinds:
+        kind_parser = subparsers.add_parser(kind.NAME, help=kind.HELP)
+        kind_parser.add_argument("--target", default=DEFAULT_TARGET)
+        kind_parser.add_argument("--drafter", default=DEFAULT_DRAFTER, help="a drafter folder or name")
+        kind_parser.add_argument("--max-new-tokens", type=int, default=kind.MAX_NEW_TOKENS)
+        kind_parser.add_argument("--threads", type=int, default=1)
+        kind_parser.add_argument(
+            "--replay-data",
+            type=Path,
+            default=None,
+            help="JSON of what the replay needs (plain runs, drafts, forward costs): written when missing, read (no "
+            "model loaded) when present",
+        )
+        kind_parser.add_argument("--out", type=Path, required=True, help="the result JSON")
+        kind.add_arguments(kind_parser)
+        flags = tuple(action.dest for action in kind_parser._actions if action.dest != "help")
+        kind_parser.set_defaults(func=functools.partial(run_replay, kind), replay_flags=flags)
+
+
+def run_replay(kind: Any, args: argparse.Namespace) -> int:
+    """Replay the rule grid of `kind` (a kind module) on its replay data; print the best rules, write `--out`."""
+    settings = kind.check(args)  # before any model loads
+    started = time.time()
+    data = _replay_data(args, kind.DATA_KEYS, kind.collect)
+    head, rules = kind.compare(args, data, settings)
+    document = {"command": _command(args), **head, "duration_s": time.time() - started, **rules}
+    write_json(args.out, document, indent=1)
+    return 0
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 2 or args.threads < 1:
+        raise SystemExit(
+            f"--max-new-tokens must be >= 2 and --threads >= 1; got {args.max_new_tokens}, {args.threads}."
+        )
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The fully explicit command of this replay: its kind and every flag of that kind, with its value."""
+    parts = ["dlite-hf", "bench", "replay", args.replay_kind]
+    for key in args.replay_flags:
+        if getattr(args, key) is not None:
+            parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    return shlex.join(parts)
+
+
+def _replay_data(args: argparse.Namespace, keys: tuple[str, ...], collect: Any) -> dict[str, Any]:
+    """What the replay needs: read from --replay-data when it is there (no model loaded), which must hold `keys`;
+    else ``collect(args)`` (loading the models), written to --replay-data when given."""
+    path = args.replay_data.expanduser() if args.replay_data is not None else None
+    if path is None or not path.is_file():
+        data = collect(args)
+        if path is not None:
+            write_json(path, data)
+        return data
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as error:
+        raise SystemExit(f"--replay-data {args.replay_data}: not JSON ({error}).") from None
+    missing = [key for key in keys if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise SystemExit(
+            f"--replay-data {args.replay_data}: no {', '.join(missing)}; expected the replay data this kind of "
+            "replay writes (another kind's, or another file?)."
+        )
+    return data
+
+
+def write_json(path: Path, document: dict[str, Any], indent: int | None = None) -> None:
+    """Write `document` through a temporary file (a kill leaves the old file or the new one)."""
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(document, indent=indent) + ("\n" if indent else ""))
+    temporary.replace(path)
+
+
+def costs_from_json(tables: dict) -> dict[int, dict[int, float]]:
+    """Forward cost tables as read from JSON (string keys) or as measured."""
+    return {int(c): {int(q): t for q, t in table.items()} for c, table in tables.items()}
+
+
+def milliseconds(tables: dict[int, dict[int, float]]) -> dict[str, dict[str, float]]:
+    """Forward cost tables in milliseconds, as the result documents hold them."""
+    return {str(c): {str(q): 1000 * s for q, s in table.items()} for c, table in tables.items()}
+
+
+def cost_line(tables: dict[int, dict[int, float]]) -> str:
+    return "; ".join(f"{c}: " + ", ".join(f"q={q} {1000 * s:.1f}" for q, s in t.items()) for c, t in tables.items())

@@ -1,8 +1,7 @@
-"""The hybrid's selection rule, replayed offline on a tuning split (`dlite-hf bench replay hybrid`).
+"""`dlite-hf bench replay hybrid`: the hybrid's selection rule, replayed offline (:mod:`.replay`) on a tuning split.
 
-What a greedy round accepts is the common prefix of its draft with plain greedy's output, so one plain run per turn
-and one teacher-forced forward (the drafter's drafts at every position) let any rule be replayed exactly. A round
-costs the measured target forward over `q` new tokens at the turn's context, plus the drafter's time when it drafts.
+A round costs the measured target forward over `q` new tokens at the turn's context, plus the drafter's time when it
+drafts (the drafts at every position come from one teacher-forced forward per turn).
 The rules are the engine-neutral core's (`drafting.HybridRule`, `select_proposal`: the code `generate()` runs) over
 a grid of settings (:func:`hybrid_grid`): min match `m`, cap `N`, length factor `f`, fallback match `F`.
 
@@ -12,13 +11,17 @@ conversations and a coding session over modules no benchmark session reads (:dat
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import statistics
 import time
 from typing import Any
 
-from .replay import accepted_prefix, context_key, cost_at, forward_costs, load_models
+from . import replay
 
+NAME, HELP = "hybrid", "the hybrid's selection rules, on the tuning split"
+MAX_NEW_TOKENS = 96
+DATA_KEYS = ("sessions", "forward_s", "drafter_s")
 COST_SIZES = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 33]  # block sizes (q new tokens) whose forward is timed
 LOOKUP_S = 10e-6  # a suffix-index lookup: a few microseconds a round at every context length (docs/design.md)
 TUNING_MODULES = ("fnmatch", "glob", "configparser")
@@ -36,11 +39,8 @@ class HybridTurn:
     def measure(cls, target: Any, drafter: Any, ids: list[int], plain: list[int]) -> HybridTurn:
         import torch
 
-        from ..data.features.transformers import target_features
-
         tokens = ids + plain
-        with torch.no_grad():
-            states, _ = target_features(target, torch.tensor([tokens]), drafter.config.target_layer_ids)
+        states = replay.teacher_states(target, drafter, tokens)
         drafts, times = {}, []
         for position in range(len(ids) + 1, len(tokens)):  # every position a round can start from
             started = time.perf_counter()
@@ -61,7 +61,7 @@ class HybridTurn:
         return self._drafts.get(position, [])[:budget]
 
 
-def replay(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int) -> dict[str, float]:
+def replay_rule(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float, max_new: int) -> dict[str, float]:
     """Tau and estimated speedup of `rule` (`(lookup_tokens, HybridRule)`, or `(None, None)`: the drafter alone)
     over sessions of turns, one suffix index per session; `costs_by_turn[id(turn)]`: the turn's forward costs.
     Each round chooses with the core's `select_proposal`, fed with the replayed index and drafts."""
@@ -87,8 +87,8 @@ def replay(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float, max
                     drafter_s if proposal.source == "dlite" or proposal.fallback else 0.0
                 )
                 draft = list(proposal.tokens)[: budget - 1] if budget > 1 else []
-                committed = min(accepted_prefix(draft, turn.tokens, p) + 1, end - p)
-                cost += round_cost + cost_at(costs, len(draft) + 1)
+                committed = min(replay.accepted_prefix(draft, turn.tokens, p) + 1, end - p)
+                cost += round_cost + replay.cost_at(costs, len(draft) + 1)
                 index.append(turn.tokens[p : p + committed])
                 p, forwards = p + committed, forwards + 1
             tokens += len(turn.plain)
@@ -133,12 +133,10 @@ def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turn
 def collect(args: Any) -> dict[str, Any]:
     """The replay data of the tuning split, loading the models: its turns (plain runs, the drafts at every
     position), the forward costs by context, and the drafter's median seconds a call."""
-    import torch
-
     from ..chat_template import chat_prompt_ids
     from ..data.workloads import as_session
 
-    target, tokenizer, drafter = load_models(args.target, args.drafter, "sdpa", args.threads)
+    target, tokenizer, drafter = replay.load_models(args.target, args.drafter, "sdpa", args.threads)
     sessions: dict[str, list[list[HybridTurn]]] = {}
     for label, items in tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns).items():
         for item in items:
@@ -150,18 +148,16 @@ def collect(args: Any) -> dict[str, Any]:
                 ids = chat_prompt_ids(tokenizer, messages)
                 if session.get("max_tokens") and len(ids) > session["max_tokens"]:
                     break
-                out = target.generate(torch.tensor([ids]), max_new_tokens=args.max_new_tokens, do_sample=False)
-                out = out[0, len(ids) :].tolist()
+                out = replay.plain_greedy(target, ids, args.max_new_tokens)
                 turns.append(HybridTurn.measure(target, drafter, ids, out))
                 reply = tokenizer.decode(out, skip_special_tokens=True).strip()
                 history = messages + [{"role": "assistant", "content": reply}]
                 print(f"{label} {session['id']} turn {index}: {len(ids)} + {len(out)} tokens", flush=True)
             sessions.setdefault(label, []).append(turns)
     turns = [t for s in sessions.values() for ts in s for t in ts]
-    contexts = sorted({context_key(len(t.ids)) for t in turns})
     return {
         "sessions": {label: [[t.to_json() for t in ts] for ts in s] for label, s in sessions.items()},
-        "forward_s": {c: forward_costs(target, c, COST_SIZES) for c in contexts},
+        "forward_s": replay.cost_tables(target, turns, COST_SIZES, repeats=5),
         "drafter_s": statistics.median(d for t in turns for d in t.draft_s),
     }
 
@@ -177,16 +173,16 @@ def hybrid_grid() -> list[tuple[int | None, Any]]:
     return rules
 
 
-def rule_rows(sessions: dict, cost_tables: dict, drafter_s: float, max_new: int) -> list[dict[str, Any]]:
+def rule_rows(sessions: dict, tables: dict, drafter_s: float, max_new: int) -> list[dict[str, Any]]:
     """Every rule of :func:`hybrid_grid` replayed per workload and over all of them, fastest (estimated) first."""
-    costs_by_turn = {id(t): cost_tables[context_key(len(t.ids))] for s in sessions.values() for ts in s for t in ts}
+    costs_by_turn = {id(t): tables[replay.context_key(len(t.ids))] for s in sessions.values() for ts in s for t in ts}
     results = []
     for lookup_tokens, hybrid in hybrid_grid():
         row: dict[str, Any] = {"rule": _rule_fields(lookup_tokens, hybrid)}
         for label, turns in sessions.items():
-            row[label] = replay(turns, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
+            row[label] = replay_rule(turns, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
         every = [t for s in sessions.values() for t in s]
-        row["all"] = replay(every, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
+        row["all"] = replay_rule(every, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
         results.append(row)
     results.sort(key=lambda r: -r["all"]["speedup_est"])
     return results
@@ -209,3 +205,58 @@ def rule_label(rule: dict[str, Any]) -> str:
         return "drafter only"
     fallback = f" fallback>={rule['fallback']}" if rule["fallback"] else ""
     return f"m{rule['min_match']} N{rule['lookup_tokens']} f{rule['length_factor']:g}{fallback}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-prompts", type=int, default=3, help="prompts per workload, agentic sessions")
+    parser.add_argument("--max-tokens", type=int, default=6144, help="agentic sessions stop past this context")
+    parser.add_argument("--max-turns", type=int, default=4, help="turns per agentic session")
+    parser.add_argument(
+        "--cost-dtype",
+        default=None,
+        choices=("float32", "bfloat16"),
+        help="re-measure the forward costs in this dtype (and --cost-attention); the replayed texts stay float32",
+    )
+    parser.add_argument("--cost-attention", default="sdpa", choices=("sdpa", "packed_gqa"))
+
+
+def check(args: argparse.Namespace) -> None:
+    replay.check_counts(args)
+    if min(args.num_prompts, args.max_turns) < 1 or args.max_tokens < 256:
+        raise SystemExit("--num-prompts and --max-turns must be >= 1 and --max-tokens >= 256.")
+
+
+def compare(args: argparse.Namespace, data: dict[str, Any], _settings: None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Replay the rule grid on the tuning split's data and print the best rules; (the document's head, its rows)."""
+    sessions = {k: [[HybridTurn.from_json(t) for t in ts] for ts in v] for k, v in data["sessions"].items()}
+    tables, drafter_s = replay.costs_from_json(data["forward_s"]), data["drafter_s"]
+    if args.cost_dtype is not None:
+        tables = _remeasure_costs(args, sorted(tables))
+    results = rule_rows(sessions, tables, drafter_s, args.max_new_tokens)
+    labels = [*sessions, "all"]
+    print(f"drafter {1000 * drafter_s:.1f} ms/call; forward costs (ms) by context:")
+    print(*(f"  {replay.cost_line({c: table})}" for c, table in tables.items()), sep="\n")
+    print("| rule | " + " | ".join(labels) + " |")
+    for row in [*results[:15], next(r for r in results if r["rule"]["min_match"] is None)]:
+        cells = " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.2f}x" for lb in labels)
+        print(f"| {rule_label(row['rule'])} | {cells}")
+    head = {
+        "split": "tuning (train split prompts, tuning coding session)",
+        "cost_mode": f"{args.cost_dtype or 'float32'}, {args.cost_attention if args.cost_dtype else 'sdpa'}",
+        "threads": args.threads,
+        "drafter_ms_per_call": 1000 * drafter_s,
+        "forward_ms": replay.milliseconds(tables),
+        "turns": {label: sum(len(s) for s in ss) for label, ss in sessions.items()},
+    }
+    return head, {"rules": results}
+
+
+def _remeasure_costs(args: argparse.Namespace, contexts: list[int]) -> dict[int, dict[int, float]]:
+    """The forward cost tables again, with the target in `--cost-dtype` and `--cost-attention`."""
+    import torch
+
+    from ..assets import open_target
+
+    torch.set_num_threads(args.threads)
+    target, _, _ = open_target(args.target, dtype=args.cost_dtype, attention=args.cost_attention)
+    return {c: replay.forward_costs(target, c, COST_SIZES) for c in contexts}

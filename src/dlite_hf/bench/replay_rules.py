@@ -1,27 +1,35 @@
-"""A drafter's adaptive-drafting thresholds, replayed offline with this machine's costs (`dlite-hf bench replay
-rules`): the best `draft_confidence_threshold`, `draft_skip_threshold` and `draft_lengths` depend on what a
-verification forward over q = n + 1 tokens and a drafter round cost here.
+"""`dlite-hf bench replay rules`: a drafter's adaptive-drafting thresholds, replayed offline (:mod:`.replay`) with
+this machine's costs: the best `draft_confidence_threshold`, `draft_skip_threshold` and `draft_lengths` depend on
+what a verification forward over q = n + 1 tokens and a drafter round cost here.
 
-What a greedy round accepts is fixed by plain greedy's output, and where a rule stops is a function of what the
-round reads (`drafting.rule_probabilities` -> `drafting.lengths_under_rules`, the function `generate()` calls); so one
-plain run, one teacher-forced forward and one K-draft round at every position let any rule be replayed. A round
-costs the target forward over q tokens at the prompt's context plus the drafter's round (a skipped one pays the
-backbone and the first step, n drafts n steps); plain pays one one-token forward per token.
+Where a rule stops is a function of what the round reads (`drafting.rule_probabilities` ->
+`drafting.lengths_under_rules`, the function `generate()` calls), so one K-draft round at every position of plain
+greedy's output lets any rule be replayed. A round costs the target forward over q tokens at the prompt's context
+plus the drafter's round (a skipped one pays the backbone and the first step, n drafts n steps); plain pays one
+one-token forward per token.
 
 Prompts: train-split prompts of `--domains` minus every id in `--exclude` (the mix the drafter trained on).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import functools
 import itertools
 import json
 import random
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .replay import accepted_prefix, context_key, cost_at, forward_costs, load_models
+from . import replay
+
+NAME, HELP = "rules", "the adaptive-drafting thresholds, on prompts no drafter saw"
+MAX_NEW_TOKENS = 128
+DATA_KEYS = ("turns", "forward_s", "drafter_skip_s", "drafter_step_s")
 
 COST_SIZES = [1, 2, 3, 4, 5, 6, 7, 8]  # q = n + 1 new tokens of a verification forward (K = 7)
 SHIPPED_GRID = "0:0,0.3:0.5:3+7"  # K every round, then the shipped drafter's rule: the first two rows of a replay
@@ -62,26 +70,32 @@ def rule_name(rules: Any) -> str:
     return f"confidence {rules.confidence_threshold:g}, skip {rules.skip_threshold:g}, lengths {lengths}"
 
 
+@dataclass
 class RulesTurn:
-    """One prompt's plain greedy output, and at every position a round can start from, the drafter's K drafts and
-    what its rules read (each draft's probability, the first position's top probability)."""
+    """One prompt's plain greedy output, and at every position a round can start from (index: position - len(ids)
+    - 1), the drafter's K drafts and what its rules read (each draft's probability, the first position's top one)."""
 
-    def __init__(self, domain: str, prompt_id: str, ids: list[int], plain: list[int], drafts, chosen, first_top):
-        self.domain, self.prompt_id, self.ids, self.plain = domain, prompt_id, ids, plain
-        self.tokens = ids + plain
-        self.drafts, self.chosen, self.first_top = drafts, chosen, first_top  # keyed by position - len(ids) - 1
+    domain: str
+    prompt_id: str
+    ids: list[int]
+    plain: list[int]
+    drafts: list[list[int]]
+    chosen: list[list[float]]
+    first_top: list[float]
+
+    @functools.cached_property
+    def tokens(self) -> list[int]:
+        return self.ids + self.plain
 
     @classmethod
     def measure(cls, target, drafter, domain: str, prompt_id: str, ids: list[int], plain: list[int], batch: int = 64):
         import torch
 
-        from ..data.features.transformers import target_features
         from ..modeling.drafting import DraftRules, draft_tokens, rule_probabilities
 
         tokens = ids + plain
         k = drafter.config.num_draft_tokens
-        with torch.no_grad():
-            states, _ = target_features(target, torch.tensor([tokens]), drafter.config.target_layer_ids)
+        states = replay.teacher_states(target, drafter, tokens)
         positions = list(range(len(ids) + 1, len(tokens)))  # committed tokens before a round (prefill commits one)
         drafts, chosen, first_top = [], [], []
         for start in range(0, len(positions), batch):
@@ -94,16 +108,10 @@ class RulesTurn:
             first_top += top.tolist()
         return cls(domain, prompt_id, ids, plain, drafts, chosen, first_top)
 
-    def to_json(self) -> dict:
-        keys = ("domain", "prompt_id", "ids", "plain", "drafts", "chosen", "first_top")
-        return {key: getattr(self, key) for key in keys}
 
-    @classmethod
-    def from_json(cls, data: dict) -> RulesTurn:
-        return cls(**data)
-
-
-def replay(turns: list[RulesTurn], lengths_by_turn, costs, skip_s: float, step_s: float, trace: bool = False) -> dict:
+def replay_rule(
+    turns: list[RulesTurn], lengths_by_turn, costs, skip_s: float, step_s: float, trace: bool = False
+) -> dict:
     """Tau and estimated decode speedup of a rule over `turns`, given where it stops at every position
     (`lengths_by_turn[id(turn)]`) and the forward costs by context; `trace`: also the drafts each round proposed
     (`drafted_per_round`)."""
@@ -112,15 +120,15 @@ def replay(turns: list[RulesTurn], lengths_by_turn, costs, skip_s: float, step_s
     drafted = accepted_total = skipped = 0
     per_round = []
     for turn in turns:
-        table = costs[context_key(len(turn.ids))]
+        table = costs[replay.context_key(len(turn.ids))]
         lengths = lengths_by_turn[id(turn)]
         p, end = len(turn.ids) + 1, len(turn.tokens)
         while p < end:
             row = p - len(turn.ids) - 1
             n = min(lengths[row], end - p - 1)
-            accepted = accepted_prefix(turn.drafts[row][:n], turn.tokens, p)
+            accepted = replay.accepted_prefix(turn.drafts[row][:n], turn.tokens, p)
             # the drafter: the backbone and the first step (all a skip pays), then one step per further draft
-            cost += skip_s + max(0, lengths[row] - 1) * step_s + cost_at(table, n + 1)
+            cost += skip_s + max(0, lengths[row] - 1) * step_s + replay.cost_at(table, n + 1)
             drafted, accepted_total, skipped = drafted + n, accepted_total + accepted, skipped + (lengths[row] == 0)
             p += accepted + 1
             forwards += 1
@@ -174,13 +182,11 @@ def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int 
     rounds, as `generate()` runs them)."""
     import torch
 
-    from ..data.features.transformers import target_features
     from ..modeling.drafting import DraftRules, draft_tokens
 
     turn = turns[0]
     k = drafter.config.num_draft_tokens
-    with torch.no_grad():
-        states, _ = target_features(target, torch.tensor([turn.tokens]), drafter.config.target_layer_ids)
+    states = replay.teacher_states(target, drafter, turn.tokens)
     p = len(turn.ids) + 1
     context, anchor = states[0, p - 2 : p - 1], torch.tensor([turn.tokens[p - 1]])
     skip = DraftRules(skip_threshold=0.999999)
@@ -205,21 +211,15 @@ def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int 
 def collect(args: Any) -> dict[str, Any]:
     """The replay data, loading the models: the turns (plain runs, K drafts and what the rules read at every
     position), the forward costs by context, and the drafter's round costs."""
-    import torch
-
-    target, tokenizer, drafter = load_models(args.target, args.drafter, args.attention, args.threads)
+    target, tokenizer, drafter = replay.load_models(args.target, args.drafter, args.attention, args.threads)
     turns = []
     for prompt in unseen_prompts(args.domains, args.exclude, args.seed, args.max_prompt_tokens, tokenizer):
-        ids = torch.tensor([prompt["ids"]])
-        with torch.no_grad():
-            out = target.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=False)
-        plain = out[0, ids.shape[1] :].tolist()
+        plain = replay.plain_greedy(target, prompt["ids"], args.max_new_tokens)
         turns.append(RulesTurn.measure(target, drafter, prompt["domain"], prompt["id"], prompt["ids"], plain))
         print(f"{prompt['domain']} {prompt['id']}: {len(prompt['ids'])} + {len(plain)} tokens", flush=True)
-    contexts = sorted({context_key(len(t.ids)) for t in turns})
-    costs = {c: forward_costs(target, c, COST_SIZES, repeats=9) for c in contexts}
+    costs = replay.cost_tables(target, turns, COST_SIZES, repeats=9)
     skip_s, step_s = measure_drafter_round(target, drafter, turns)
-    data = {"turns": [t.to_json() for t in turns], "forward_s": costs}
+    data = {"turns": [dataclasses.asdict(t) for t in turns], "forward_s": costs}
     return {**data, "drafter_skip_s": skip_s, "drafter_step_s": step_s}
 
 
@@ -245,7 +245,52 @@ def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, st
             "name": rule_name(rules),
         }
         for domain in domains:
-            row[domain] = replay([t for t in turns if t.domain == domain], lengths, costs, skip_s, step_s)
-        row["all"] = replay(turns, lengths, costs, skip_s, step_s)
+            row[domain] = replay_rule([t for t in turns if t.domain == domain], lengths, costs, skip_s, step_s)
+        row["all"] = replay_rule(turns, lengths, costs, skip_s, step_s)
         results.append(row)
     return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--exclude", default="data/mix/prompts.jsonl", help="comma-separated prompt JSONL files")
+    parser.add_argument("--domains", default="reasoning:16,manpages:16", help="DOMAIN:N, comma-separated")
+    parser.add_argument("--max-prompt-tokens", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--attention", default="packed_gqa", choices=("sdpa", "packed_gqa"))
+    parser.add_argument("--grid", default=None, help="CONFIDENCE:SKIP[:LENGTHS] points, comma-separated")
+
+
+def check(args: argparse.Namespace) -> list:
+    """The rules of ``--grid`` (default :data:`DEFAULT_GRID`), the flags checked."""
+    grid = parse_grid(args.grid if args.grid is not None else DEFAULT_GRID)
+    replay.check_counts(args)
+    return grid
+
+
+def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Replay the grid's rules on the unseen prompts' data and print the best; (the document's head, its rows)."""
+    from .measure import environment_info
+
+    turns = [RulesTurn(**turn) for turn in data["turns"]]
+    costs, skip_s, step_s = replay.costs_from_json(data["forward_s"]), data["drafter_skip_s"], data["drafter_step_s"]
+    results = rule_rows(turns, grid, costs, skip_s, step_s)
+    ranked = sorted(results, key=lambda r: -r["all"]["speedup_est"])
+    domains = sorted({t.domain for t in turns})
+    labels = [*domains, "all"]
+    print(
+        f"drafter: {1000 * skip_s:.2f} ms a skipped round, {1000 * step_s:.2f} ms a further step; forward ms by "
+        f"context: {replay.cost_line(costs)}"
+    )
+    print("| rule | " + " | ".join(f"{lb} tau / speedup" for lb in labels) + " |")
+    for row in [*ranked[:10], *results[:2]]:
+        cells = " | ".join(f"{row[lb]['tau']:.2f} / {row[lb]['speedup_est']:.3f}x" for lb in labels)
+        print(f"| {row['name']} | {cells} |")
+    head = {
+        "environment": environment_info(),
+        "threads": args.threads,
+        "prompts": {d: [t.prompt_id for t in turns if t.domain == d] for d in domains},
+        "decoded_tokens": sum(len(t.plain) - 1 for t in turns),
+        "drafter_ms": {"skipped_round": 1000 * skip_s, "further_step": 1000 * step_s},
+        "forward_ms": replay.milliseconds(costs),
+    }
+    return head, {"shipped": results[1], "k_every_round": results[0], "best": ranked[0], "rules": ranked}

@@ -1,7 +1,7 @@
-"""Summaries, the markdown table and the files of a benchmark run, from its typed results
-(:mod:`dlite_hf.bench.results`; the PNG plots are :mod:`dlite_hf.bench.plots`'), and what is done with a results
-document after the run: `dlite-hf bench report` (the summary, goals, markdown and plots recomputed from the stored
-records, re-timing nothing), `goals` (:mod:`.goals`) and `tables` (the README's speed tables, :mod:`.tables`)."""
+"""Summaries, the markdown table and the files of a benchmark run, from its typed results (:mod:`.results`), and
+the subcommands that work on a results document after the run: `dlite-hf bench report` (the summary, goals, table
+and plots recomputed from the stored records, re-timing nothing), `goals` (:mod:`.goals`) and `tables`
+(:mod:`.tables`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .plots import PLOT_NAMES, write_plots  # noqa: F401 (PLOT_NAMES: the names of the plots written here)
-from .results import BenchResult, Goal, Machine, Record, RunMeta, SummaryRow, as_goals, as_records, as_result
+from .goals import evaluate_goals
+from .plots import write_plots
+from .results import (
+    BenchResult,
+    Goal,
+    Machine,
+    Record,
+    ResultsError,
+    RunMeta,
+    SummaryRow,
+    as_parts,
+    as_result,
+    load_result,
+)
 
 ALL_WORKLOADS = "all"
 
@@ -92,11 +104,11 @@ def summarize(
     records: Sequence[Record | Mapping[str, Any]], methods: Sequence[str], workloads: Sequence[str]
 ) -> list[dict[str, Any]]:
     """:func:`summary_rows` as JSON rows (the document's ``summary``); records may be typed or JSON."""
-    return [row.to_dict() for row in summary_rows(as_records(records), methods, workloads)]
+    return [row.to_dict() for row in summary_rows(as_parts(records, Record, "records"), methods, workloads)]
 
 
-def _fmt(value: Any, spec: str = ".2f", none: str = "-") -> str:
-    return none if value is None else format(value, spec)
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _lossless_cell(row: SummaryRow) -> str:
@@ -226,16 +238,21 @@ def write_outputs(
     if plots:
         files.update({f"plot_{k}": v for k, v in write_plots(result, stem).items()})
     result.files = {k: str(v) for k, v in files.items()}
-    files["markdown"].write_text(markdown_table(result), encoding="utf-8")
-    files["json"].write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+    _save(result, files["json"])
     return files
+
+
+def _save(result: BenchResult, path: Path) -> None:
+    """Write ``result`` to ``path`` and its table beside it (``NAME.md``)."""
+    path.write_text(json.dumps(result.to_dict(), indent=1) + "\n", encoding="utf-8")
+    path.with_suffix(".md").write_text(markdown_table(result), encoding="utf-8")
 
 
 def goals_markdown(goals: Sequence[Goal | Mapping[str, Any]]) -> list[str]:
     """Markdown lines: one table row per goal (as `dlite-hf bench goals` adds them)."""
     verdict = {True: "met", False: "**not met**", None: "not measured"}
     lines = ["| goal | result | measured |", "|---|---|---|"]
-    lines += [f"| {g.goal} | {verdict[g.met]} | {g.measured} |" for g in as_goals(goals)]
+    lines += [f"| {g.goal} | {verdict[g.met]} | {g.measured} |" for g in as_parts(goals, Goal, "goals")]
     return lines
 
 
@@ -255,37 +272,41 @@ def add_postprocess_parsers(sub: argparse._SubParsersAction) -> None:
     tables.set_defaults(func=cmd_tables)
 
 
-def resummarize(path: str | Path, plots: bool = False) -> list[dict]:
-    """Rewrite the results document at `path` (summary, goals, markdown, with `plots` its PNGs); returns the
-    summary."""
-    from .goals import evaluate_goals
-
-    path = Path(path)
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"{path}: not a readable results document ({error}).") from None
-    if not isinstance(result, dict) or "records" not in result or "workloads" not in result:
-        raise SystemExit(f"{path}: not a `dlite-hf bench` results document (it has no records or workloads).")
-    result["summary"] = summarize(result["records"], list(result["methods"]), list(result["workloads"]))
-    if "goals" in result:
-        result["goals"] = evaluate_goals(result["summary"])
-    write_outputs(result, path.parent, path.stem, plots=plots)
-    return result["summary"]
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    for path in args.results:
-        resummarize(path, plots=args.plot)
-        print(f"{path}: summary recomputed")
+    """Rewrite each results document: its summary from its records, its goals if it has some, its table (with
+    --plot, its PNGs)."""
+    for name in args.results:
+        path = Path(name)
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"{path}: not a readable results document ({error}).") from None
+        if not isinstance(document, dict) or "records" not in document or "workloads" not in document:
+            raise SystemExit(f"{path}: not a `dlite-hf bench` results document (it has no records or workloads).")
+        document["summary"] = summarize(document["records"], list(document["methods"]), list(document["workloads"]))
+        if "goals" in document:
+            document["goals"] = evaluate_goals(document["summary"])
+        write_outputs(document, path.parent, path.stem, plots=args.plot)
+        print(f"{name}: summary recomputed")
     return 0
 
 
 def cmd_goals(args: argparse.Namespace) -> int:
-    from .goals import add_goals
-
-    for path in args.results:
-        print(f"{path}:", *goals_markdown(add_goals(path)), sep="\n")
+    """Evaluate the goals on each results document, store them in it and re-render its table."""
+    for name in args.results:
+        path = Path(name)
+        try:
+            result = load_result(path)
+        except ResultsError as error:
+            raise SystemExit(str(error)) from None
+        except OSError as error:
+            raise SystemExit(
+                f"{path}: not a `dlite-hf bench` results document ({error!r}); pass NAME.json of a run."
+            ) from None
+        goals = evaluate_goals(result.summary)
+        result.goals = [Goal.from_dict(goal, "goals") for goal in goals]
+        _save(result, path)
+        print(f"{name}:", *goals_markdown(goals), sep="\n")
     return 0
 
 

@@ -1,21 +1,22 @@
 """The benchmark results document (``NAME.json`` of `dlite-hf bench`), typed: one definition for every reader.
 
-:class:`BenchResult` and its parts are dataclasses whose fields are the document's keys (``benchmarks/README.md``
-lists them). :func:`parse_result` checks every value's type and migrates an older schema version's values to the
-current meaning (1 had no ``draft_calls``: drafter time was divided by verified rounds; 2 was float32-only, where
-lossless meant identical to plain). A key a document lacks reads as its field's default (None: not recorded), and
-``to_dict()`` writes the keys back in the order they were read. No torch here: cards and tables read results too.
+Each JSON object is a :class:`Part`, a dataclass whose fields are its keys (``benchmarks/README.md`` lists them):
+values type-checked and kept as they are, unknown keys kept, keys written back in the order read (a document reads
+and writes back byte for byte), a missing key read as its field's default (None: not recorded). :func:`parse_result`
+migrates older schema versions' values (1 had no ``draft_calls``: drafter time was divided by verified rounds; 2 was
+float32-only, where lossless meant identical to plain). No torch here: cards and tables read results too.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-from .json_parts import Invalid, Part, ResultsError, shown, when_set
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 SCHEMA_VERSION = 3  # 2: records gained draft_calls; 3: reduced precision (meta dtype, records near_tie, divergences)
 SUPPORTED_VERSIONS = (1, 2, 3)
@@ -24,7 +25,151 @@ _HOW_TO_FIX = (
     "The file is not as `dlite-hf bench` writes it (edited by hand, or cut short?): restore it (git checkout) or "
     "re-run the benchmark."
 )
-P = TypeVar("P", bound=Part)
+_PASS_ONE = "Pass the NAME.json `dlite-hf bench --out DIR` writes, e.g. benchmarks/results/smollm2-135m-main.json."
+_WRITTEN_WHEN_SET = "written_when_set"  # field metadata: the key is written only when the value is not None
+ABSENT = object()  # a required key the object lacks
+P = TypeVar("P", bound="Part")
+
+
+class ResultsError(ValueError):
+    """A document that is not a `dlite-hf bench` results document, or has a value of the wrong type."""
+
+
+class Invalid(Exception):
+    """A value of the wrong type at ``where`` (a path such as ``records[3].tau``)."""
+
+    def __init__(self, where: str, value: Any, expected: str):
+        super().__init__(where)
+        self.where, self.value, self.expected = where, value, expected
+
+
+def when_set() -> Any:
+    """A field (default None) whose key is written only when it has a value."""
+    return field(default=None, metadata={_WRITTEN_WHEN_SET: True})
+
+
+@dataclass(kw_only=True)
+class Part:
+    """A JSON object: its fields, ``extra`` (keys this version does not define), ``_keys`` (None: built in code)."""
+
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    _keys: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls: type[P], data: Any, where: str = "") -> P:
+        """Read one JSON object (``where``: its place in the document); :class:`ResultsError` when invalid."""
+        try:
+            return cls._read(data, where)
+        except Invalid as error:
+            raise ResultsError(f"{error.where} is {shown(error.value)}: expected {error.expected}.") from None
+
+    @classmethod
+    def _read(cls: type[P], data: Any, where: str) -> P:
+        if not isinstance(data, dict):
+            raise Invalid(where or cls.__name__, data, "a JSON object")
+        hints, values = _hints(cls), {}
+        for spec in _fields(cls):
+            here = f"{where}.{spec.name}" if where else spec.name
+            if spec.name in data:
+                values[spec.name] = _convert(data[spec.name], hints[spec.name], here)
+            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise Invalid(here, ABSENT, _describe(hints[spec.name]))
+        names = {spec.name for spec in _fields(cls)}
+        extra = {key: value for key, value in data.items() if key not in names}
+        return cls(**values, extra=extra, _keys=tuple(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the keys as read (built in code: the fields), then :func:`when_set` fields set since."""
+        specs = {spec.name: spec for spec in _fields(type(self))}
+        keys = list(self._keys) if self._keys is not None else list(specs)
+        keys += [name for name, spec in specs.items() if name not in keys and spec.metadata.get(_WRITTEN_WHEN_SET)]
+        keys += [key for key in self.extra if key not in keys]
+        out = {}
+        for key in keys:
+            spec = specs.get(key)
+            if spec is None:
+                if key in self.extra:
+                    out[key] = self.extra[key]
+            elif getattr(self, key) is not None or not spec.metadata.get(_WRITTEN_WHEN_SET):
+                out[key] = _dump(getattr(self, key))
+        return out
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The keys this part defines, in the order a part built in code writes them."""
+        return tuple(spec.name for spec in _fields(cls))
+
+    def value_or(self, name: str, default: Any) -> Any:
+        """The field's value, or ``default`` when the document has no such key (a null one stays None)."""
+        return default if self._keys is not None and name not in self._keys else getattr(self, name)
+
+
+@functools.cache
+def _fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    return tuple(spec for spec in dataclasses.fields(cls) if spec.name not in ("extra", "_keys"))
+
+
+_hints = functools.cache(get_type_hints)
+
+
+def _describe(hint: Any) -> str:
+    """What a value of type ``hint`` looks like in JSON, in words."""
+    if get_origin(hint) in (Union, types.UnionType):
+        return " or ".join("null" if arg is type(None) else _describe(arg) for arg in get_args(hint))
+    if isinstance(hint, type) and issubclass(hint, Part):
+        return f"a JSON object ({hint.__name__})"
+    names = {float: "a number", int: "an integer", bool: "true or false", str: "a string", list: "a list"}
+    return names.get(get_origin(hint) or hint, "a JSON object" if get_origin(hint) is dict else str(hint))
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against ``hint``; JSON objects of a :class:`Part` type become that part."""
+    origin = get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in get_args(hint):
+            return None
+        (inner,) = [arg for arg in get_args(hint) if arg is not type(None)]
+        try:
+            return _convert(value, inner, where)
+        except Invalid as error:
+            if error.where != where:  # a key inside the value: that key's own message
+                raise
+            raise Invalid(where, value, _describe(hint)) from None
+    if isinstance(hint, type) and issubclass(hint, Part):
+        return hint._read(value, where)
+    if origin in (list, dict) and not isinstance(value, origin):
+        raise Invalid(where, value, _describe(hint))
+    if origin is list:
+        return [_convert(v, get_args(hint)[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        return {k: _convert(v, get_args(hint)[1], f"{where}.{k}") for k, v in value.items()}
+    accepted = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}[hint]
+    if (isinstance(value, bool) and hint is not bool) or not isinstance(value, accepted):  # JSON true is no number
+        raise Invalid(where, value, _describe(hint))
+    return value
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, Part):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+def shown(value: Any) -> str:
+    """``value`` as JSON, cut to 80 characters, for an error message."""
+    if value is ABSENT:
+        return "absent"
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(kw_only=True)
@@ -193,8 +338,7 @@ class Mismatch(Part):
 
 @dataclass(kw_only=True)
 class _DivergenceWhere(Part):
-    """Where a divergence happened: a :class:`Divergence`'s first keys (a dataclass lists its last base's fields
-    first)."""
+    """A :class:`Divergence`'s first keys: where it happened (a dataclass lists its last base's fields first)."""
 
     workload: str
     prompt_id: str
@@ -217,8 +361,7 @@ class Divergence(NearTie, _DivergenceWhere):
 
 @dataclass(kw_only=True)
 class Goal(Part):
-    """A performance goal checked on the run's summary rows (``dlite-hf bench goals``); ``met`` None: not
-    measured."""
+    """A performance goal checked on the run's summary rows (``dlite-hf bench goals``); ``met`` None: not measured."""
 
     goal: str
     met: bool | None
@@ -252,17 +395,14 @@ def _check_document(data: Any, source: str) -> None:
         kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
         raise ResultsError(
             f"{source} {_NOT_A_DOCUMENT}: it holds {kind} ({shown(data)}), expected a JSON object with "
-            "schema_version, meta, records and summary. Pass the NAME.json `dlite-hf bench --out DIR` writes, e.g. "
-            "benchmarks/results/smollm2-135m-main.json."
+            f"schema_version, meta, records and summary. {_PASS_ONE}"
         )
     if "summary" not in data:
-        raise ResultsError(
-            f"{source} {_NOT_A_DOCUMENT} (it has no 'summary'; its keys: {', '.join(map(str, data)) or 'none'}). "
-            "Pass the NAME.json `dlite-hf bench --out DIR` writes, e.g. benchmarks/results/smollm2-135m-main.json."
-        )
+        keys = ", ".join(map(str, data)) or "none"
+        raise ResultsError(f"{source} {_NOT_A_DOCUMENT} (it has no 'summary'; its keys: {keys}). {_PASS_ONE}")
     version = data.get("schema_version", SCHEMA_VERSION)
-    if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:  # JSON true is no version
+        newer = type(version) is int and version > SCHEMA_VERSION
         fix = "upgrade dlite-hf to read it" if newer else "it is no version `dlite-hf bench` ever wrote"
         raise ResultsError(
             f"{source}: schema_version is {shown(version)}: expected one of "
@@ -305,20 +445,6 @@ def as_result(document: BenchResult | Mapping[str, Any], source: str = "the resu
     return document if isinstance(document, BenchResult) else parse_result(document, source)
 
 
-def _as_parts(items: Sequence[Any], cls: type[P], name: str) -> list[P]:
+def as_parts(items: Sequence[P | Mapping[str, Any]], cls: type[P], name: str) -> list[P]:
+    """``items`` typed: parts kept, JSON objects checked as the document's list ``name`` (``summary``, ...)."""
     return [item if isinstance(item, cls) else cls.from_dict(item, f"{name}[{i}]") for i, item in enumerate(items)]
-
-
-def as_summary_rows(rows: Sequence[SummaryRow | Mapping[str, Any]]) -> list[SummaryRow]:
-    """Summary rows, typed (JSON rows are checked as a document's)."""
-    return _as_parts(rows, SummaryRow, "summary")
-
-
-def as_records(records: Sequence[Record | Mapping[str, Any]]) -> list[Record]:
-    """Records, typed (JSON records are checked as a document's)."""
-    return _as_parts(records, Record, "records")
-
-
-def as_goals(goals: Sequence[Goal | Mapping[str, Any]]) -> list[Goal]:
-    """Goals, typed (JSON goals are checked as a document's)."""
-    return _as_parts(goals, Goal, "goals")

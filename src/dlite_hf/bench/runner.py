@@ -1,9 +1,6 @@
-"""Run methods side by side on sessions, interleaved per prompt, and record what each generate() call cost: the
-results document (:class:`~dlite_hf.bench.results.BenchResult`, returned as its JSON form).
-
-The jobs, one module each: :mod:`.measure` (one generate() call), :mod:`.sessions` (the turn loop and the check
-against plain's output), :mod:`.report` (summary, table, files).
-"""
+"""Run methods side by side on sessions and assemble the results document (:class:`.results.BenchResult`), from
+:mod:`.measure` (one generate() call), :mod:`.sessions` (the turn loop, the check against plain's output) and
+:mod:`.report` (summary, table, files)."""
 
 from __future__ import annotations
 
@@ -49,21 +46,20 @@ def run_bench(
     checked against plain's, and in multi-turn sessions plain's reply is the next turn's ``assistant`` message.
 
     Args:
-        methods: ``{name: spec}`` (see :func:`dlite_hf.bench.methods.make_method`) or a list of
-            :class:`BenchMethod`; ``plain`` is added when missing.
+        methods: ``{name: spec}`` (:func:`.methods.make_method`) or a list of :class:`BenchMethod`; ``plain`` is
+            added when missing.
         workloads: ``{label: [session or prompt dict, ...]}`` (:func:`dlite_hf.data.workloads.build_workloads`).
         warmup: run every method once on a short prompt first (not recorded).
         meta: extra entries for ``result["meta"]`` (the CLI records the exact command here).
-        out_dir, name, plots: when ``out_dir`` is given, write the JSON, the markdown table and (``plots``) the PNG
-            plots there as ``<name>.*`` (:func:`~dlite_hf.bench.report.write_outputs`).
-        prefix_cache: multi-turn sessions: every method keeps its KV cache from one turn to the next, cropped to the
-            prefix the next prompt shares, so a turn prefills only its new tokens (``cached_prompt_tokens``).
-        repeats: measure every turn this many times with every method, each repeat from the same state, and keep
-            the fastest (``wall_s_repeats`` lists them all); repeats with different outputs fail the check.
+        out_dir, name, plots: write ``<name>.json``, ``.md`` and (``plots``) the PNGs into ``out_dir``.
+        prefix_cache: every method keeps its KV cache across a session's turns, cropped to the prefix the next
+            prompt shares, so a turn prefills only its new tokens (``cached_prompt_tokens``).
+        repeats: measure every turn this many times with every method, each from the same state, and keep the
+            fastest (``wall_s_repeats`` lists them all); repeats with different outputs fail the check.
 
     Returns:
-        The results document (``benchmarks/README.md``); ``result["ok"]`` is False when an output differed from
-        plain greedy other than at a float32-verified near-tie (reduced precision, :mod:`dlite_hf.neartie`).
+        The results document (``benchmarks/README.md``); ``ok`` is False when an output differed from plain greedy
+        other than at a float32-verified near-tie (reduced precision, :mod:`dlite_hf.neartie`).
     """
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")

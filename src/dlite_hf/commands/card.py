@@ -19,13 +19,26 @@ labelled as the paper's (``render_model_card(..., results_are_paper=True)``).
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
-from ..card_check import check_card  # the checks
-from ..cards import card_from_checkpoint  # the renderer (also the trainer's and hub_cards/render_paper_cards.py's)
+from ..attention import PACKED_GQA_SDPA
+from ..bench.results import BenchResult, RunMeta, SummaryRow, parse_result
+from ..cards import check_card, render_model_card
+from ..defaults import repo_root
+from ..modeling.configuration_dlite import DLiteConfig
 
-__all__ = ["add_card_parser"]
+__all__ = ["add_card_parser", "bench_rows", "card_from_checkpoint", "fastest_decoding", "read_bench_result"]
+
+# Registry names of dlite-hf's local targets -> the Hub repositories they were converted from (the card's base_model).
+HUB_IDS = {
+    "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "qwen2.5-coder-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+}
+_CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lossless")
 
 
 def add_card_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,3 +100,120 @@ def cmd_card(args: argparse.Namespace) -> int:
     out.write_text(card, encoding="utf-8")
     print(out)
     return 0
+
+
+def read_bench_result(document: Any, source: str = "the bench result") -> BenchResult:
+    """A ``--bench-result`` document in either format above, typed: the document
+    ``dlite-hf bench`` writes (:func:`dlite_hf.bench.results.parse_result`), or a list of rows (or
+    ``{"rows": [...]}``) as a result whose summary is those rows. Raises ``ValueError`` for anything else."""
+    if isinstance(document, dict) and "summary" in document:
+        return parse_result(document, source)
+    meta = {}
+    if isinstance(document, dict) and "rows" in document:
+        rows, meta = document["rows"], document.get("meta", {})
+    elif isinstance(document, list):
+        rows = document
+    else:
+        raise ValueError(
+            "The bench result must be the JSON `dlite-hf bench` writes (with a `summary` list), a list of rows, or "
+            '{"rows": [...]}; each row needs workload, method, tau (or mean_tau) and speedup.'
+        )
+    summary = []
+    for index, row in enumerate(rows):
+        tau = row.get("tau", row.get("mean_tau")) if isinstance(row, dict) else None
+        if tau is None or any(row.get(k) is None for k in ("workload", "method", "speedup")):
+            raise ValueError(f"Bench row {index} is {row!r}: expected a dict with workload, method, tau and speedup.")
+        fields = {k: v for k, v in row.items() if k != "tau"}
+        summary.append(SummaryRow.from_dict({**fields, "mean_tau": tau}, f"bench row {index}"))
+    return BenchResult(meta=RunMeta.from_dict(meta, "meta"), summary=summary)
+
+
+def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[dict[str, Any]]:
+    """Card rows (display strings) from a bench result's summary rows, of ``methods`` (None: all); at least one."""
+    rows = []
+    for row in result.summary:
+        if methods and row.method not in methods:
+            continue
+        out = {"workload": str(row.workload), "method": str(row.method)}
+        if row.prompts is not None:
+            out["prompts"] = str(int(row.prompts))
+        out["tau"] = f"{float(row.mean_tau):.2f}"
+        if row.tok_s is not None:
+            out["tok/s"] = f"{float(row.tok_s):.2f}"
+        out["speedup"] = f"{float(row.speedup):.2f}x"
+        if row.lossless is not None:
+            out["lossless"] = "yes" if row.lossless else "**NO**"
+        rows.append(out)
+    if not rows:
+        raise ValueError("The bench result has no rows" + (f" for methods {methods}." if methods else "."))
+    return rows
+
+
+def _num_parameters(checkpoint: Path) -> int | None:
+    """Drafter parameters counted from the safetensors header (no weights loaded); integer tensors are buffers
+    (the draft vocabulary's token ids), not parameters."""
+    weights = checkpoint / "model.safetensors"
+    if not weights.is_file():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as handle:
+        slices = [handle.get_slice(key) for key in handle.keys()]
+        return sum(math.prod(s.get_shape()) for s in slices if s.get_dtype().startswith(("F", "BF")))
+
+
+def card_from_checkpoint(
+    checkpoint: str | Path,
+    bench_result: str | Path | None = None,
+    *,
+    base_model: str | None = None,
+    methods: list[str] | None = None,
+    **card: Any,
+) -> str:
+    """The card of the drafter in ``checkpoint`` (its config.json, dlite_training.json, weights header), with the
+    rows of ``bench_result`` (of ``methods``) as its results table; ``card``: :func:`render_model_card`'s
+    ``repo_id``, ``title``, ``license`` or ``extra_limits``."""
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "config.json").is_file():
+        raise FileNotFoundError(f"No config.json in {checkpoint}: pass a drafter folder saved by `dlite-hf train`.")
+    config = DLiteConfig.from_pretrained(checkpoint)
+    target = (config.target_model or {}).get("name_or_path") or ""
+    if (checkpoint / "dlite_training.json").is_file():
+        card["training"] = json.loads((checkpoint / "dlite_training.json").read_text(encoding="utf-8"))
+    if bench_result is not None:
+        path = Path(bench_result)
+        document = json.loads(path.read_text(encoding="utf-8"))
+        result = read_bench_result(document, str(path))
+        rows = bench_rows(result, methods)
+        card.update(_measured_mode(result, path), results=rows)
+        card["results_columns"] = [c for c in _CARD_COLUMNS if any(c in r for r in rows)]
+        if isinstance(document, dict) and "summary" in document:  # a row list compares no decodings
+            card["fastest"] = fastest_decoding(result)
+    base_model = base_model or HUB_IDS.get(target) or target or None
+    return render_model_card(config, base_model=base_model, num_parameters=_num_parameters(checkpoint), **card)
+
+
+def _measured_mode(result: BenchResult, path: Path) -> dict[str, str | None]:
+    """How a bench result's numbers were measured (dtype, attention) and where (the source line)."""
+    meta = result.meta
+    shown = str(path)
+    for base in (repo_root(), Path.cwd()):  # the path relative to the checkout (or the working directory)
+        if path.resolve().is_relative_to(base):
+            shown = str(path.resolve().relative_to(base))
+            break
+    source = f"`{shown}`" + (f", written by `{meta.command}`" if meta.command else "")
+    machine = meta.machine
+    if machine is not None and machine.cpu:  # speedups are ratios on one CPU: another CPU gives other ratios
+        cores = f", {machine.cpu_count} cores" if machine.cpu_count else ""
+        source += f", on {machine.cpu}{cores}, {meta.value_or('threads', '?')} thread(s)"
+    attention = "packed_gqa" if meta.attention == PACKED_GQA_SDPA else meta.attention
+    return {"dtype": meta.dtype, "attention": attention, "results_source": source}
+
+
+def fastest_decoding(result: BenchResult) -> str | None:
+    """``"hybrid"`` when a bench result's ``all`` row has the hybrid faster than the drafter alone, ``"dlite"``
+    when the drafter alone was faster, None when the result does not compare the two."""
+    speed = {r.method: r.speedup for r in result.summary if r.workload == "all"}
+    if speed.get("hybrid") is None or speed.get("dlite") is None:
+        return None
+    return "hybrid" if speed["hybrid"] > speed["dlite"] else "dlite"

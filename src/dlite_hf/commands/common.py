@@ -19,3 +19,17 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
         raise SystemExit(f"--shard {text!r} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2 (two workers).")
     return int(index), int(count)
+
+
+def positive_int(flag: str, expected: str = "an integer >= 1"):
+    """An argparse `type=` for counts: refuses a value below 1 with "FLAG VALUE is invalid: expected EXPECTED."
+    (a SystemExit carrying the message, as the commands' other refusals), before anything loads."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise SystemExit(f"{flag} {value} is invalid: expected {expected}.")
+        return value
+
+    parse.__name__ = "int"  # argparse's "invalid int value: 'x'" for what is not a number
+    return parse

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..bench.results import BenchResult, Record, as_result
+from ..bench.results import Record, as_result
 from ..defaults import (
     ATTENTION_CHOICES,
     DEFAULT_ATTENTION,
@@ -25,13 +25,45 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """Plain greedy vs DLite on a few real prompts: tokens/s, tau, identical (or, in reduced precision, a near-tie)?
     Exit status 1 if an output differs from plain otherwise. The measurement is the benchmark's
     (:func:`dlite_hf.bench.run_bench` with two methods, a warm-up first); this command prints a row per prompt."""
+    import torch
+
+    from ..bench.methods import BenchMethod
+    from ..bench.report import ALL_WORKLOADS
+    from ..bench.runner import run_bench
+
     workloads = _workloads(args)  # the flags and prompts are checked before any model loads
     set_threads(args.threads)
-    target, tokenizer, method, decoding, drafter_dir = _load_method(args)
-    result = _run(args, target, tokenizer, method, workloads, decoding, drafter_dir)
+    target, tokenizer, method, decoding, drafter = _load_method(args)
+    print(
+        f"target={args.target} drafter={drafter} decoding={decoding} attention={args.attention} "
+        f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens}"
+    )
+    meta = {"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter)}
+    methods = [BenchMethod("plain", "plain"), method]
+    document = run_bench(
+        target, tokenizer, methods, workloads, max_new_tokens=args.max_new_tokens, progress=False, meta=meta
+    )
+    result = as_result(document)
+    print(f"dtype={result.meta.dtype} ({'token-exact' if result.meta.near_tie_epsilon is None else 'near-tie-exact'})")
     plain_runs = {(r.workload, r.prompt_id): r for r in result.records if r.method == "plain"}
     rows = [_prompt_row(r, plain_runs[r.workload, r.prompt_id]) for r in result.records if r.method != "plain"]
-    summary = _summary(args, result, rows, workloads, method.name, decoding)
+    by_key = result.rows_by_key()  # the run's summary rows (dlite_hf.bench.report): overall, and per workload
+    overall = ALL_WORKLOADS if len(workloads) > 1 else next(iter(workloads))
+    plain_all, mine = by_key[(overall, "plain")], by_key[(overall, method.name)]
+    summary = {
+        "decoding": decoding,
+        "prompts": len(rows),
+        "plain_tok_s": plain_all.tok_s,
+        "dlite_tok_s": mine.tok_s,
+        "mean_tau": mine.mean_tau,
+        "mean_tau_by_workload": {w: by_key[(w, method.name)].mean_tau for w in workloads},
+        "speedup": mine.speedup,
+        "dtype": result.meta.dtype,
+        "attention": args.attention,
+        "all_identical": mine.mismatches == 0,
+        "exact_match_rate": mine.exact_match_rate,
+        "lossless_ok": result.ok,
+    }
     print(json.dumps(summary, indent=2))
     if args.out:
         Path(args.out).write_text(
@@ -44,13 +76,12 @@ def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
     """Check the flags, then ``{workload: [prompt, ...]}``: the user's --prompts (all unless --num-prompts caps
     them), or the eval split of each --workloads entry (a workload or a prompt domain of the broad mix)."""
     from ..data.domains import eval_prompts  # imported before the flags are checked, as they always were
-    from ..data.user_prompts import load_prompt_file
+    from ..data.workloads import load_prompt_file
 
     for flag in ("num_prompts", "max_new_tokens"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise SystemExit(
-                f"--{flag.replace('_', '-')} {getattr(args, flag)} is invalid: expected a positive integer."
-            )
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"--{flag.replace('_', '-')} {value} is invalid: expected a positive integer.")
     if args.lookup_tokens:  # 0: DLite drafts only
         try:
             check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
@@ -88,48 +119,16 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, str, Path]:
         drafter = load_drafter(drafter_dir, target)
     except (OSError, ValueError) as error:
         raise SystemExit(f"--drafter {drafter_dir}: {error}") from None
-    decoding = f"hybrid (prompt_lookup_num_tokens={args.lookup_tokens})" if args.lookup_tokens else "DLite"
+    lookup = args.lookup_tokens or None  # 0: DLite drafts only
+    decoding = f"hybrid (prompt_lookup_num_tokens={lookup})" if lookup else "DLite"
     if args.fixed_k:  # per call (the drafter's config is not changed): tau as the drafter gives it
         decoding += ", K drafts every round"
     overrides = dict(FIXED_K_OVERRIDES) if args.fixed_k else {}
-    name = "hybrid" if args.lookup_tokens else "dlite"
+    name = "hybrid" if lookup else "dlite"
     method = BenchMethod(
-        name,
-        "dlite",
-        model=drafter,
-        checkpoint=str(drafter_dir),
-        drafter_overrides=overrides,
-        lookup_tokens=args.lookup_tokens or None,
+        name, "dlite", model=drafter, checkpoint=str(drafter_dir), drafter_overrides=overrides, lookup_tokens=lookup
     )
     return target, tokenizer, method, decoding, drafter_dir
-
-
-def _run(
-    args: argparse.Namespace, target: Any, tokenizer: Any, method: Any, workloads: dict, decoding: str, drafter: Path
-) -> BenchResult:
-    """Plain and ``method`` on ``workloads`` with the benchmark runner; prints the setup, then the dtype mode."""
-    import torch
-
-    from ..bench.methods import BenchMethod
-    from ..bench.runner import run_bench
-
-    print(
-        f"target={args.target} drafter={drafter} decoding={decoding} attention={args.attention} "
-        f"threads={torch.get_num_threads()} max_new_tokens={args.max_new_tokens}"
-    )
-    document = run_bench(
-        target,
-        tokenizer,
-        [BenchMethod("plain", "plain"), method],
-        workloads,
-        max_new_tokens=args.max_new_tokens,
-        progress=False,
-        meta={"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter)},
-    )
-    result = as_result(document)
-    exact = result.meta.near_tie_epsilon is None
-    print(f"dtype={result.meta.dtype} ({'token-exact' if exact else 'near-tie-exact'})")
-    return result
 
 
 def _prompt_row(record: Record, plain: Record) -> dict[str, Any]:
@@ -155,31 +154,6 @@ def _prompt_row(record: Record, plain: Record) -> dict[str, Any]:
         + (f" (near-tie at new token {record.first_mismatch}: {verdict.ok})" if verdict is not None else "")
     )
     return row
-
-
-def _summary(
-    args: argparse.Namespace, result: BenchResult, rows: list, workloads: dict, method: str, decoding: str
-) -> dict[str, Any]:
-    """The run's own summary rows (dlite_hf.bench.report.summarize): the overall row, and one per workload."""
-    from ..bench.report import ALL_WORKLOADS
-
-    by_key = result.rows_by_key()
-    overall = ALL_WORKLOADS if len(workloads) > 1 else next(iter(workloads))
-    plain_all, mine = by_key[(overall, "plain")], by_key[(overall, method)]
-    return {
-        "decoding": decoding,
-        "prompts": len(rows),
-        "plain_tok_s": plain_all.tok_s,
-        "dlite_tok_s": mine.tok_s,
-        "mean_tau": mine.mean_tau,
-        "mean_tau_by_workload": {w: by_key[(w, method)].mean_tau for w in workloads},
-        "speedup": mine.speedup,
-        "dtype": result.meta.dtype,
-        "attention": args.attention,
-        "all_identical": mine.mismatches == 0,
-        "exact_match_rate": mine.exact_match_rate,
-        "lossless_ok": result.ok,
-    }
 
 
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:

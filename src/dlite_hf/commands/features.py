@@ -15,20 +15,16 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
-from .common import parse_shard
+from .common import parse_shard, positive_int
 
 
 def cmd_features(args: argparse.Namespace) -> int:
     from transformers import AutoConfig
 
     from ..assets import resolve_model
-    from ..data.features.vllm import features_vllm
+    from ..data.features.cache import features_vllm
     from ..data.vllm_worker import vllm_dtype
 
-    for name in ("anchor_stride", "max_length", "max_num_seqs"):
-        value = getattr(args, name)
-        if value < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} {value} is invalid: expected an integer >= 1.")
     shard = parse_shard(args.shard)
     drafter = AutoConfig.from_pretrained(args.drafter, trust_remote_code=True)
     if getattr(drafter, "history_window", 0) != 0 and not args.all_positions:
@@ -70,8 +66,10 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache", required=True, help="the feature cache folder (train's --feature_cache_dir)")
     parser.add_argument("--drafter", required=True, help="a DLite drafter folder: the tapped layers to write")
     parser.add_argument("--target", default=DEFAULT_TARGET)
-    parser.add_argument("--anchor-stride", type=int, default=4, help="train's --anchor_stride (>= 1)")
-    parser.add_argument("--max-length", type=int, default=1024, help="train's --max_length")
+    parser.add_argument(
+        "--anchor-stride", type=positive_int("--anchor-stride"), default=4, help="train's --anchor_stride (>= 1)"
+    )
+    parser.add_argument("--max-length", type=positive_int("--max-length"), default=1024, help="train's --max_length")
     parser.add_argument(
         "--dtype",
         default="fastest",
@@ -79,7 +77,9 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
         help="the target's dtype in vLLM (fastest: bfloat16 where this machine computes it natively, else float32; "
         "a cache holds one dtype's features)",
     )
-    parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences vLLM prefills at once")
+    parser.add_argument(
+        "--max-num-seqs", type=positive_int("--max-num-seqs"), default=16, help="sequences vLLM prefills at once"
+    )
     parser.add_argument(
         "--shard", default="0/1", help="I/N: every N-th row from the I-th, so N workers (one core each) fill one cache"
     )

@@ -15,6 +15,7 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
+from .common import positive_int
 
 
 def cmd_mix(args: argparse.Namespace) -> int:
@@ -61,15 +62,11 @@ def cmd_label_text(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
-    from ..data.text_rows import label_text
+    from ..data.regenerate import label_text
     from ..jsonl import read_jsonl
 
     try:
-        items = read_jsonl(args.texts)
-        if args.limit is not None:
-            if args.limit < 1:
-                raise ValueError(f"--limit {args.limit}: expected a positive number of items (leave it out for all).")
-            items = items[: args.limit]
+        items = read_jsonl(args.texts)[: args.limit]
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.target))
         result = label_text(tokenizer, items, args.out, max_tokens=args.max_tokens)
     except (ValueError, FileNotFoundError) as exc:
@@ -106,5 +103,5 @@ def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
     text.add_argument("--texts", required=True, help="JSONL of items whose messages end with the assistant's reply")
     text.add_argument("--out", required=True, help="rows JSONL (appended; resumes by id)")
     text.add_argument("--max-tokens", type=int, default=1024, help="each row is cut to this many tokens")
-    text.add_argument("--limit", type=int, default=None)
+    text.add_argument("--limit", type=positive_int("--limit", "a positive number of items (leave it out for all)"))
     text.set_defaults(func=cmd_label_text)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, resolve_dtype
-from .common import parse_shard, set_threads
+from .common import parse_shard, positive_int, set_threads
 
 
 def _regen_device(name: str):
@@ -47,10 +47,6 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     from ..data.regenerate import OutputBusyError, shard_prompts
     from ..jsonl import read_jsonl, write_jsonl
 
-    if args.limit is not None and args.limit < 1:
-        raise SystemExit(
-            f"--limit {args.limit} is invalid: expected a positive number of prompts (leave it out for all)."
-        )
     set_threads(args.threads)
     device = _regen_device(args.device)  # --dtype is checked by argparse (choices=DTYPE_CHOICES)
     if args.prompts is None:
@@ -58,12 +54,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         if not path.exists():
             write_jsonl(training_mix(args.per_workload, seed=args.seed), path)
         args.prompts = str(path)
-    prompts = read_jsonl(args.prompts)
-    if args.limit is not None:
-        prompts = prompts[: args.limit]
-    index, count = parse_shard(args.shard)
-    if count > 1:
-        prompts = shard_prompts(prompts, index, count)
+    prompts = shard_prompts(read_jsonl(args.prompts)[: args.limit], *parse_shard(args.shard))
     if args.samples < 0:
         raise SystemExit(
             f"--samples {args.samples} is invalid: expected 0 (greedy) or a number of samples per prompt."
@@ -73,29 +64,26 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
             f"--temperature {args.temperature} --top-p {args.top_p}: sampling needs a temperature above 0 and a top-p "
             "in (0, 1] (1.0 keeps the whole distribution); use --samples 0 without --do-sample for greedy rows."
         )
-    if args.batch_size is not None and args.batch_size < 1:
-        raise SystemExit(f"--batch-size {args.batch_size} is invalid: expected a positive number.")
-    shipped = _shipped_ids(args.skip_dataset)
-    try:  # the library functions lock --out while they append to it
-        return _run_engine(args, prompts, shipped, device)
-    except OutputBusyError as error:
-        raise SystemExit(f"dlite-hf regenerate: {error}") from None
-
-
-def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str], device: Any) -> int:
-    from ..assets import open_target
-    from ..data.regenerate.transformers import regenerate
-
     options = {
         "max_new_tokens": args.max_new_tokens,
         "max_prompt_tokens": args.max_prompt_tokens,
         "seed": args.seed,
         "temperature": args.temperature,
         "top_p": args.top_p,
-        "skip_ids": shipped,
+        "skip_ids": _shipped_ids(args.skip_dataset),
     }
-    if args.engine == "vllm":
-        return _regenerate_vllm(args, prompts, options)
+    engine = _regenerate_vllm if args.engine == "vllm" else _regenerate_transformers
+    try:  # the library functions lock --out while they append to it
+        print(json.dumps(engine(args, prompts, options, device)))
+    except OutputBusyError as error:
+        raise SystemExit(f"dlite-hf regenerate: {error}") from None
+    return 0
+
+
+def _regenerate_transformers(args: argparse.Namespace, prompts: list, options: dict, device: Any) -> dict:
+    from ..assets import open_target
+    from ..data.regenerate.transformers import regenerate
+
     if args.samples > 1:
         raise SystemExit(
             f"--samples {args.samples} needs --engine vllm (--engine transformers draws one sample per prompt with "
@@ -103,32 +91,29 @@ def _run_engine(args: argparse.Namespace, prompts: list, shipped: frozenset[str]
         )
     dtype = resolve_dtype(args.dtype, "cuda" if str(device).startswith("cuda") else "cpu")  # fastest: that device's
     target, tokenizer, _ = open_target(args.target, dtype=dtype)
-    target = target.to(device)
     batch_size, do_sample = args.batch_size or 8, args.do_sample or args.samples == 1
-    result = regenerate(target, tokenizer, prompts, args.out, batch_size=batch_size, do_sample=do_sample, **options)
-    print(json.dumps(result))
-    return 0
+    return regenerate(
+        target.to(device), tokenizer, prompts, args.out, batch_size=batch_size, do_sample=do_sample, **options
+    )
 
 
-def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict[str, Any]) -> int:
+def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict, device: Any) -> dict:
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
     from ..data.regenerate.vllm import regenerate_vllm
+    from ..data.vllm_worker import vllm_dtype
 
     if args.device not in ("auto", "cpu", "cuda"):
         raise SystemExit(
             f"--device {args.device!r} with --engine vllm: vLLM picks its own device; leave --device out."
         )
-    from ..data.vllm_worker import vllm_dtype
-
     dtype = "bfloat16" if args.dtype == "auto" else vllm_dtype(args.dtype)
     model_dir = resolve_model(args.target)
-    samples = args.samples if args.samples else (1 if args.do_sample else 0)
+    samples, chunk = args.samples or int(args.do_sample), args.batch_size or 256
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        chunk = args.batch_size or 256
-        result = regenerate_vllm(
+        return regenerate_vllm(
             model_dir, tokenizer, prompts, args.out, samples=samples, dtype=dtype, chunk=chunk, **options
         )
     except FileNotFoundError as error:
@@ -138,8 +123,6 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict[str,
         ) from None
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf regenerate --engine vllm: {error}") from None
-    print(json.dumps(result))
-    return 0
 
 
 def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
@@ -149,7 +132,7 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument("--prompts", default=None, help="prompt JSONL (default: build the training mix)")
     regen.add_argument("--out", required=True)
     regen.add_argument("--per-workload", type=int, default=160, help="training-mix prompts per workload")
-    regen.add_argument("--limit", type=int, default=None)
+    regen.add_argument("--limit", type=positive_int("--limit", "a positive number of prompts (leave it out for all)"))
     regen.add_argument(
         "--shard",
         default="0/1",
@@ -174,7 +157,7 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     )
     regen.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int("--batch-size", "a positive number"),
         help="transformers: sequences per generate() (default 8); vllm: finished rows per fsync (default 256)",
     )
     regen.add_argument("--do-sample", action="store_true")

@@ -2,77 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES
 from .common import set_threads
-
-
-def _arg(default, help: str, **metadata):
-    return field(default=default, metadata={"help": help, **metadata})
-
-
-@dataclass
-class ScriptArguments:
-    """`dlite-hf train`'s own flags (the trainer's are `DLiteTrainingArguments`)."""
-
-    target: str = _arg(DEFAULT_TARGET, "Target: a local folder, a Hub id or a registry name.")
-    data: str = _arg("", "JSONL written by `dlite-hf regenerate` or `label-text`; several: comma-separated.")
-    init: str | None = _arg(None, "Start from this drafter checkpoint folder.")
-    target_adapter: str | None = _arg(None, "PEFT adapter to apply to the target.")
-    target_dtype: str = _arg(
-        "float32",
-        "The target's dtype while training: its hidden states (the drafter's features) and p^T are "
-        "computed in it (bfloat16: features as a bfloat16 target serves them; the drafter's own weights stay "
-        "float32, see --bf16 for autocast).",
-        choices=list(DTYPE_CHOICES),
-    )
-    target_device_map: str | None = _arg(
-        None,
-        "Place the frozen target with accelerate's big-model dispatch (e.g. auto: a target that does "
-        "not fit one device is spread over the GPUs and the CPU); the trainer then leaves it where it is. "
-        "Default: the whole target on the training device.",
-    )
-    num_tapped_layers: int = _arg(6, "New drafters: target layers to tap (L).")
-    num_draft_tokens: int = _arg(7, "New drafters: K.")
-    drafter_hidden_size: int | None = _arg(None, "New drafters: backbone width.")
-    drafter_layers: int = _arg(5, "New drafters: backbone layers.")
-    drafter_heads: int = _arg(8, "New drafters: attention heads.")
-    drafter_kv_heads: int = _arg(4, "New drafters: key/value heads.")
-    drafter_intermediate_size: int | None = _arg(None, "New drafters: MLP width.")
-    head_rank: int = _arg(64, "New drafters: rank R of the sequential head.")
-    draft_vocab_size: int = _arg(
-        8192,
-        "New drafters (and --refresh_draft_vocab): draft among the N most frequent response tokens "
-        "(0: full vocabulary).",
-    )
-    refresh_draft_vocab: bool = _arg(
-        False,
-        "With --init or --teacher: choose the draft vocabulary again from --data (size "
-        "--draft_vocab_size, 0: full vocabulary) instead of keeping the one chosen when the drafter was "
-        "created. Use it when the data grew since then: a stale vocabulary cannot draft the new tokens.",
-    )
-    grow_layers: int = _arg(
-        0,
-        "With --init: add this many backbone layers on top, their output projections (attention "
-        "o_proj, MLP down_proj) at zero, so training starts from exactly the init's drafts with more depth.",
-    )
-    sequential_head: bool = _arg(True, "New drafters: keep the recurrent head (--no_sequential_head: ablation).")
-    sliding_window: int = _arg(
-        0,
-        "Stage stable, new drafters: attend to the target's last N positions before each "
-        "block's context (the paper's sliding-window ablation; 0: history-free, the shipped design).",
-    )
-    threads: int | None = _arg(None, "torch.set_num_threads for this run.")
-    eval_fraction: float = _arg(0.0, "Fraction of rows held out for eval logs.")
 
 
 def build_train_parser():
     """The parser of `dlite-hf train` (`ScriptArguments` and `DLiteTrainingArguments`) and `ScriptArguments`."""
     from transformers import HfArgumentParser
 
-    from ..training.arguments import DLiteTrainingArguments
+    from ..training.arguments import DLiteTrainingArguments, ScriptArguments
 
     return HfArgumentParser((ScriptArguments, DLiteTrainingArguments)), ScriptArguments
 
@@ -118,7 +57,7 @@ def _check_flags(script, args) -> None:
             "drafter, so it must keep that drafter's draft vocabulary. Drop one of the two flags."
         )
     window = script.sliding_window
-    if not isinstance(window, int) or window < 0:
+    if window < 0:
         raise SystemExit(f"--sliding_window {window!r}: expected 0 (history-free) or N > 0 positions.")
     if window and (args.stage != "stable" or script.init or args.lora):
         raise SystemExit(

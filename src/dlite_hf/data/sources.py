@@ -319,7 +319,7 @@ _ALL: tuple[Source, ...] = (
     Source(
         "puzzles",
         "dlite-hf==0.1.0",
-        "dlite_hf/data/puzzles.py",
+        "dlite_hf/data/domains.py",
         "Apache-2.0 (this project's)",
         _MIX_GROUPS.format(unit="puzzles"),
         ("reasoning",),

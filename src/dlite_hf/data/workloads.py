@@ -5,7 +5,8 @@ context is longer than ``max_tokens`` and measures at most ``max_turns`` turns. 
 of one turn. Between two turns the runner appends the target's own greedy reply, so every method sees the same,
 growing context. All from eval splits: the single-turn workloads of :mod:`dlite_hf.data.prompts`, ``long-N``
 (essays cut to N tokens), and ``agentic``: ToolTalk conversations replayed turn by turn, BFCL multi-turn sessions
-(:mod:`dlite_hf.data.bfcl`) and coding sessions over real standard-library files and test output.
+(:mod:`dlite_hf.data.bfcl`) and coding sessions over real standard-library files and test output. A user's own
+prompts (``--prompts FILE.jsonl`` of ``dlite-hf bench`` and ``compare``) are checked row by row.
 """
 
 from __future__ import annotations
@@ -18,20 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..jsonl import read_jsonl
 from .bfcl import bfcl_sessions as load_bfcl_sessions
-from .coding_agent import SESSION_SYSTEM, pytest_failure, read_file_result
-from .common import EVAL_SIZE, PYTHON_VERSION
-from .long_context import load_long
-from .prompts import load_prompts
+from .common import EVAL_SIZE, PYTHON_VERSION, Prompt, prompt
+from .prompts import WORKLOADS, load_long, load_prompts
+from .stdlib import SESSION_SYSTEM, pytest_failure, read_file_result
 
 Session = dict[str, Any]
 Message = dict[str, str]
 
-OUT_OF_DOMAIN_SINGLE_TURN: tuple[str, ...] = ("legal", "clinical")  # dlite_hf.data.prompts: no train split
-SINGLE_TURN_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", *OUT_OF_DOMAIN_SINGLE_TURN)
 AGENTIC_WORKLOAD = "agentic"
-WORKLOAD_CHOICES: tuple[str, ...] = ("chat", "code", "math", "tool", AGENTIC_WORKLOAD, "long", "legal", "clinical")
+WORKLOAD_CHOICES = WORKLOADS  # every workload of dlite_hf.data.prompts, as sessions
+SINGLE_TURN_WORKLOADS: tuple[str, ...] = tuple(w for w in WORKLOADS if w not in (AGENTIC_WORKLOAD, "long"))
 LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts
+USER_PROMPTS_WORKLOAD = "prompts"  # the workload label of a user's prompt file
+_ROLES = ("system", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True)
@@ -138,13 +140,14 @@ def _shown_path(path: Path) -> str | None:
         return None
 
 
-def _stdlib_file(module: str) -> tuple[str, str]:
-    """(path relative to the standard library, source text) of a standard-library module, read from disk."""
+def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
+    """The result of `read_file` on a standard-library module's file, read from disk, cut to `max_tokens`."""
     __import__(module)
     path = Path(inspect.getsourcefile(sys.modules[module]) or "")
     if not path.is_file():
         raise FileNotFoundError(f"No source file on disk for the standard-library module {module!r}.")
-    return _shown_path(path) or path.name, path.read_text(encoding="utf-8")
+    source = path.read_text(encoding="utf-8")
+    return read_file_result(_shown_path(path) or path.name, source, _cut(source, tokenizer, max_tokens))
 
 
 def _cut(text: str, tokenizer: Any, max_tokens: int) -> str:
@@ -155,11 +158,6 @@ def _cut(text: str, tokenizer: Any, max_tokens: int) -> str:
     cut = tokenizer.decode(ids[:max_tokens])
     newline = cut.rfind("\n")
     return cut[: newline + 1] if newline > len(cut) // 2 else cut
-
-
-def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
-    relative, source = _stdlib_file(module)
-    return read_file_result(relative, source, _cut(source, tokenizer, max_tokens))
 
 
 def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
@@ -208,6 +206,42 @@ def coding_session(task: CodingTask, tokenizer: Any, max_tokens: int | None, fil
     return as_session(
         {"id": f"coding/{task.id}", "source": source, "turns": turns, "max_tokens": max_tokens}, AGENTIC_WORKLOAD
     )
+
+
+def load_prompt_file(path: str | Path) -> list[Prompt]:
+    """A user's prompts: a JSONL file whose rows hold `messages` (`[{"role", "content"}, ...]`, ending with a message
+    the target answers) and optionally an `id`; a malformed row is a `ValueError` naming it and what was expected."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise ValueError(f"{path} holds no prompts: expected one JSON object per line with a `messages` list.")
+    prompts = []
+    for number, row in enumerate(rows, start=1):
+        messages = row.get("messages")
+        where = f"{path}, prompt {number}"
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(
+                f"{where}: expected a non-empty `messages` list (chat format: "
+                f'[{{"role": "user", "content": "..."}}]), got {type(messages).__name__}.'
+            )
+        for message in messages:
+            if (
+                not isinstance(message, dict)
+                or message.get("role") not in _ROLES
+                or not isinstance(message.get("content"), str)
+            ):
+                raise ValueError(
+                    f"{where}: each message needs a `role` in {', '.join(_ROLES)} and a string `content`; got "
+                    f"{message!r:.120}."
+                )
+        if messages[-1]["role"] == "assistant":
+            raise ValueError(f"{where}: the last message is the assistant's; end with the message to answer.")
+        id_ = str(row.get("id") or f"{Path(path).stem}/{number}")
+        prompts.append(prompt(id_, USER_PROMPTS_WORKLOAD, str(path), [dict(m) for m in messages]))
+    ids = [p["id"] for p in prompts]
+    if len(set(ids)) != len(ids):
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"{path}: prompt ids must be unique; repeated: {repeated}.")
+    return prompts
 
 
 def parse_workloads(spec: str | Iterable[str]) -> list[str]:

@@ -127,17 +127,17 @@ def load_models(
 
 
 def load_examples(tokenizer: Any = None) -> tuple[dict[str, list[dict[str, str]]], str | None]:
-    """Example conversations (two per workload, one long-context one) from the evaluation split, keyed by a label
-    for the dropdown, and a note saying which workloads could not be loaded (or ``None``). The long-context example
-    needs ``tokenizer``, to cut the essays to :data:`LONG_EXAMPLE_TOKENS`."""
+    """Example conversations (two per workload, one long-context one cut to :data:`LONG_EXAMPLE_TOKENS` with
+    ``tokenizer``) from the evaluation split, keyed by a label for the dropdown, and a note saying which workloads
+    could not be loaded (or ``None``). Without a tokenizer (no target) there are none."""
     from ..assets import AssetError
     from ..data.prompts import load_long, load_prompts
 
+    if tokenizer is None:
+        return {}, "Example prompts appear once the target model is available."
     examples: dict[str, list[dict[str, str]]] = {}
     problems = []
     for workload, label in EXAMPLE_WORKLOADS:
-        if workload == "long" and tokenizer is None:
-            continue
         try:
             if workload == "long":
                 prompts = load_long(LONG_EXAMPLE_TOKENS, tokenizer, "eval", limit=1)

@@ -12,7 +12,7 @@ from ..defaults import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_TARGET
 from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
 from .models import DemoModels, describe_models, load_examples, load_models
 from .runner import DEFAULT_PROMPT, DemoRunner
-from .streaming import GREEDY, SAMPLING
+from .settings import GREEDY, SAMPLING
 
 INTRO = """\
 Speculative decoding with a **DLite** drafter: every round the drafter reads the target's latest hidden states,
@@ -51,9 +51,7 @@ def build_demo(
     if models is None:
         models = load_models(target, drafter, dtype=dtype, attention=attention)
     examples_note = None
-    if examples is None and models.target is None:
-        examples, examples_note = {}, "Example prompts appear once the target model is available."
-    elif examples is None:
+    if examples is None:
         examples, examples_note = load_examples(models.tokenizer)
     runner = DemoRunner(models, examples)
     if warm_up:
@@ -63,9 +61,33 @@ def build_demo(
         _header(gr, models)
         context = gr.State(None)
         with gr.Row():
-            prompt, example, clear, note = _prompt_column(gr, examples, examples_note)
+            with gr.Column(scale=3):
+                prompt = gr.Textbox(
+                    value=DEFAULT_PROMPT, label="Prompt (sent as the user message, chat template applied)", lines=5
+                )
+                with gr.Row():
+                    example = gr.Dropdown(
+                        choices=list(examples),
+                        value=None,
+                        label="Example prompts (evaluation split: chat, code, math, tool call, agentic, long context)",
+                        scale=4,
+                    )
+                    clear = gr.Button("Clear context", scale=1, size="sm")
+                note = gr.Markdown("", elem_id="context-note")
+                if examples_note:
+                    gr.Markdown(f"_{examples_note}_")
             settings, prompt_lookup, run, stop_button = _settings_column(gr)
-        outputs, lookup_column = _output_columns(gr)
+        # the outputs in the compare handler's order: the three columns' tokens and numbers, the verdict, raw numbers
+        verdict = gr.Markdown("", elem_id="verdict")
+        columns = []
+        with gr.Row(equal_height=False):
+            for key, title in (("plain", "alone"), ("dlite", "+ DLite"), ("lookup", "+ prompt lookup")):
+                with gr.Column(visible=key != "lookup") as lookup_column:  # the last one: the prompt-lookup column
+                    gr.Markdown(f"### Target {title}")
+                    columns += [gr.HTML("", elem_id=f"{key}-output"), gr.Markdown("", elem_id=f"{key}-stats")]
+        with gr.Accordion("Raw numbers (JSON)", open=False):
+            details = gr.JSON(label="Last run")
+        outputs = [*columns, verdict, details]
         # the generations share one queue slot; the other events skip the queue
         inputs = [prompt, context, *settings]
         queued = dict(concurrency_limit=1, concurrency_id="generation")
@@ -106,7 +128,7 @@ def _handlers(gr: Any, runner: DemoRunner) -> tuple[Any, Any, Any]:
     # "gr.Request", which it cannot resolve from this module's globals, so give it the class itself.
     compare.__annotations__["request"] = stop.__annotations__["request"] = gr.Request
 
-    def select_example(label):
+    def select_example(label):  # not the method itself: the API page would show its docstring
         return runner.select_example(label)
 
     return compare, stop, select_example
@@ -122,26 +144,6 @@ def _header(gr: Any, models: DemoModels) -> None:
         gr.Markdown(f"### ⚠ No DLite drafter\n{models.drafter_error}", elem_id="drafter-error")
     k = models.drafter.config.num_draft_tokens if models.drafter is not None else 7
     gr.Markdown(INTRO.format(k=k, lookup=DEFAULT_LOOKUP_TOKENS))
-
-
-def _prompt_column(gr: Any, examples: dict, examples_note: str | None) -> tuple[Any, Any, Any, Any]:
-    """(prompt box, example dropdown, clear-context button, context note): the left column."""
-    with gr.Column(scale=3):
-        prompt = gr.Textbox(
-            value=DEFAULT_PROMPT, label="Prompt (sent as the user message, chat template applied)", lines=5
-        )
-        with gr.Row():
-            example = gr.Dropdown(
-                choices=list(examples),
-                value=None,
-                label="Example prompts (evaluation split: chat, code, math, tool call, agentic, long context)",
-                scale=4,
-            )
-            clear = gr.Button("Clear context", scale=1, size="sm")
-        note = gr.Markdown("", elem_id="context-note")
-        if examples_note:
-            gr.Markdown(f"_{examples_note}_")
-    return prompt, example, clear, note
 
 
 def _settings_column(gr: Any) -> tuple[list[Any], Any, Any, Any]:
@@ -160,18 +162,3 @@ def _settings_column(gr: Any) -> tuple[list[Any], Any, Any, Any]:
             run = gr.Button("Run", variant="primary", elem_id="run-button")
             stop = gr.Button("Stop", variant="stop", elem_id="stop-button")
     return [max_new_tokens, decoding, temperature, top_p, prompt_lookup, seed], prompt_lookup, run, stop
-
-
-def _output_columns(gr: Any) -> tuple[list[Any], Any]:
-    """(what the compare handler updates, in its order; the prompt-lookup column): the verdict, the three columns
-    (target alone, + DLite, + prompt lookup) and the raw numbers."""
-    result = gr.Markdown("", elem_id="verdict")
-    columns = []
-    with gr.Row(equal_height=False):
-        for key, title in (("plain", "alone"), ("dlite", "+ DLite"), ("lookup", "+ prompt lookup")):
-            with gr.Column(visible=key != "lookup") as column:
-                gr.Markdown(f"### Target {title}")
-                columns += [gr.HTML("", elem_id=f"{key}-output"), gr.Markdown("", elem_id=f"{key}-stats")]
-    with gr.Accordion("Raw numbers (JSON)", open=False):
-        details = gr.JSON(label="Last run")
-    return [*columns, result, details], column

@@ -1,12 +1,15 @@
-"""The columns as the page shows them, built from each column's measured :class:`~.streaming.ColumnRun`: HTML of
-the tokens, markdown of the numbers, the verdict, the context note (text only, no gradio here)."""
+"""The columns as the page shows them, built from each column's measured :class:`~.runner.ColumnRun`: HTML of the
+tokens, markdown of the numbers, the verdict, the context note (text only, no gradio here)."""
 
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .streaming import SAMPLING, ColumnRun
+from .settings import SAMPLING
+
+if TYPE_CHECKING:
+    from .runner import ColumnRun
 
 # Two alternating backgrounds for target forwards that committed several tokens (drafts accepted + the target's own).
 ROUND_COLOURS = ("#bfe3ff", "#ffd9a8")
@@ -59,10 +62,13 @@ def render_stats(column: ColumnRun, plain: ColumnRun | None = None) -> str:
     if column.method != "plain" and column.sizes:
         stats = column.stats
         if stats is not None:
+            drafting = stats["drafter_time_s"] + stats.get("lookup_time_s", 0.0)
+            total = drafting + stats["target_time_s"]
+            share = f"{drafting / total:.0%}" if total > 0 else "-"
             lines.append(
                 f"tau **{stats['tau']:.2f}** tokens per target forward ({stats['target_forwards']} forwards, "
                 f"{stats['rounds']} draft rounds, {stats['accepted']}/{stats['drafted']} drafted tokens accepted) "
-                f"· drafter {_share(stats)} of the time"
+                f"· drafter {share} of the time"
             )
             if stats.get("lookup_rounds"):
                 lines.append(
@@ -78,12 +84,6 @@ def render_stats(column: ColumnRun, plain: ColumnRun | None = None) -> str:
             speedup = column.tokens_per_s / plain.tokens_per_s
             lines.append(f"**speedup {speedup:.2f}x** over the target alone (tokens/s ratio)")
     return "  \n".join(lines)
-
-
-def _share(stats: dict[str, Any]) -> str:
-    drafting = stats["drafter_time_s"] + stats.get("lookup_time_s", 0.0)
-    total = drafting + stats["target_time_s"]
-    return f"{drafting / total:.0%}" if total > 0 else "-"
 
 
 def verdict(columns: list[ColumnRun], decoding: str) -> str:

@@ -8,6 +8,7 @@ import os
 
 from ..defaults import ATTENTION_CHOICES, DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_TARGET, DTYPE_CHOICES
 
+GREEDY, SAMPLING = "greedy", "sampling"  # the page's decoding choices
 TARGET_ENV = "DLITE_TARGET"
 DRAFTER_ENV = "DLITE_DRAFTER"
 DTYPE_ENV = "DLITE_DTYPE"

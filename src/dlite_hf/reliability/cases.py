@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["FAMILIES", "Case", "Context", "draw_case"]
@@ -47,20 +47,12 @@ class Case:
     seed: int = 0
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-ready record of the case (token-id lists kept, the tokenizer object left out)."""
-        generation = {k: v for k, v in self.generation.items() if k != "tokenizer"}
-        if "sequence_bias" in generation:
-            generation["sequence_bias"] = [[list(k), v] for k, v in generation["sequence_bias"].items()]
-        return {
-            "index": self.index,
-            "families": self.families,
-            "generation": generation,
-            "drafter": self.drafter,
-            "sampled": self.sampled,
-            "session": self.session,
-            "streamer": self.streamer,
-            "seed": self.seed,
-        }
+        """A JSON-ready record of the case (``sequence_bias`` as ``[token ids, bias]`` pairs)."""
+        record = asdict(self)
+        bias = record["generation"].get("sequence_bias")
+        if bias is not None:
+            record["generation"]["sequence_bias"] = [[list(k), v] for k, v in bias.items()]
+        return record
 
 
 def _ids(rng: random.Random, ctx: Context, count: int) -> list[int]:

@@ -27,8 +27,7 @@ _WORKLOADS = ("chat", "code", "math", "tool", "agentic")
 def suite_prompts(tokenizer: Any, per_workload: int = 4, long_tokens: int = 1024) -> list[tuple[str, list[int]]]:
     """(workload, token ids) of evaluation prompts: ``per_workload`` of each workload with the chat template, as
     many long-context ones of about ``long_tokens`` tokens, one raw text without template and a 1-token prompt."""
-    from ..data.long_context import load_long
-    from ..data.prompts import load_prompts
+    from ..data.prompts import load_long, load_prompts
 
     def templated(messages: list[dict[str, str]]) -> list[int]:
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)

@@ -1,4 +1,5 @@
-"""Training arguments of the DLite trainer (one dataclass for Python, the CLI and YAML, as TRL's configs)."""
+"""The arguments of `dlite-hf train`: the trainer's (one dataclass for Python, the CLI and YAML, as TRL's configs) and
+the command's own."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from ..defaults import native_bfloat16
+from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, native_bfloat16
 from .losses import DEFAULT_CHUNK_SIZE, POSITION_WEIGHT_FORMS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LORA_DEFAULT_TARGETS", "STAGES", "DLiteTrainingArguments"]
+__all__ = ["LORA_DEFAULT_TARGETS", "STAGES", "DLiteTrainingArguments", "ScriptArguments"]
 
 STAGES = ("teacher", "warmup", "stable")
+# the drafter modules LoRA adapts when `lora_target_modules` is unset (the backbone's projections)
 LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")
-"""The drafter modules LoRA adapts when `lora_target_modules` is unset (the backbone's projections)."""
 _INT_MINIMUMS = dict(num_anchors=1, max_length=3, vocab_chunk_size=1, anchor_stride=1, lora_r=1, lora_alpha=1)
 
 
@@ -40,18 +41,12 @@ def _is_number(value: Any) -> bool:
 
 @dataclass
 class DLiteTrainingArguments(TrainingArguments):
-    r"""Configuration of the DLite trainer: [`~transformers.TrainingArguments`] plus the fields of DLite's three
-    training stages (`stage`), validated in `__post_init__`. Through [`~transformers.HfArgumentParser`] the same class
-    parses the command line (each field's `help` documents it: `dlite-hf train --help`) and YAML / JSON files.
-
-    > [!NOTE]
-    > Defaults that differ from [`~transformers.TrainingArguments`]: `learning_rate` `4e-4` (the paper's),
-    > `logging_steps` `10`, `remove_unused_columns` `False` (the trainer consumes columns such as `loss_mask` that the
-    > drafter's `forward` does not take) and `report_to` `"none"`. There is no `save_safetensors` field:
-    > transformers >= 5 always saves safetensors.
+    """[`~transformers.TrainingArguments`] plus the fields of DLite's three training stages (`stage`), validated in
+    `__post_init__`; through [`~transformers.HfArgumentParser`] the same class parses the command line (each field's
+    `help`: `dlite-hf train --help`) and YAML / JSON files. transformers >= 5 always saves safetensors.
     """
 
-    # Parameters whose default values are overridden from TrainingArguments
+    # defaults that differ from TrainingArguments'
     learning_rate: float = _field(4e-4, "The initial learning rate for AdamW (the paper uses 4e-4).")
     logging_steps: float = _field(
         10,
@@ -180,11 +175,64 @@ class DLiteTrainingArguments(TrainingArguments):
             )
         if not isinstance(self.lora, bool):
             raise _invalid("lora", self.lora, "a bool")
-        modules = self.lora_target_modules
-        if isinstance(modules, str):  # one module name
-            modules = [modules]
+        modules = [self.lora_target_modules] if isinstance(self.lora_target_modules, str) else self.lora_target_modules
         if modules is not None and not (
             isinstance(modules, (list, tuple)) and modules and all(isinstance(m, str) and m for m in modules)
         ):
             raise _invalid("lora_target_modules", modules, "None or a non-empty list of module names")
         self.lora_target_modules = None if modules is None else list(modules)
+
+
+@dataclass
+class ScriptArguments:
+    """`dlite-hf train`'s own flags (the trainer's are `DLiteTrainingArguments`)."""
+
+    target: str = _field(DEFAULT_TARGET, "Target: a local folder, a Hub id or a registry name.")
+    data: str = _field("", "JSONL written by `dlite-hf regenerate` or `label-text`; several: comma-separated.")
+    init: str | None = _field(None, "Start from this drafter checkpoint folder.")
+    target_adapter: str | None = _field(None, "PEFT adapter to apply to the target.")
+    target_dtype: str = _field(
+        "float32",
+        "The target's dtype while training: its hidden states (the drafter's features) and p^T are "
+        "computed in it (bfloat16: features as a bfloat16 target serves them; the drafter's own weights stay "
+        "float32, see --bf16 for autocast).",
+        choices=list(DTYPE_CHOICES),
+    )
+    target_device_map: str | None = _field(
+        None,
+        "Place the frozen target with accelerate's big-model dispatch (e.g. auto: a target that does "
+        "not fit one device is spread over the GPUs and the CPU); the trainer then leaves it where it is. "
+        "Default: the whole target on the training device.",
+    )
+    num_tapped_layers: int = _field(6, "New drafters: target layers to tap (L).")
+    num_draft_tokens: int = _field(7, "New drafters: K.")
+    drafter_hidden_size: int | None = _field(None, "New drafters: backbone width.")
+    drafter_layers: int = _field(5, "New drafters: backbone layers.")
+    drafter_heads: int = _field(8, "New drafters: attention heads.")
+    drafter_kv_heads: int = _field(4, "New drafters: key/value heads.")
+    drafter_intermediate_size: int | None = _field(None, "New drafters: MLP width.")
+    head_rank: int = _field(64, "New drafters: rank R of the sequential head.")
+    draft_vocab_size: int = _field(
+        8192,
+        "New drafters (and --refresh_draft_vocab): draft among the N most frequent response tokens "
+        "(0: full vocabulary).",
+    )
+    refresh_draft_vocab: bool = _field(
+        False,
+        "With --init or --teacher: choose the draft vocabulary again from --data (size "
+        "--draft_vocab_size, 0: full vocabulary) instead of keeping the one chosen when the drafter was "
+        "created. Use it when the data grew since then: a stale vocabulary cannot draft the new tokens.",
+    )
+    grow_layers: int = _field(
+        0,
+        "With --init: add this many backbone layers on top, their output projections (attention "
+        "o_proj, MLP down_proj) at zero, so training starts from exactly the init's drafts with more depth.",
+    )
+    sequential_head: bool = _field(True, "New drafters: keep the recurrent head (--no_sequential_head: ablation).")
+    sliding_window: int = _field(
+        0,
+        "Stage stable, new drafters: attend to the target's last N positions before each "
+        "block's context (the paper's sliding-window ablation; 0: history-free, the shipped design).",
+    )
+    threads: int | None = _field(None, "torch.set_num_threads for this run.")
+    eval_fraction: float = _field(0.0, "Fraction of rows held out for eval logs.")

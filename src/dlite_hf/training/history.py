@@ -1,8 +1,7 @@
-"""The history-aware drafters' inputs in training (`history_window != 0`: the teacher and the sliding-window
-ablations), built from the tapped states of whole sequences: :func:`gather_history` gives each block its own copy
-of the past positions it may attend to (any window); :class:`SharedHistory` runs each sequence's history through
-the backbone once for all its blocks (full history only: the same result at about 1/A of the cost). Inference
-needs neither: a drafting round keeps its own committed positions (`AcceptedHistory`).
+"""The history-aware drafters' inputs in training (the teacher and the sliding-window ablations), from the tapped
+states of whole sequences: :func:`gather_history` copies each block's past positions (any window);
+:class:`SharedHistory` runs each sequence's history through the backbone once for all its blocks (full history only:
+the same result at about 1/A of the cost). Inference keeps its own committed positions (`AcceptedHistory`).
 """
 
 from __future__ import annotations
@@ -26,12 +25,9 @@ def history_arguments(tapped_states: torch.Tensor, context_positions: torch.Tens
 def gather_history(
     tapped_states: torch.Tensor, context_positions: torch.Tensor, window: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For each block, the tapped states `[B, T, L, H_t]` of the past positions it may attend to before its context
-    position (`[B, A]`): the last `window` ones, or all (-1).
-
-    Returns `history` `[B * A, W, L, H_t]`, `valid` `[B * A, W]` bool and `positions` `[B * A, W]` (-1 is the
-    position just before the context), W being the largest window in the batch.
-    """
+    """For each block, the tapped states `[B, T, L, H_t]` of the last `window` (-1: all) past positions before its
+    context position (`[B, A]`): `history` `[B * A, W, L, H_t]`, `valid` `[B * A, W]` bool and `positions`
+    `[B * A, W]` (-1 is the position just before the context), W the largest window in the batch."""
     if window == 0:
         raise ValueError("gather_history needs history_window != 0 (0 is the history-free drafter).")
     batch, seq_len = tapped_states.shape[:2]

@@ -1,8 +1,7 @@
 """`DLiteTrainer`: the paper's three training stages (`DLiteTrainingArguments.stage`) on `transformers.Trainer`.
 
-The frozen target runs inside `compute_loss` once per batch and feeds `num_anchors` drafter blocks per sequence;
-`compute_loss` gathers the blocks and dispatches to the pure functions of `losses.py`. Checkpoints hold the drafter
-only (safetensors plus its code files) and a model card.
+The frozen target runs inside `compute_loss` once per batch and feeds `num_anchors` drafter blocks per sequence,
+then the stage's loss from `losses.py`. Checkpoints hold the drafter only (and its code files) and a model card.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ..data.features.transformers import target_features
 from ..modeling.modeling_dlite import DLiteForSpeculation
 from . import losses
 from .arguments import DLiteTrainingArguments
-from .data import DLiteCollator
+from .data import IGNORE_INDEX, DLiteCollator
 from .history import history_arguments
 from .time_budget import TimeBudget, TimeBudgetCallback, time_cosine_schedule
 
@@ -102,7 +101,6 @@ class DLiteTrainer(Trainer):
             raise TypeError(f"args must be DLiteTrainingArguments, got {type(args).__name__}.")
         drafter = _unwrap(model)
         _check_stage(args.stage, drafter, teacher)
-        # the target (and the teacher) frozen in eval mode; the drafter and the teacher bound to the target
         target.eval().requires_grad_(False)
         drafter.bind_target(target)
         if teacher is not None:
@@ -206,7 +204,7 @@ class DLiteTrainer(Trainer):
                 "draft_input_ids": input_ids[rows[..., None], block_positions].flatten(0, 1),
             },
             "labels": labels.flatten(0, 1),
-            "valid": labels.ne(-100).flatten(0, 1),
+            "valid": labels.ne(IGNORE_INDEX).flatten(0, 1),
             **self._target_distribution(drafter, final_hidden, target_positions, stats, compact),
         }
         target_rows = inputs.get("target_labels")
@@ -324,7 +322,6 @@ class DLiteTrainer(Trainer):
         """Add the acceptance proxies recorded since the last log, averaged over every rank's batches (one
         all-reduce of a fixed list of sums and counts, so ranks with different metrics cannot deadlock)."""
         mode = "train" if "loss" in logs or not any(k.startswith("eval_") for k in logs) else "eval"
-        prefix = "eval_" if mode == "eval" else ""
         recorded = self._metrics[mode]
         names = self._metric_names()
         totals = torch.tensor(
@@ -337,8 +334,8 @@ class DLiteTrainer(Trainer):
             totals = totals.cpu()
         for name, (total, count) in zip(names, totals.tolist()):
             if count:
-                logs[prefix + name] = total / count
-        self._metrics[mode].clear()
+                logs[("eval_" if mode == "eval" else "") + name] = total / count
+        recorded.clear()
         super().log(logs, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ saving

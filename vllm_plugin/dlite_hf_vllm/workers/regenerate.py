@@ -1,18 +1,11 @@
 """The vLLM worker of `dlite-hf regenerate --engine vllm`: the target answers tokenized prompts, rows appended.
 
-Runs inside the vLLM environment, started by `dlite_hf.data.regenerate.vllm` (the dlite-hf side tokenizes the
-prompts with the target's chat template, drops the ids already written and cuts a torn last line first). Input: a
-job JSONL, one `{"id", "workload", "prompt_ids"}` per line. Output: the same rows as `--engine transformers`
-(`{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}`) plus `"engine"` and `"sampling"`.
-
-The engine is kept full: `--in-flight` requests are queued at all times (a new prompt enters as soon as one
-finishes, so a long response never leaves the batch draining), and finished rows are appended as they come, with
-an fsync every `--chunk` rows or `--flush-s` seconds. A kill loses the requests in flight and the rows since the
-last fsync, and duplicates nothing (the dlite-hf side drops the ids already written and cuts a torn last line).
-A sampled response's seed is a hash of (seed, row id, sample), so the same job on the same schedule draws the same
-responses. A resumed run redraws what a kill lost with the same seeds, in other batches: vLLM's logits depend on
-the batch by a rounding error, so a redrawn bfloat16 response can part from the lost one where the draw falls on
-a near-tie. Each is still a draw from the target's distribution, which is what the sampled split promises.
+`dlite_hf.data.regenerate` writes the job (`{"id", "workload", "prompt_ids"}` per line) and reads the rows: its own
+format plus `"engine"` and `"sampling"`, appended as they finish (an fsync every `--chunk` rows or `--flush-s`
+seconds) while `--in-flight` requests keep the engine full. A sampled response's seed is a hash of (seed, row id,
+sample), so the same job on the same schedule draws the same responses; a resumed run redraws what a kill lost in
+other batches, whose logits differ by a rounding error: a redrawn bfloat16 response can part from the lost one at a
+near-tie, and is still a draw from the target's distribution, which is what the sampled split promises.
 
     python -m dlite_hf_vllm.workers.regenerate --model DIR --job JOB --out OUT [--samples N --temperature T --top-p P]
 """
@@ -27,52 +20,14 @@ import time
 import zlib
 from pathlib import Path
 
-from dlite_hf_vllm.compat import installed_vllm
-
-
-def _engine_version() -> str:
-    engine = installed_vllm()
-    if engine is None:
-        raise SystemExit("No vLLM in this environment: build it with `make vllm` (scripts/build_vllm_env.sh).")
-    return engine
-
-
-def _read_job(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                row = json.loads(line)
-                if not {"id", "prompt_ids"} <= row.keys():
-                    raise SystemExit(f"{path}, line {number}: expected id and prompt_ids, got {sorted(row)}.")
-                rows.append(row)
-    return rows
-
-
-def _write_summary(path: str | None, summary: dict) -> None:
-    print(json.dumps(summary), flush=True)
-    if path:
-        Path(path).write_text(json.dumps(summary))
-
-
-def _sampling_tag(args: argparse.Namespace) -> str:
-    if args.samples == 0:
-        return "greedy"
-    return f"sampled:t={args.temperature},top_p={args.top_p},seed={args.seed}"
-
-
-def _row_seed(seed: int, row_id: str) -> int:
-    """The sampling seed of one response: stable across runs and resumes (not Python's salted hash)."""
-    return zlib.crc32(f"{seed}:{row_id}".encode()) & 0x7FFFFFFF
+from ..compat import installed_vllm
+from . import finished_per_step, read_job, write_summary
 
 
 def _requests(job: list[dict], args: argparse.Namespace):
-    """(request id, job row, SamplingParams) per response: one greedy, or `--samples` sampled per prompt.
-
-    Prompts go in the order of their token ids, so that prompts sharing a prefix (the turns of one agent session) enter
-    the engine together and vLLM's prefix cache prefills that prefix once: in the Qwen mix, half of the prompt text is
-    a prefix shared with the sorted previous prompt.
-    """
+    """(request id, job row, SamplingParams) per response: one greedy, or `--samples` sampled per prompt. In the
+    order of the prompts' token ids, so that prompts sharing a prefix (an agent session's turns) enter the engine
+    together and vLLM's prefix cache prefills it once (in the Qwen mix, half of the prompt text)."""
     from vllm import SamplingParams
 
     for row in sorted(job, key=lambda row: row["prompt_ids"]):
@@ -85,7 +40,7 @@ def _requests(job: list[dict], args: argparse.Namespace):
                 max_tokens=args.max_new_tokens,
                 temperature=args.temperature,
                 top_p=args.top_p,
-                seed=_row_seed(args.seed, row_id),
+                seed=zlib.crc32(f"{args.seed}:{row_id}".encode()) & 0x7FFFFFFF,  # stable, unlike Python's hash
             )
             yield row_id, row, params
 
@@ -143,7 +98,8 @@ class _Rows:
 
     def __init__(self, handle, args: argparse.Namespace, engine_tag: str, loaded: float):
         self.handle, self.args, self.loaded = handle, args, loaded
-        self.engine_tag, self.sampling = engine_tag, _sampling_tag(args)
+        sampling = f"sampled:t={args.temperature},top_p={args.top_p},seed={args.seed}" if args.samples else "greedy"
+        self.tags = {"engine": engine_tag, "sampling": sampling}
         self.pending: list[str] = []
         self.written = self.tokens = 0
         self.last_flush = time.perf_counter()
@@ -158,8 +114,7 @@ class _Rows:
             "loss_mask": [0] * len(ids) + [1] * len(response),
             "prompt_tokens": len(ids),
             "finished": completion.finish_reason == "stop",
-            "engine": self.engine_tag,
-            "sampling": self.sampling,
+            **self.tags,
         }
         self.pending.append(json.dumps(record, separators=(",", ":")) + "\n")
         self.tokens += len(response)
@@ -180,35 +135,28 @@ class _Rows:
 
 def _generate(engine, job: list[dict], args: argparse.Namespace, rows: _Rows) -> None:
     """Keep `--in-flight` requests in the engine until the job is done; hand each finished one to `rows`."""
-    from vllm.inputs import TokensPrompt
-
-    todo = _requests(job, args)
     open_rows: dict[str, dict] = {}
-    exhausted = False
-    while True:
-        while not exhausted and len(open_rows) < args.in_flight:
-            request = next(todo, None)
-            if request is None:
-                exhausted = True
-                break
-            row_id, row, params = request
-            engine.add_request(row_id, TokensPrompt(prompt_token_ids=row["prompt_ids"]), params)
+
+    def entering():
+        for row_id, row, params in _requests(job, args):
             open_rows[row_id] = row
-        if not open_rows:
-            break
-        for output in engine.step():
-            if output.finished:
-                rows.add(output.request_id, open_rows.pop(output.request_id), output.outputs[0])
+            yield row_id, row["prompt_ids"], params
+
+    for finished in finished_per_step(engine, entering(), args.in_flight):
+        for output in finished:
+            rows.add(output.request_id, open_rows.pop(output.request_id), output.outputs[0])
         rows.flush()
     rows.flush(force=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    job = _read_job(Path(args.job))
-    engine_version = _engine_version()
+    job = read_job(Path(args.job), {"id", "prompt_ids"})
+    engine_version = installed_vllm()
+    if engine_version is None:
+        raise SystemExit("No vLLM in this environment: build it with `make vllm` (scripts/build_vllm_env.sh).")
     if not job:
-        _write_summary(args.summary, {"written": 0, "tokens": 0})
+        write_summary(args.summary, {"written": 0, "tokens": 0})
         return 0
     started = time.perf_counter()
     engine = _load_engine(args)
@@ -231,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_s": round(rows.tokens / generate_s, 2),
         "engine": engine_version,
     }
-    _write_summary(args.summary, summary)
+    write_summary(args.summary, summary)
     return 0
 
 

@@ -1,2 +1,2 @@
-"""The target's training features (:mod:`~dlite_hf.data.features.transformers`), their on-disk cache
-(:mod:`~dlite_hf.data.features.cache`) and the cache filled by vLLM (:mod:`~dlite_hf.data.features.vllm`)."""
+"""The target's training features (:mod:`~dlite_hf.data.features.transformers`) and their on-disk cache, filled by
+the trainer or by vLLM (:mod:`~dlite_hf.data.features.cache`)."""

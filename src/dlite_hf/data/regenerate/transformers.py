@@ -47,7 +47,6 @@ def regenerate(
             "all must be >= 1."
         )
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_writer(out_path):
         done = completed_ids(out_path) | set(skip_ids)
         todo, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens)
@@ -94,5 +93,5 @@ def _answer(
         end = next((i for i, token in enumerate(response) if token in eos_ids), None)
         if end is not None:
             response = response[: end + 1]
-        rows.append(response_row(prompt_id, workload, ids, response, end is not None))
+        rows.append(response_row(prompt_id, workload, ids, response, finished=end is not None))
     return rows

@@ -5,12 +5,11 @@ The worker appends rows chunk by chunk with an fsync each, so a kill loses at mo
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
-from ...jsonl import completed_ids
+from ...jsonl import completed_ids, write_jsonl
 from ..vllm_worker import require_python, run_worker, worker_command
 from . import exclusive_writer, pending_prompts
 
@@ -43,7 +42,6 @@ def regenerate_vllm(
             f">= 1; samples={samples}: expected >= 0 (0 is greedy)."
         )
     out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_writer(out_path):  # the rows, the job file and the summary are this job's until it ends
         done = completed_ids(out_path)
         shipped = set(skip_ids) - done
@@ -52,11 +50,8 @@ def regenerate_vllm(
         pending, skipped = pending_prompts(tokenizer, prompts, done, max_prompt_tokens, first_id)
         todo = [{"id": i, "workload": workload, "prompt_ids": ids} for i, ids, workload in pending]
         random.Random(seed).shuffle(todo)  # so that every finished chunk covers every domain of the mix
-        job = out_path.with_suffix(".job.jsonl")
+        job = write_jsonl(todo, out_path.with_suffix(".job.jsonl"))
         summary_path = out_path.with_suffix(".summary.json")
-        with open(job, "w", encoding="utf-8") as handle:
-            for row in todo:
-                handle.write(json.dumps(row, separators=(",", ":")) + "\n")
         options = {
             "model": model_dir,
             "job": job,
