@@ -52,21 +52,16 @@ def resolve_drafter_folder(model: str | None) -> tuple[Path, dict] | None:
 def check_drafter_files(folder: Path, where: str) -> None:
     """Raise `DLiteVLLMError` if the drafter's weights file is truncated or its code files do not import together
     (copied from different releases): here, at start-up, rather than as a bare error inside an engine process."""
+    from safetensors import SafetensorError, safe_open
+
     for weights in sorted(folder.glob("*.safetensors")):
-        size = weights.stat().st_size
-        with weights.open("rb") as handle:
-            head = handle.read(8)
-            length = int.from_bytes(head, "little") if len(head) == 8 else -1
-            try:
-                header = json.loads(handle.read(length)) if 0 < length <= size - 8 else None
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                header = None
-        ends = [entry["data_offsets"][1] for key, entry in (header or {}).items() if key != "__metadata__"]
-        if not ends or size != 8 + length + max(ends):
+        try:  # safetensors checks the header against the file's size
+            safe_open(str(weights), "pt")
+        except SafetensorError as error:
             raise DLiteVLLMError(
-                f"{where}: its weights file {weights} is truncated or corrupt ({size} bytes, not what its header "
-                "describes). Copy the drafter folder again, or save the drafter again with `save_pretrained`."
-            )
+                f"{where}: its weights file {weights} is truncated or corrupt ({error}). Copy the drafter folder "
+                "again, or save the drafter again with `save_pretrained`."
+            ) from error
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
     try:  # the code the engine will run (trust_remote_code), imported once here
