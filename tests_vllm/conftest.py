@@ -164,16 +164,16 @@ class Engine:
 
         speculative = {"model": str(DRAFTER), "num_speculative_tokens": num_tokens, **(spec or {})}
         spec = {"speculative_config": speculative} if dlite else {}
+        options = {"max_model_len": 4096, **kwargs}
         self.llm = LLM(
             model=str(TARGET),
             dtype=dtype,
             gpu_memory_utilization=0.15,
             enforce_eager=True,
-            max_model_len=4096,
             seed=0,
             disable_log_stats=False,
             **spec,
-            **kwargs,
+            **options,
         )
 
     def generate(self, prompt_ids: list[list[int]], params) -> list[list[int]]:
