@@ -3,11 +3,8 @@
     python app.py [--target smollm2-135m|DIR] [--drafter DIR] [--dtype fastest|bfloat16|float32|float16|auto]
                   [--attention packed_gqa|sdpa] [--host 127.0.0.1] [--port 7860] [--threads N]
 
-Defaults: the target `smollm2-135m` (fetched by `make assets`), the shipped drafter `drafters/dlite-smollm2-135m`,
-the fastest dtype for this machine (the page says which) and the packed attention of `dlite_hf.attention`; the
-environment variables DLITE_TARGET, DLITE_DRAFTER, DLITE_DTYPE, DLITE_ATTENTION and gradio's GRADIO_SERVER_NAME /
-GRADIO_SERVER_PORT set them too (flags win). A missing target or drafter is explained in the page, with the fix.
-The handlers live in `dlite_hf.demo`; this file reads the settings, builds the page and launches it.
+Each flag's default can also come from an environment variable (see --help; flags win). A missing target or
+drafter is explained in the page, with the fix. The handlers live in `dlite_hf.demo`.
 """
 
 from __future__ import annotations

@@ -27,19 +27,6 @@ MIX_DOMAINS = ("news", "writing", "story_qa", "dialogue_qa", "policy_agent", "re
 IN_DOMAIN = (*TRAINING_WORKLOADS, *MIX_DOMAINS)
 
 
-def _prompts(workloads: list[str], per_workload: int, long_tokens: int, tokenizer) -> list[dict]:
-    from dlite_hf.data.domains import eval_prompts
-    from dlite_hf.data.prompts import load_long
-
-    out = []
-    for workload in workloads:
-        if workload == "long":
-            out += load_long(long_tokens, tokenizer, "eval", per_workload)
-        else:
-            out += eval_prompts(workload, limit=per_workload)
-    return out
-
-
 def _arguments() -> tuple[argparse.Namespace, dict[str, str]]:
     """The flags, and the drafters as ``{name: folder}`` (every folder checked)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -85,7 +72,15 @@ def _texts(args: argparse.Namespace, target, tokenizer, workloads: list[str]) ->
         if not prompts:
             raise SystemExit(f"--texts-only: no text in {args.texts} has max_new_tokens={args.max_new_tokens}.")
     else:
-        prompts = _prompts(workloads, args.per_workload, args.long_tokens, tokenizer)
+        from dlite_hf.data.domains import eval_prompts
+        from dlite_hf.data.prompts import load_long
+
+        prompts = []
+        for workload in workloads:
+            if workload == "long":
+                prompts += load_long(args.long_tokens, tokenizer, "eval", args.per_workload)
+            else:
+                prompts += eval_prompts(workload, limit=args.per_workload)
     todo = [p for p in prompts if p["id"] not in done]
     start = time.perf_counter()
     with open(cache, "a", encoding="utf-8") as handle:
@@ -100,35 +95,21 @@ def _texts(args: argparse.Namespace, target, tokenizer, workloads: list[str]) ->
     return [done[p["id"]] for p in prompts]
 
 
-def _replay(target, loaded: dict, texts: list[dict], device: str) -> tuple[dict[str, list[dict]], dict[str, float]]:
+def _replay(target, loaded: dict, texts: list[dict]) -> tuple[dict[str, list[dict]], dict[str, float]]:
     """Every drafter replayed over every text: ``({name: rows}, {name: replay seconds})``."""
-    import torch
-
-    from dlite_hf.bench.replay import replay_tau
-    from dlite_hf.data.features.transformers import target_features
+    from dlite_hf.bench.replay import replay_text, teacher_states
 
     rows: dict[str, list[dict]] = {name: [] for name in loaded}
     seconds = dict.fromkeys(loaded, 0.0)
-    with torch.no_grad():
-        for text in texts:  # one target forward per text and tapped-layer set, shared by the drafters
-            states = {}
-            for name, drafter in loaded.items():
-                layers = tuple(drafter.config.target_layer_ids)
-                if layers not in states:
-                    ids = torch.tensor([text["tokens"]], device=device)
-                    states[layers] = target_features(target, ids, list(layers))[0]
-                start = time.perf_counter()
-                new, forwards, accepted = replay_tau(drafter, states[layers], text["tokens"], text["prompt_length"])
-                seconds[name] += time.perf_counter() - start
-                rows[name].append(
-                    {
-                        "id": text["id"],
-                        "workload": text["workload"],
-                        "new_tokens": new,
-                        "forwards": forwards,
-                        "accepted": accepted,
-                    }
-                )
+    for text in texts:  # one target forward per text and tapped-layer set, shared by the drafters
+        states = {}
+        for name, drafter in loaded.items():
+            layers = tuple(drafter.config.target_layer_ids)
+            if layers not in states:
+                states[layers] = teacher_states(target, drafter, text["tokens"])
+            start = time.perf_counter()
+            rows[name].append(replay_text(drafter, target, text, states[layers]))
+            seconds[name] += time.perf_counter() - start
     return rows, seconds
 
 
@@ -145,9 +126,8 @@ def main() -> None:
 
     import torch
 
-    from dlite_hf import DLiteForSpeculation
-    from dlite_hf.assets import open_target
-    from dlite_hf.bench.replay import summarise
+    from dlite_hf.assets import load_drafter, open_target
+    from dlite_hf.bench.replay import summarise, write_json
 
     torch.set_num_threads(args.threads)
     target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
@@ -166,20 +146,15 @@ def main() -> None:
         "drafters": {},
     }
     loaded = {
-        name: DLiteForSpeculation.from_pretrained(folder, dtype=torch.float32)
-        .to(args.device)
-        .eval()
-        .bind_target(target)
-        for name, folder in drafters.items()
+        name: load_drafter(folder, target).to(args.device).bind_target(target) for name, folder in drafters.items()
     }
-    rows, seconds = _replay(target, loaded, texts, args.device)
+    rows, seconds = _replay(target, loaded, texts)
     for name, folder in drafters.items():
         summary = summarise(rows[name], out_of_domain=OOD)
         result["drafters"][name] = {"folder": folder, **summary, "replay_seconds": seconds[name], "rows": rows[name]}
         _print_summary(name, summary)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(Path(args.out), result, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,10 @@
 #!/usr/bin/env bash
-# Reproduce benchmarks/results/ for SmolLM2-135M-Instruct on one thread.
+# Reproduce benchmarks/results/ for SmolLM2-135M-Instruct on one thread; exits non-zero if any greedy output differs
+# from plain greedy (in bfloat16: other than at a float32-verified near-tie).
 #
 #   benchmarks/run_smollm2.sh [DRAFTER] [HISTORY_CHECKPOINT]
 #   ABLATION="WITH_HEAD NO_HEAD" benchmarks/run_smollm2.sh     # also the matched no-head ablation, e.g.
 #   ABLATION="runs/smollm2/stable3/checkpoint-400 runs/smollm2/nohead3/checkpoint-400" (scripts/train_smollm2.sh)
-#
-# 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k): plain / prompt
-#    lookup / DLite (the checkpoint's adaptive drafting) / DLite with K drafts every round / the hybrid (DLite plus
-#    a suffix index of the session, one DraftSession per multi-turn session), then plain / the history-based drafter (the history-aware teacher, drafting with its growing history);
-# 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; SmolLM2's window is 8k, so
-#    16k is past what it was trained on: its output there is not meaningful text, but speed and losslessness are);
-# 3. ablation (if ABLATION is set): two drafters from the same init, data, steps and seed, with and without the
-#    sequential head, on the general workloads.
-# Exits non-zero if any greedy output differs from plain greedy (in bfloat16: other than at a float32-verified near-tie).
 set -euo pipefail
 
 DRAFTER=${1:-drafters/dlite-smollm2-135m}
@@ -24,6 +16,9 @@ every_method() {  # the main methods' comparison, then the run's own flags
     "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --methods plain,prompt_lookup,dlite,dlite_fixed,hybrid "$@"
 }
 
+# 1. main: every workload (general, agentic multi-turn: ToolTalk + a coding session, long 1k/4k): plain / prompt
+#    lookup / DLite (adaptive drafting) / DLite with K drafts every round / the hybrid (DLite plus a suffix index of
+#    the session), then plain / the history-based drafter (the history-aware teacher)
 MAIN=(--workloads agentic,long,chat,code,math,tool --num-prompts 3 --max-new-tokens 96 --long-lengths 1024,4096
       --agentic-max-tokens 6144 --agentic-max-turns 4 --coding-sessions 1 --bfcl-sessions 0)
 every_method "${MAIN[@]}" --name smollm2-135m-main
@@ -59,11 +54,13 @@ python benchmarks/ood_tau.py --threads 1 --per-workload 6 --max-new-tokens 96 --
 # the history-based drafter on the same sessions (its rounds take seconds at 4k: about 3/4 of the old joint run)
 "$BENCH" bench "${COMMON[@]}" --drafter-history "$HISTORY" --methods plain,history "${MAIN[@]}" \
     --name smollm2-135m-main-history
-
+# 2. scaling: drafter ms per round and tau against context length (1k..16k tokens; past SmolLM2's 8k window its
+#    output is not meaningful text, but speed and losslessness are)
 "$BENCH" bench "${COMMON[@]}" --drafter "$DRAFTER" --drafter-history "$HISTORY" \
     --methods plain,dlite,dlite_fixed,history --workloads long --num-prompts 1 --max-new-tokens 32 \
     --long-lengths 1024,2048,4096,8192,16384 --name smollm2-135m-scaling
 
+# 3. ablation (ABLATION set): two drafters from the same init, data, steps and seed, with and without the head
 if [[ -n ${ABLATION:-} ]]; then
     read -r WITH_HEAD NO_HEAD <<< "$ABLATION"
     "$BENCH" bench "${COMMON[@]}" --drafter "$WITH_HEAD" --drafter-nohead "$NO_HEAD" \

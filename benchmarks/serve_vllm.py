@@ -1,14 +1,11 @@
 """The serving benchmark (issue 26): DLite in vLLM against plain vLLM and vLLM's own proposers, by concurrency.
 
-Runs in the vLLM environment (.venv-vllm) on prompts from `benchmarks/vllm_prompts.py`. Every method's engine is
-loaded once (bfloat16, torch.compile) and all are alive at once; each cell (concurrency, workload) runs `--repeats`
-rounds, every method once a round in a rotated order, keeping `concurrency` requests in flight until every prompt is
-answered. Reported per method: the median tokens/s and ratio to plain vLLM's, tau and per-request latency.
+Runs in the vLLM environment (.venv-vllm) on prompts from `benchmarks/vllm_prompts.py`, every engine alive at once,
+each cell (concurrency, workload) `--repeats` rounds with the methods in a rotated order; what is measured and how:
+benchmarks/README.md, "Serving with vLLM".
 
-    VLLM_CPU_OMP_THREADS_BIND=1 taskset -c 0,1 .venv-vllm/bin/python benchmarks/serve_vllm.py \\
-        --prompts prompts.json --out benchmarks/results/serve-vllm.json --plot benchmarks/results/serve-vllm.png
-
-(method suffix: with PYTHONPATH=~/.cache/dlite-hf/suffix-decoding, see `check_suffix_decoding`.)
+    VLLM_CPU_OMP_THREADS_BIND=1 .venv-vllm/bin/python benchmarks/serve_vllm.py --prompts prompts.json \\
+        --out benchmarks/results/serve-vllm.json   # `make bench-vllm`; the plot: --report RESULTS --plot PNG (.venv)
 """
 
 from __future__ import annotations
@@ -66,7 +63,6 @@ def run_workload(engine, tally, prompts: list[list[int]], concurrency: int, max_
     wall = time.perf_counter() - begin
     after = dict(tally.counts)
     accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
-    latencies.sort()
     return {
         "tokens": tokens,
         "wall_s": wall,
@@ -136,17 +132,6 @@ def measure_cell(engines: dict, methods: list[str], prompts: list, level: int, m
     return rows
 
 
-def check_suffix_decoding() -> None:
-    """vLLM's suffix proposer imports arctic_inference.suffix_decoding, built by scripts/build_suffix_decoding.sh and
-    found through PYTHONPATH (`make bench-vllm` sets it)."""
-    if importlib.util.find_spec("arctic_inference") is None:
-        raise SystemExit(
-            "--methods suffix: arctic_inference.suffix_decoding is not importable. Build it with "
-            f"`bash scripts/build_suffix_decoding.sh` and run with PYTHONPATH={SUFFIX_PATH}, or leave suffix out of "
-            "--methods."
-        )
-
-
 def write_results(path: Path | None, meta: dict, results: list[dict]) -> None:
     """Write the results so far through a temporary file (a kill leaves the previous version or this one)."""
     if path is None:
@@ -166,12 +151,11 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 3.2), squeeze=False)
     for ax, workload in zip(axes[0], workloads):
         for method in [m for m in METHODS if m != "plain"]:
-            rows = sorted(
-                (r for r in results if r["workload"] == workload and r["method"] == method),
-                key=lambda r: r["concurrency"],
+            points = sorted(
+                (r["concurrency"], r["speedup"]) for r in results if (r["workload"], r["method"]) == (workload, method)
             )
-            if rows:
-                ax.plot([r["concurrency"] for r in rows], [r["speedup"] for r in rows], marker="o", label=method)
+            if points:
+                ax.plot(*zip(*points), marker="o", label=method)
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_title(workload)
@@ -196,8 +180,7 @@ def report(results: list[dict]) -> str:
     head = ["workload", "concurrency", "plain tok/s", *[f"{m}: speedup / tau / work" for m in others]]
     head += ["latency plain (mean / p90)", "latency dlite (mean / p90)"] if "dlite" in methods else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
-    keys = list(dict.fromkeys((r["workload"], r["concurrency"]) for r in results))
-    for workload, level in sorted(keys, key=lambda k: (k[0], k[1])):
+    for workload, level in sorted({(r["workload"], r["concurrency"]) for r in results}):
         rows = {r["method"]: r for r in results if r["workload"] == workload and r["concurrency"] == level}
         if "plain" not in rows:
             continue
@@ -251,11 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--requests", default="1:4,4:8,16:16,64:64", help="requests per run, by concurrency")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument(
-        "--repeats",
-        default="1:3,4:2,16:1,64:1",
-        help="rounds per cell, by concurrency (methods in a rotated order each round)",
-    )
+    parser.add_argument("--repeats", default="1:3,4:2,16:1,64:1", help="rounds per cell by concurrency (rotated)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--memory", type=float, default=0.08, help="gpu_memory_utilization of each engine")
     variant_help = (
@@ -349,8 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     for row in data["prompts"]:
         by_workload.setdefault(row["workload"], []).append(row["prompt_ids"])
     workloads = [w for w in args.workloads.split(",") if w]
-    if "suffix" in methods:
-        check_suffix_decoding()
+    # vLLM's suffix proposer imports arctic_inference.suffix_decoding (`make bench-vllm` puts it on PYTHONPATH)
+    if "suffix" in methods and importlib.util.find_spec("arctic_inference") is None:
+        raise SystemExit(
+            "--methods suffix: arctic_inference.suffix_decoding is not importable. Build it with "
+            f"`bash scripts/build_suffix_decoding.sh` and run with PYTHONPATH={SUFFIX_PATH}, or leave suffix out of "
+            "--methods."
+        )
     warm = by_workload[workloads[0]]
     engines, load_s = _load_engines(specs, methods, data["meta"]["target"], args, max(levels), warm)
     meta = {
@@ -372,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in measure_cell(engines, methods, prompts, level, args.max_tokens, repeats.get(level, 1)):
                 row.update(workload=workload, concurrency=level, requests=len(prompts))
                 results.append(row)
-                shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items() if k != "latencies"}
+                shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
                 print(json.dumps(shown), flush=True)
             write_results(args.out, {**meta, "finished": False}, results)  # a kill keeps every finished cell
     write_results(args.out, {**meta, "finished": True}, results)

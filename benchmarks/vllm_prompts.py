@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from dlite_hf.assets.loading import load_drafter, open_target
+from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.data.workloads import build_workloads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-prompts", type=int, default=2, help="prompts (sessions) per workload")
     parser.add_argument("--long-lengths", default="1024")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument(
-        "--hf-stats",
-        action="store_true",
-        help="also run generate() with DLite on each prompt, with K + 1 tokens of budget beyond --max-new-tokens "
-        "(so that no round within the first --max-new-tokens is cut short by the budget, as none is in vLLM)",
-    )
+    parser.add_argument("--hf-stats", action="store_true", help="also DLite's generate() output and draft counts")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--drafter", default=str(ROOT / "drafters" / "dlite-smollm2-135m"))
@@ -49,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for label, sessions in workloads.items():
         for session in sessions[: args.num_prompts]:
-            ids = tokenizer.apply_chat_template(session["turns"][0], add_generation_prompt=True, tokenize=True)
-            ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            ids = chat_prompt_ids(tokenizer, session["turns"][0])
             row = {
                 "workload": label,
                 "id": session["id"],
@@ -67,10 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                     do_sample=False,
                     max_new_tokens=args.max_new_tokens,
                 )
-                stats = drafter.last_generation_stats
-                row["hf"] = {"output_ids": out[0, len(ids) :].tolist()}
-                for name in ("rounds", "drafted", "accepted", "tokens_per_forward", "drafted_per_forward"):
-                    row["hf"][name] = getattr(stats, name)
+                names = ("rounds", "drafted", "accepted", "tokens_per_forward", "drafted_per_forward")
+                stats = {name: getattr(drafter.last_generation_stats, name) for name in names}
+                row["hf"] = {"output_ids": out[0, len(ids) :].tolist(), **stats}
             rows.append(row)
             output = len(row.get("hf", {}).get("output_ids", []))
             print(label, session["id"], len(ids), output, file=sys.stderr, flush=True)

@@ -1,10 +1,7 @@
-"""Render the cards of the DLite paper's released drafters (hub_cards/dlite-qwen3-4b.md, dlite-qwen3-8b.md).
+"""Render the cards of the DLite paper's released drafters (hub_cards/dlite-qwen3-4b.md, dlite-qwen3-8b.md) with the
+package's template, from a `DLiteConfig` of the real Qwen3 shapes and the paper's figures (labelled as such):
 
     .venv/bin/python hub_cards/render_paper_cards.py
-
-The cards go through the package's template with a `DLiteConfig` of the real Qwen3 shapes. Every figure in their
-results tables is quoted from the paper and labelled as such. What the paper does not give (backbone heads and MLP
-width, which layers are tapped) is dlite-hf's reconstruction, and the cards say so.
 """
 
 from __future__ import annotations
@@ -129,7 +126,6 @@ def render(size: str) -> str:
         title=f"DLite drafter for Qwen3-{size.upper()} (the paper's release)",
         training_text=TRAINING,
         results=rows,
-        results_columns=RESULTS_COLUMNS,
         results_are_paper=True,
         extra_limits=LIMITS,
     )

@@ -45,14 +45,13 @@ def main() -> None:
     dataset = RegeneratedDataset(raw, max_length=args.max_length)
     if len(dataset.rows) != len(raw):
         raise SystemExit(f"{args.rows}: {len(raw)} rows, {len(dataset.rows)} pass the trainer's filter; expected all.")
-    kept = 0
-    with open(args.out, "w", encoding="utf-8") as handle:
-        for source, row in zip(raw, dataset.rows):
-            key, _, _ = cache.row_entry(row["input_ids"], row["loss_mask"].index(1))
-            if cache.has(key):
-                handle.write(json.dumps(source, separators=(",", ":")) + "\n")
-                kept += 1
-    print(json.dumps({"rows": len(raw), "cached": kept, "out": args.out}))
+    kept = [
+        source
+        for source, row in zip(raw, dataset.rows)
+        if cache.has(cache.row_entry(row["input_ids"], row["loss_mask"].index(1))[0])
+    ]
+    Path(args.out).write_text("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in kept), encoding="utf-8")
+    print(json.dumps({"rows": len(raw), "cached": len(kept), "out": args.out}))
 
 
 if __name__ == "__main__":

@@ -25,10 +25,6 @@ TRAIN=(--stage stable --target smollm2-135m --num_anchors 32 --per_device_train_
   --report_to none --disable_tqdm true --vocab_chunk_size 8192 --dataloader_num_workers 0)
 
 case $phase in
-env)
-  # shellcheck disable=SC2086
-  gpu_env ${WHEELS:-.gpu_a/*.whl}
-  ;;
 regen)
   cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"
   stamp "converting"

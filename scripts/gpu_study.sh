@@ -41,10 +41,6 @@ source scripts/gpu_common.sh
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True OMP_NUM_THREADS=1
 
 case $phase in
-env)
-  # shellcheck disable=SC2086
-  gpu_env ${WHEELS_GLOB:-.gpu_a/*.whl}
-  ;;
 study)
   cat "$W"/gguf/gguf.part* .gpu_b/gguf.part* > "$GGUF"
   stamp "converting"

@@ -5,20 +5,17 @@ no row is dropped (the largest domain is repeated once, the others more).
     .venv/bin/python scripts/rebalance_rows.py --rows ~/.cache/dlite-hf/work/rows/cached.jsonl --power 0.5 \\
         --out ~/.cache/dlite-hf/work/rows/rebalanced.jsonl
 
-A row's domain is its ``workload`` field. Repeats are whole rows (a domain's multiplier m gives each of its rows
-floor(m) copies and one more with probability frac(m), seeded), so a feature cache filled for the rows serves the
-rebalanced file too. The before/after table goes to stdout.
-
-`--order-after DONE` orders instead (`balanced_order`): the rows not in DONE, once each, so that a feature pass over
-them stopped at any point leaves the cache balanced."""
+A row's domain is its ``workload``. Repeats are whole rows (multiplier m: floor(m) copies and one more with
+probability frac(m), seeded), so a feature cache filled for the rows serves the rebalanced file too.
+`--order-after DONE` orders instead (`balanced_order`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from collections import Counter
-from pathlib import Path
+
+from dlite_hf.jsonl import read_jsonl, write_jsonl
 
 
 def multipliers(tokens: dict[str, int], power: float) -> dict[str, float]:
@@ -81,26 +78,24 @@ def main() -> None:
     parser.add_argument(
         "--order-after",
         metavar="DONE",
-        default=None,
-        help="instead of repeating rows: write the rows not in DONE (a rows file, e.g. the cached ones) once each, in "
-        "an order whose every prefix, with DONE, is balanced (a feature pass to stop at any time)",
+        help="instead of repeating rows: the rows not in DONE (a rows file) once each, every prefix balanced with it",
     )
     args = parser.parse_args()
-    rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
+    rows = read_jsonl(args.rows)
     missing = [i for i, row in enumerate(rows) if "workload" not in row or "loss_mask" not in row]
     if missing:
         raise SystemExit(
             f"--rows {args.rows}: rows {missing[:5]} have no workload/loss_mask (rows of dlite-hf regenerate)."
         )
     if args.order_after is not None:
-        done = [json.loads(line) for line in Path(args.order_after).read_text().splitlines() if line.strip()]
+        done = read_jsonl(args.order_after)
         done_ids = {row["id"] for row in done}
         out = balanced_order([row for row in rows if row["id"] not in done_ids], args.power, done)
-        _write(out, args.out)
+        write_jsonl(out, args.out)
         _order_table(done, out, args.power)
         return
     out = rebalance(rows, args.power, args.seed)
-    _write(out, args.out)
+    write_jsonl(out, args.out)
     before, after = domain_tokens(rows), domain_tokens(out)
     print("| domain | response tokens | share | share after | repeats |\n|---|---:|---:|---:|---:|")
     for domain, count in before.most_common():
@@ -109,11 +104,6 @@ def main() -> None:
             f"| {after[domain] / count:.2f} |"
         )
     print(f"{len(rows)} rows -> {len(out)} ({sum(after.values()):,} response tokens)")
-
-
-def _write(rows: list[dict], path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def _order_table(done: list[dict], out: list[dict], power: float) -> None:

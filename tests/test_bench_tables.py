@@ -1,4 +1,4 @@
-"""`dlite-hf bench tables`: the README's speed tables rendered from a results document (`dlite_hf.bench.tables`;
+"""`dlite-hf bench tables`: the README's speed tables rendered from a results document (`dlite_hf.bench.report`;
 that the README quotes them is `test_readme_figures.py`'s, under the `docs` marker)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dlite_hf.bench import tables
+from dlite_hf.bench import report
 from dlite_hf.cli import main
 
 
@@ -28,27 +28,30 @@ def _summary(methods: tuple[str, ...]) -> list[dict]:
 
 
 def test_the_renderer_bolds_the_fastest_and_refuses_other_documents(tmp_path) -> None:
-    summary = _summary(("plain", *tables.METHODS))
-    row = tables.rows({"summary": summary}, "ood")
+    summary = _summary(("plain", *report.README_METHODS))
+    row = report.readme_rows({"summary": summary}, "ood")
     expected = "| legal (MultiLexSum) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x |"
     assert row == {"legal": expected}
     with pytest.raises(ValueError, match="has no dlite_fixed, hybrid rows"):
-        tables.rows({"summary": summary[:3]}, "ood")
+        report.readme_rows({"summary": summary[:3]}, "ood")
     with pytest.raises(ValueError, match="table='card': expected one of"):
-        tables.rows({"summary": summary}, "card")
+        report.readme_rows({"summary": summary}, "card")
     (tmp_path / "x.json").write_text("[]")
     with pytest.raises(ValueError, match="is not a `dlite-hf bench` results document"):
-        tables.load(str(tmp_path / "x.json"))
+        report.load_run(str(tmp_path / "x.json"))
     with pytest.raises(FileNotFoundError, match="No bench result"):
-        tables.load("no-such-run", tmp_path)
+        report.load_run("no-such-run", tmp_path)
     (tmp_path / "qwen2.5-run.json").write_text(json.dumps({"summary": summary}))
-    assert tables.load("qwen2.5-run", tmp_path).summary  # a run name with dots is a name, not a path
+    assert report.load_run("qwen2.5-run", tmp_path).summary  # a run name with dots is a name, not a path
 
 
 def test_the_tables_command_prints_the_header_and_the_rows(tmp_path, capsys) -> None:
-    (tmp_path / "run.json").write_text(json.dumps({"summary": _summary(("plain", *tables.METHODS))}))
+    (tmp_path / "run.json").write_text(json.dumps({"summary": _summary(("plain", *report.README_METHODS))}))
     assert main(["bench", "tables", "ood", "run", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out == tables.HEADER + "\n" + tables.rows(tables.load("run", tmp_path), "ood")["legal"] + "\n"
+    assert (
+        out
+        == report.README_HEADER + "\n" + report.readme_rows(report.load_run("run", tmp_path), "ood")["legal"] + "\n"
+    )
     with pytest.raises(SystemExit, match="No bench result"):
         main(["bench", "tables", "main", "missing", "--results", str(tmp_path)])

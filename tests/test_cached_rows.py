@@ -41,18 +41,8 @@ def test_keeps_exactly_the_rows_with_entries_in_order(tmp_path):
 
 def test_refuses_a_folder_without_a_manifest(tmp_path):
     (tmp_path / "rows.jsonl").write_text("")
-    result = _run(
-        "--rows",
-        tmp_path / "rows.jsonl",
-        "--cache",
-        tmp_path,
-        "--max-length",
-        16,
-        "--anchor-stride",
-        4,
-        "--out",
-        tmp_path / "o.jsonl",
-    )
+    rows, out = tmp_path / "rows.jsonl", tmp_path / "o.jsonl"
+    result = _run("--rows", rows, "--cache", tmp_path, "--max-length", 16, "--anchor-stride", 4, "--out", out)
     assert (
         result.returncode != 0
         and "has no manifest.json: expected a folder `dlite-hf features` filled" in result.stderr

@@ -25,7 +25,7 @@ def _flags(*names: str) -> list[str]:
 def _parsed(*names: str):
     from dlite_hf.commands.train import build_train_parser
 
-    parser, _ = build_train_parser()
+    parser = build_train_parser()
     script, _ = parser.parse_args_into_dataclasses(args=[*_flags(*names), "--output_dir", "unused"])
     return script
 

@@ -327,7 +327,7 @@ def test_the_benchmark_checks_every_bfloat16_divergence_and_fails_a_broken_verif
         target.lm_head.weight.mul_(8.0)  # peaked: a wrong token sits logits below the best
     drafter = make_drafter(target, seed=4).to(torch.bfloat16)
     runner = _Runner(target, None, [BenchMethod("dlite", "dlite", drafter)], max_new_tokens=24)
-    assert runner.dtype == "bfloat16" and runner.epsilon == NEAR_TIE_EPSILON["bfloat16"]
+    assert runner.checker.dtype == "bfloat16" and runner.checker.epsilon == NEAR_TIE_EPSILON["bfloat16"]
     prompt = torch.tensor([[3, 5, 7, 9, 11, 13]])
     plain = target.generate(prompt, max_new_tokens=24, do_sample=False)
 
@@ -343,9 +343,9 @@ def test_the_benchmark_checks_every_bfloat16_divergence_and_fails_a_broken_verif
         broken = target.generate(prompt, max_new_tokens=24, do_sample=False, assistant_model=drafter)
     finally:
         handle.remove()
-    verdict = runner.near_tie(prompt.shape[1], plain, broken)
-    assert verdict is not None and not verdict.ok and verdict.max_gap > runner.epsilon
+    verdict = runner.checker.check(prompt.shape[1], plain, broken)
+    assert verdict is not None and not verdict.ok and verdict.max_gap > runner.checker.epsilon
     runner.close()
     fp32 = _Runner(make_tiny_target("qwen3", seed=4), None, [], max_new_tokens=4)
-    assert fp32.near_tie(6, plain, broken) is None  # float32: any difference is a failure, no near-tie excuse
+    assert fp32.checker.check(6, plain, broken) is None  # float32: any difference is a failure, no near-tie excuse
     fp32.close()

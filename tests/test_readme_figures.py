@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dlite_hf.bench import tables
+from dlite_hf.bench import report
 
 pytestmark = pytest.mark.docs
 REPO = Path(__file__).resolve().parents[1]
@@ -150,13 +150,13 @@ OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/
 
 def _check_speed_table(table: str, run: str, document: str = "README.md") -> dict:
     """Every row `dlite-hf bench tables` renders from `run` is a line of `document`, verbatim."""
-    result = tables.load(run, RESULTS)
+    result = report.load_run(run, RESULTS)
     readme = (REPO / document).read_text().splitlines()
-    rendered = tables.rows(result, table)
-    assert set(rendered) == set(tables.LABELS[table]), "the run lacks a workload the README's table shows"
+    rendered = report.readme_rows(result, table)
+    assert set(rendered) == set(report.README_LABELS[table]), "the run lacks a workload the README's table shows"
     for workload, line in rendered.items():
         assert line in readme, f"README row for {workload} is not `dlite-hf bench tables {table} {run}`"
-    assert tables.HEADER.splitlines()[0] in readme
+    assert report.README_HEADER.splitlines()[0] in readme
     assert result.ok and all(d.ok for d in result.divergences)
     return result
 

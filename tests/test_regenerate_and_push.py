@@ -11,8 +11,7 @@ from tiny_models import HUB_CODE_FILES, make_drafter, make_tiny_target
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from dlite_hf.cards import REQUIRED_SECTIONS, render_model_card
-from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer
-from dlite_hf.data.regenerate.transformers import regenerate
+from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer, regenerate
 from dlite_hf.jsonl import completed_ids, read_jsonl
 from dlite_hf.training.arguments import DLiteTrainingArguments
 from dlite_hf.training.data import RegeneratedDataset

@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dlite_hf.data.regenerate import OutputBusyError, exclusive_writer, pending_prompts, shard_prompts
-from dlite_hf.data.regenerate.vllm import regenerate_vllm
+from dlite_hf.data.regenerate import (
+    OutputBusyError,
+    exclusive_writer,
+    pending_prompts,
+    regenerate_vllm,
+    shard_prompts,
+)
 from dlite_hf.jsonl import write_jsonl
 
 PLUGIN = Path(__file__).resolve().parents[1] / "vllm_plugin"

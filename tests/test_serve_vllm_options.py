@@ -73,19 +73,7 @@ def test_the_suffix_method_needs_suffix_decoding_on_the_path_before_any_engine_l
     )
     prompts = tmp_path / "p.json"
     prompts.write_text('{"meta": {"target": "t"}, "prompts": [{"workload": "chat", "prompt_ids": [1]}]}')
-    argv = [
-        "--prompts",
-        str(prompts),
-        "--methods",
-        "plain,suffix",
-        "--workloads",
-        "chat",
-        "--concurrency",
-        "1",
-        "--requests",
-        "1:1",
-        "--repeats",
-        "1:1",
-    ]
+    argv = ["--prompts", str(prompts), *"--methods plain,suffix --workloads chat --concurrency 1".split()]
+    argv += ["--requests", "1:1", "--repeats", "1:1"]
     with pytest.raises(SystemExit, match=r"arctic_inference.suffix_decoding is not importable.*PYTHONPATH="):
         serve_vllm.main(argv)

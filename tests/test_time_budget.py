@@ -10,7 +10,7 @@ import torch
 from tiny_models import write_tiny_training_run
 
 from dlite_hf.training.arguments import DLiteTrainingArguments
-from dlite_hf.training.time_budget import TimeBudget, TimeBudgetCallback, time_cosine_schedule
+from dlite_hf.training.time_budget import TimeBudget, time_cosine_schedule
 
 
 class FakeClock:
@@ -45,8 +45,7 @@ def test_callback_stops_and_saves_once_the_budget_is_spent():
     from transformers import TrainerControl, TrainerState
 
     clock = FakeClock()
-    budget = TimeBudget(5.0, clock=clock)
-    callback = TimeBudgetCallback(budget)
+    callback = TimeBudget(5.0, clock=clock)
     control = callback.on_train_begin(None, TrainerState(), TrainerControl())
     control = callback.on_step_end(None, TrainerState(), control)
     assert not control.should_training_stop and not control.should_save

@@ -1,8 +1,7 @@
 """dlite-hf: DLite history-free speculative decoding for transformers.
 
-Importing the package registers the ``"dlite"`` model type with ``AutoConfig`` / ``AutoModel`` and patches
-nothing: the ``generate(assistant_model=<DLite drafter>)`` integration (``modeling/integration.py``) is installed
-when a drafter is first created or loaded. Heavier parts (training, benchmarks, the demo) are imported lazily.
+Importing the package registers the ``"dlite"`` model type with ``AutoConfig`` / ``AutoModel`` and patches nothing:
+the ``generate()`` integration (``modeling/integration.py``) is installed when a drafter is first created or loaded.
 """
 
 from transformers import AutoConfig, AutoModel

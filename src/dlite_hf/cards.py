@@ -1,7 +1,6 @@
-"""Model cards of DLite drafters: :func:`render_model_card` fills the package's `templates/model_card.md` from a
-drafter's config and the card's texts (for the trainer, `dlite-hf card` and `hub_cards/render_paper_cards.py`);
-:func:`check_card` checks a card's front matter, its sections, and that every number of its results tables is
-labelled as the paper's figures or traceable to the bench result it names (`dlite-hf card --check`).
+"""Model cards of DLite drafters: :func:`render_model_card` fills the package's `templates/model_card.md` (for the
+trainer, `dlite-hf card` and `hub_cards/render_paper_cards.py`); :func:`check_card` checks a card's front matter, its
+sections, and that every number of its results tables is the paper's (labelled so) or in the file it names as source.
 """
 
 from __future__ import annotations
@@ -17,22 +16,8 @@ from jinja2 import Environment, StrictUndefined
 
 from .defaults import ATTENTION_CHOICES, repo_root
 
-__all__ = ["check_card", "numbers_in", "render_model_card", "results_tables"]
-
 REQUIRED_SECTIONS = ("## Usage", "## Architecture", "## Training", "## Results", "## Limits", "## Citation")
 PAPER_LABEL = "reported in the DLite paper"  # the phrase above a table of the paper's figures
-# config fields the template prints as they are
-_CONFIG_FIELDS = (
-    "num_target_layers",
-    "target_hidden_size",
-    "vocab_size",
-    "num_hidden_layers",
-    "backbone_type",
-    "hidden_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_rank",
-)
 _WINDOWS = {0: "0 (history-free)", -1: "-1 (full history: the history-aware teacher)"}
 _SOURCE = re.compile(r"Source:\s*`([^`]+)`")
 # A number as printed in a table cell: digits not glued to a word (so "Qwen3" and "K7" are not numbers), optional
@@ -64,8 +49,7 @@ def _adaptive_text(config: Any) -> str:
     if skip:
         parts.append(
             f"a round whose most likely first draft has probability below {skip:g} proposes nothing (a plain "
-            "one-token step; "
-            "pays off on CPUs, where a multi-token forward costs much more than a one-token one: pass "
+            "one-token step; pays off on CPUs, where a multi-token forward costs much more than a one-token one: pass "
             "`draft_skip_threshold=0.0` to `from_pretrained` on a GPU)"
         )
         fallback = getattr(config, "lookup_fallback_min_match", 0)
@@ -179,14 +163,10 @@ def render_model_card(
     dtype: str | None = None,
     attention: str | None = None,
 ) -> str:
-    """Render a card for a drafter with config `config`.
-
-    `fastest` (``"hybrid"``, or ``"dlite"`` the default), `dtype` and `attention` (None: float32, transformers'
-    attention): the decoding the results measured fastest and the mode they were measured in, as the usage example
-    shows them. `results` rows are printed as a table, whose numbers come from `results_source` (a bench result file
-    and the command that wrote it), or from the paper with `results_are_paper=True`; `training_text` replaces the
-    table of the `training` record.
-    """
+    """The card of a drafter with config `config`. The usage example shows the decoding measured fastest (`fastest`:
+    "hybrid" or "dlite") in the mode measured (`dtype`, `attention`; None: float32, transformers' attention). The
+    `results` table's numbers come from `results_source` (a bench result file and its command) or, with
+    `results_are_paper=True`, the paper; `training_text` replaces the table of the `training` record."""
     if fastest not in (None, "dlite", "hybrid"):
         raise ValueError(f"fastest={fastest!r} is invalid: expected None, 'dlite' or 'hybrid'.")
     target = dict(config.target_model or {})
@@ -196,6 +176,7 @@ def render_model_card(
         training_text = _table(rows, ["setting", "value"]) if training else "Not recorded."
     repo_id = repo_id or f"<your-org>/dlite-{str(base_model).split('/')[-1].lower()}"
     values = {
+        **config.to_dict(),  # the fields the template prints as they are
         "usage_load": _usage_load(str(base_model), repo_id, dtype, attention),
         "usage_generate": _usage_generate(fastest),
         "intro_text": _intro(config, base_model),
@@ -203,7 +184,6 @@ def render_model_card(
         "base_model": base_model,
         "repo_id": repo_id,
         "license": license,
-        **{name: getattr(config, name) for name in _CONFIG_FIELDS},
         "k": config.num_draft_tokens,
         "target_architecture": target.get("architecture", "?"),
         "target_layer_ids": ", ".join(str(i) for i in config.target_layer_ids),
@@ -254,19 +234,14 @@ def results_tables(text: str) -> list[tuple[str, list[str], list[list[str]]]]:
     return tables
 
 
-def _keyed_rows(document: Any) -> list[dict[str, Any]]:
-    """Every JSON object in ``document`` that has a workload and a method (bench summary rows, records, rows)."""
-    found = []
-    stack = [document]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if "workload" in item and "method" in item:
-                found.append(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
+def _keyed_rows(item: Any) -> list[dict[str, Any]]:
+    """Every JSON object in ``item`` that has a workload and a method (bench summary rows, records, rows)."""
+    if isinstance(item, list):
+        return [row for value in item for row in _keyed_rows(value)]
+    if not isinstance(item, dict):
+        return []
+    own = [item] if "workload" in item and "method" in item else []
+    return own + _keyed_rows(list(item.values()))
 
 
 def _check_table(index: int, header: list[str], rows: list[list[str]], source: Path) -> list[str]:
@@ -304,11 +279,9 @@ def _check_table(index: int, header: list[str], rows: list[list[str]], source: P
 
 
 def check_card(text: str, base_dir: str | Path | None = None) -> list[str]:
-    """Problems of a card (empty list: valid): its front matter (``ModelCard``: library_name transformers,
-    base_model, pipeline_tag, license, tags), the ``REQUIRED_SECTIONS``, and every results table labelled as the
-    paper's figures or naming a source file (``Source: `PATH` ``, relative to ``base_dir``, by default the repository
-    root then the working directory) that holds each of its numbers as printed (see :func:`_check_table`).
-    """
+    """Problems of a card (empty list: valid): its front matter, the ``REQUIRED_SECTIONS``, and every results table
+    labelled as the paper's or naming a source file (``Source: `PATH` ``, relative to ``base_dir``, by default the
+    repository root then the working directory) that holds each of its numbers (:func:`_check_table`)."""
     from huggingface_hub import ModelCard
 
     problems = []

@@ -1,5 +1,4 @@
-"""Token ids of a chat prompt, with the target's chat template: the same ids for regeneration, label-text, the
-benchmarks and the demo (no torch import)."""
+"""Token ids of a chat prompt with the target's chat template, the same for regeneration, benchmarks and demo."""
 
 from __future__ import annotations
 
@@ -7,8 +6,7 @@ from typing import Any
 
 
 def token_ids(encoded: Any) -> list[int]:
-    """The flat token ids of what ``apply_chat_template(..., tokenize=True)`` returned (a list, a batch of one, or
-    a dict with ``input_ids``, depending on the tokenizer and transformers version)."""
+    """The flat ids ``apply_chat_template(..., tokenize=True)`` returned (a list, a batch of one, or a dict)."""
     if hasattr(encoded, "keys"):
         encoded = encoded["input_ids"]
     if encoded and isinstance(encoded[0], list):

@@ -1,6 +1,5 @@
-"""The `dlite-hf` command line. Each subcommand lives in its own module (`dlite_hf.commands`,
-`dlite_hf.bench.command`) and imports what it needs lazily, so `dlite-hf --help` is fast.
-"""
+"""The `dlite-hf` command line. Each subcommand lives in its own module (`dlite_hf.commands`, `dlite_hf.bench.command`)
+and imports what it needs lazily, so `dlite-hf --help` is fast."""
 
 from __future__ import annotations
 

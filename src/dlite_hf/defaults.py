@@ -1,7 +1,5 @@
-"""The defaults the command line, the benchmark and the demo share: the target, its shipped drafter, the dtype.
-
-A leaf module (it imports nothing from the package), so every front end can read it without import cycles.
-"""
+"""The defaults the command line, the benchmark and the demo share: the target, its shipped drafter, the dtype. A leaf
+module (it imports nothing from the package), so every front end can read it without import cycles."""
 
 from __future__ import annotations
 
@@ -12,13 +10,10 @@ DEFAULT_TARGET = "smollm2-135m"  # a registry name (`dlite_hf.assets.MODELS`)
 DEFAULT_DRAFTER = "dlite-smollm2-135m"
 # what `--dtype` accepts everywhere: `fastest` (`resolve_dtype`), a torch floating dtype, or `auto` (the checkpoint's)
 DTYPE_CHOICES = ("fastest", "float32", "bfloat16", "float16", "auto")
-# The dtype `dlite-hf compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively (the
-# faster mode there; emulated bfloat16 is far slower than float32), else float32 (`tests/test_dtypes.py` checks the
-# committed results still say so). bfloat16 greedy decoding is near-tie-exact (`dlite_hf.neartie`); float32 is the
-# token-exact mode.
+# What `compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively (emulated, it is
+# far slower than float32: `tests/test_dtypes.py`), else float32. bfloat16 greedy is near-tie-exact (`neartie.py`).
 DEFAULT_DTYPE = "fastest"
-# torch's CPU capability checks `native_bfloat16` asks (private API: `tests/test_dtypes.py` checks they exist, so a
-# torch without them fails a test instead of resolving `fastest` to float32 everywhere)
+# torch's private CPU checks `native_bfloat16` asks (`tests/test_dtypes.py` fails on a torch without them)
 BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
 ATTENTION_CHOICES = ("sdpa", "packed_gqa")  # transformers' `sdpa`, or `packed_gqa` (`dlite_hf.attention`)
 DEFAULT_ATTENTION = "packed_gqa"  # what `compare`, `make run` and the demo load the target with (fastest: README)
@@ -48,7 +43,6 @@ def resolve_dtype(name: str, device: str = "cpu") -> str:
 
 
 def _check_choice(kind: str, name: str, choices: tuple[str, ...], hint: str, shown: str) -> str:
-    """Return `name` if it is one of `choices`; raise `ValueError` saying what was given otherwise."""
     if name not in choices:
         raise ValueError(f"{shown}={name!r} is not a supported {kind}: expected one of {', '.join(choices)} ({hint}).")
     return name
@@ -70,6 +64,5 @@ def repo_root() -> Path:
 
 
 def default_drafter_dir() -> Path:
-    """The checkout's copy of `DEFAULT_DRAFTER` (commands find it by name, `dlite_hf.assets.resolve_drafter`, so
-    another copy may be used instead)."""
+    """The checkout's copy of `DEFAULT_DRAFTER` (commands find it by name: `dlite_hf.assets.resolve_drafter`)."""
     return repo_root() / "drafters" / DEFAULT_DRAFTER

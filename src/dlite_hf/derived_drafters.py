@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORD", "derive_drafter", "extend_record", "grow_drafter", "interpolate_drafters"]
-
 RECORD = "dlite_training.json"
 # config fields two drafters must share for their weights to be averaged (shapes alone miss the tapped layers)
 SHARED_FIELDS = (

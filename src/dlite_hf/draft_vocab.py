@@ -11,15 +11,11 @@ import torch
 
 from .derived_drafters import extend_record
 
-__all__ = ["coverage", "resize_draft_vocab", "set_draft_vocab"]
-
 
 @torch.no_grad()
 def set_draft_vocab(drafter: Any, token_counts: torch.Tensor, size: int | None = None) -> torch.Tensor:
-    """Give the `DLiteForSpeculation` `drafter` the draft vocabulary of the `size` (default:
-    `config.draft_vocab_size`, which a new size updates) most frequent tokens of `token_counts` `[V]`; returns its
-    ids. The drafter's weights do not depend on it (its rows are the target's lm_head's), so no retraining is needed.
-    """
+    """Give `drafter` the draft vocabulary of the `size` (default: `config.draft_vocab_size`, which a new size
+    updates) most frequent tokens of `token_counts` `[V]`; returns its ids. No retraining is needed."""
     config = drafter.config
     if drafter.draft_vocab_ids is None and size is None:
         raise ValueError(

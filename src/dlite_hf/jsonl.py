@@ -1,5 +1,4 @@
-"""JSONL files: the prompt files, the rows `regenerate` and `label-text` write, and resuming an appended one
-(no torch import: prompts, regeneration, training and the benchmarks read through here)."""
+"""JSONL files: prompt files, the rows `regenerate` and `label-text` write, and resuming an appended one."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ logger = logging.getLogger(__name__)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file, one per non-empty line; a line that is not a JSON object is a `ValueError`
-    naming the file and line."""
+    """The JSON objects of a JSONL file, one per non-empty line."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"No JSONL file at {path}: pass the path of a file with one JSON object per line.")
     rows = []
@@ -38,8 +36,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def completed_ids(out_path: Path) -> set[str]:
-    """Ids already regenerated; truncates a torn (unterminated or unparsable) last line in place."""
+def completed_ids(out_path: Path, key: str = "id") -> set[Any]:
+    """The `key` of every record already written; truncates a torn (unterminated) last line in place."""
     if not out_path.exists():
         return set()
     data = out_path.read_bytes()
@@ -48,24 +46,22 @@ def completed_ids(out_path: Path) -> set[str]:
     offset = 0
     for raw in data[:keep].split(b"\n")[:-1]:
         try:
-            ids.add(json.loads(raw)["id"])
+            ids.add(json.loads(raw)[key])
         except (json.JSONDecodeError, KeyError) as error:
             raise ValueError(
-                f"{out_path}: line at byte {offset} is not a regenerated sample ({error}). The file is corrupt; "
-                "delete it (or the bad line) and run regenerate again."
+                f"{out_path}: line at byte {offset} is not a record with {key!r} ({error}). The file is corrupt; "
+                "delete it (or the bad line) and run again."
             ) from error
         offset += len(raw) + 1
     if keep != len(data):
-        logger.warning(
-            "%s: dropping a torn last line (%d bytes) left by an interrupted run", out_path, len(data) - keep
-        )
+        logger.warning("%s: dropping the torn last line of an interrupted run (%d bytes)", out_path, len(data) - keep)
         with open(out_path, "r+b") as handle:
             handle.truncate(keep)
     return ids
 
 
 def write_jsonl(prompts: Iterable[dict[str, Any]], path: str | Path) -> Path:
-    """Write rows (prompts, items) one JSON object per line (UTF-8), creating parent folders; return the path."""
+    """Write rows one JSON object per line (UTF-8), creating parent folders; return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:

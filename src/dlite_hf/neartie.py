@@ -9,6 +9,7 @@ two guarantees"; float32 is token-exact) and how epsilon was calibrated ("Epsilo
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ class NearTieReport:
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     """Index where two token lists first differ (the shorter one's length if one is a prefix of the other); None
-    when they are equal. The one comparison of plain and speculative outputs (bench, compare, demo)."""
+    when they are equal."""
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return index
@@ -54,22 +55,28 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def float32_reference(model: nn.Module) -> nn.Module:
-    """A float32 copy of ``model`` with the same (upcast, hence exact) weights: the re-scoring reference. The
-    model itself is returned when it is float32 already."""
+    """A float32 copy of ``model`` (upcast, hence exact weights); the model itself when it is float32 already."""
     if all(p.dtype == torch.float32 for p in model.parameters()):
         return model
     return copy.deepcopy(model).float().eval()
 
 
 @torch.no_grad()
-def _rescored(reference: nn.Module, sequence: torch.Tensor, start: int) -> torch.Tensor:
-    """Teacher-forced float32 logits `[n, V]` at the positions that chose ``sequence[0, start:]``."""
+def _rescored(
+    reference: nn.Module, sequence: torch.Tensor, start: int, processors: Callable | None = None
+) -> torch.Tensor:
+    """Teacher-forced float32 logits `[n, V]` at the positions that chose ``sequence[0, start:]``, each row passed
+    through ``processors`` as generate() would (on the CPU; a banned token's logit is -inf)."""
     if sequence.dim() != 2 or sequence.shape[0] != 1:
         raise ValueError(f"expected one sequence of shape [1, T], got {tuple(sequence.shape)}.")
     if not 1 <= start <= sequence.shape[1]:
         raise ValueError(f"start={start} must be in 1..{sequence.shape[1]} (the prompt is at least one token).")
     device = next(reference.parameters()).device
-    return reference(sequence.to(device)).logits[0, start - 1 : -1].float().cpu()
+    logits = reference(sequence.to(device)).logits[0, start - 1 : -1].float().cpu()
+    if processors is None:
+        return logits
+    sequence = sequence.cpu()
+    return torch.cat([processors(sequence[:, : start + j], logits[j : j + 1].clone()) for j in range(len(logits))])
 
 
 def _gaps(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,13 +84,12 @@ def _gaps(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, tor
     return top[:, 0] - logits.gather(1, tokens[:, None])[:, 0], top[:, 0] - top[:, 1]
 
 
-def logit_gaps(reference: nn.Module, sequence: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forced float32 scores of the tokens ``sequence[0, start:]``.
-
-    Returns ``(gaps, top2)``, both ``[n]`` float32: ``gaps[i]`` = max logit - logit of token ``start + i`` at its
-    position, ``top2[i]`` = the top-2 logit margin there.
-    """
-    return _gaps(_rescored(reference, sequence, start), sequence[0, start:].cpu())
+def logit_gaps(
+    reference: nn.Module, sequence: torch.Tensor, start: int, processors: Callable | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(gaps, top2)`` of the tokens ``sequence[0, start:]``, both ``[n]``: how far each sits below the float32
+    maximum logit at its position (inf where ``processors`` banned it), and the top-2 margin there."""
+    return _gaps(_rescored(reference, sequence, start, processors), sequence[0, start:].cpu())
 
 
 def check_near_ties(
@@ -93,9 +99,8 @@ def check_near_ties(
     speculative: torch.Tensor,
     epsilon: float,
 ) -> NearTieReport:
-    """Check that ``speculative`` differs from ``plain`` (both ``[1, prompt + new]``, greedy outputs of the same
-    target on the same prompt) only through near-ties of the float32 ``reference`` (:func:`float32_reference`),
-    within ``epsilon`` logits (:data:`NEAR_TIE_EPSILON` of the dtype decoded in)."""
+    """Check that ``speculative`` differs from ``plain`` (both ``[1, prompt + new]``, greedy outputs of one target)
+    only through near-ties of the float32 ``reference``, within ``epsilon`` logits."""
     if epsilon < 0:
         raise ValueError(f"epsilon={epsilon} must be >= 0 (logit units).")
     if not torch.equal(plain[:, :prompt_length].cpu(), speculative[:, :prompt_length].cpu()):
@@ -110,11 +115,8 @@ def check_near_ties(
             f"the {stopped} output stopped at new token {divergence} while the other went on (same tokens until "
             "then): a stopping difference, not a near-tie"
         )
-        plain_token = a[divergence] if divergence < len(a) else None
-        speculative_token = b[divergence] if divergence < len(b) else None
-        return NearTieReport(
-            False, divergence, plain_token, speculative_token, epsilon=epsilon, ok=False, reason=reason
-        )
+        tokens = (a[divergence], None) if len(a) > len(b) else (None, b[divergence])  # the longer one's next token
+        return NearTieReport(False, divergence, *tokens, epsilon=epsilon, ok=False, reason=reason)
     # one forward: up to the divergence both runs saw the same tokens, so the speculative sequence's logits row there
     # scores plain's token too
     logits = _rescored(reference, speculative, prompt_length)
@@ -162,8 +164,7 @@ def epsilon_for(dtype: torch.dtype | str) -> float:
 
 class NearTieChecker:
     """The losslessness check of one target's greedy outputs: exact in float32 (:meth:`check` returns None, any
-    difference is a failure), near-tie in reduced precision (a float32 copy of the target, made on the first
-    divergence, re-scores it). Used by the benchmark, `dlite-hf compare` and the demo."""
+    difference is a failure), near-tie in reduced precision (a float32 copy, made on the first divergence)."""
 
     def __init__(self, target: nn.Module):
         self.target = target
@@ -173,7 +174,6 @@ class NearTieChecker:
 
     @property
     def exact(self) -> bool:
-        """float32: outputs must equal plain greedy's."""
         return self.dtype == "float32"
 
     def check(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:

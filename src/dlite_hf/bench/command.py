@@ -181,24 +181,19 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
         workloads = parse_workloads(args.workloads) if args.workloads or not args.prompts else []
     except ValueError as error:
         raise SystemExit(str(error)) from error
-    user_prompts = _user_prompts(args)
+    user_prompts = None  # the --prompts rows
+    if args.prompts:
+        from ..data.workloads import load_prompt_file
+
+        try:
+            user_prompts = load_prompt_file(args.prompts)
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"--prompts {args.prompts}: {error}") from None
     _check_drafting_flags(args, methods)
     _check_checkpoints(args, methods)
     _check_counts(args)
     lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
     return methods, workloads, user_prompts, lengths
-
-
-def _user_prompts(args: argparse.Namespace) -> list[dict] | None:
-    """The rows of --prompts (None without it); a missing or malformed file stops the command."""
-    if not args.prompts:
-        return None
-    from ..data.workloads import load_prompt_file
-
-    try:
-        return load_prompt_file(args.prompts)
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"--prompts {args.prompts}: {error}") from None
 
 
 def _check_drafting_flags(args: argparse.Namespace, methods: list[str]) -> None:
@@ -249,12 +244,9 @@ def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    if args.num_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
-        raise SystemExit("--num-prompts, --max-new-tokens and --threads must be positive.")
-    if args.repeats < 1:
-        raise SystemExit(f"--repeats {args.repeats} is invalid: expected >= 1 (1 measures every turn once).")
-    if args.agentic_max_turns < 1 or args.agentic_max_tokens < 256:
-        raise SystemExit("--agentic-max-turns must be >= 1 and --agentic-max-tokens >= 256.")
+    """The counts the flags' types do not check (those check the positive ones)."""
+    if args.agentic_max_tokens < 256:
+        raise SystemExit(f"--agentic-max-tokens {args.agentic_max_tokens} is invalid: expected an integer >= 256.")
     if args.bfcl_sessions < 0 or args.coding_sessions < 0:
         raise SystemExit(
             f"--bfcl-sessions and --coding-sessions must be >= 0 (0 leaves them out of agentic); got "
@@ -322,20 +314,11 @@ def _sessions(
     """The workloads' sessions (``{label: [session, ...]}``), then the --prompts rows as one more workload."""
     from ..data.workloads import build_workloads
 
-    sessions = {}
+    flags = "num_prompts agentic_max_tokens agentic_max_turns coding_sessions bfcl_sessions bfcl_category".split()
+    settings = {flag: getattr(args, flag) for flag in flags}  # build_workloads' keywords, as the flags name them
+    settings["long_lengths"] = lengths or (1024,)
     try:
-        if workloads:
-            sessions = build_workloads(
-                workloads,
-                tokenizer,
-                num_prompts=args.num_prompts,
-                long_lengths=lengths or (1024,),
-                agentic_max_tokens=args.agentic_max_tokens,
-                agentic_max_turns=args.agentic_max_turns,
-                coding_sessions=args.coding_sessions,
-                bfcl_sessions=args.bfcl_sessions,
-                bfcl_category=args.bfcl_category,
-            )
+        sessions = build_workloads(workloads, tokenizer, **settings) if workloads else {}
     except ValueError as error:
         raise SystemExit(str(error)) from error
     if user_prompts is not None:

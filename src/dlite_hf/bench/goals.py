@@ -112,18 +112,14 @@ def _hybrid_goals(rows: Rows, hybrid: str, method: str, peer: str) -> list[dict[
 
 
 def evaluate_goals(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The performance goals, one ``{"goal", "met", "measured"}`` dict each, checked on one run's summary rows.
-
-    The drafter-ms goal is also checked for ``dlite_fixed`` (K drafts every round) when the run has it at two or
-    more long-context lengths: adaptive drafting's cost follows how much it chose to draft, fixed K isolates how the
-    drafting cost depends on the context. The hybrid's goals apply only when the run has it.
-    """
+    """The performance goals, one ``{"goal", "met", "measured"}`` dict each, checked on one run's summary rows (the
+    hybrid's only when the run has it)."""
     rows = {(r.workload, r.method): r for r in as_parts(summary, SummaryRow, "summary")}
     goals = [_speedup_goal(rows, w, True, "dlite", "prompt_lookup") for w in SPEEDUP_WORKLOADS]
     goals.append(_speedup_goal(rows, "agentic", False, "dlite", "prompt_lookup"))
     goals.append(_agentic_tau_goal(rows, "dlite", "history"))
     goals.append(_drafter_ms_goal(rows, "dlite", "history"))
-    fixed_goal = _drafter_ms_goal(rows, "dlite_fixed", "history")
+    fixed_goal = _drafter_ms_goal(rows, "dlite_fixed", "history")  # fixed K: the drafting cost against context alone
     if fixed_goal["met"] is not None:  # only runs with the fixed-K method at two or more lengths
         goals.append(fixed_goal)
     return goals + _hybrid_goals(rows, "hybrid", "dlite", "prompt_lookup")

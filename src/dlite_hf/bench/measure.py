@@ -217,9 +217,6 @@ class _Runner:
             self.greedy["pad_token_id"] = pad
         # float32 is the token-exact mode; in reduced precision a divergence from plain must be a near-tie
         self.checker = NearTieChecker(target)
-        self.dtype, self.epsilon = self.checker.dtype, self.checker.epsilon
-        # the near-tie verdict on a divergent output in reduced precision; None in float32 (exact mode)
-        self.near_tie = self.checker.check
         # generate()'s name for a cache to start from: the forward's (`cache` from transformers 5.24)
         forward = inspect.signature(type(target).forward).parameters
         self.cache_keyword = "cache" if "cache" in forward else "past_key_values"
@@ -237,15 +234,11 @@ class _Runner:
         cache: Any = None,
     ):
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
-        if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
-            kwargs[self.cache_keyword] = cache
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
-        models = {
-            k: kwargs.pop(k)
-            for k in ("assistant_model", "tokenizer", "assistant_tokenizer", "past_key_values", "cache")
-            if k in kwargs
-        }
+        models = {k: kwargs.pop(k) for k in ("assistant_model", "tokenizer", "assistant_tokenizer") if k in kwargs}
+        if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
+            models[self.cache_keyword] = cache
         config = method.generation_config(**kwargs)  # everything else: this call's decoding options
         with session if session is not None else contextlib.nullcontext():
             return self.target.generate(

@@ -60,14 +60,12 @@ def _drafter_ms_vs_context(plt: Any, result: BenchResult, methods: list[str], co
     timed = [m for m in methods if any(r.method == m and r.drafter_ms_per_round is not None for r in records)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for method in timed:
-        points = sorted(
-            (r.prompt_tokens, r.drafter_ms_per_round, r.target_ms_per_round)
-            for r in records
-            if r.method == method and r.drafter_ms_per_round is not None
+        mine = [r for r in records if r.method == method and r.drafter_ms_per_round is not None]
+        xs, drafter, target = zip(
+            *sorted((r.prompt_tokens, r.drafter_ms_per_round, r.target_ms_per_round) for r in mine)
         )
-        xs = [p[0] for p in points]
-        axes[0].plot(xs, [p[1] for p in points], "o-", ms=3, lw=1, label=method, color=colors[method])
-        axes[1].plot(xs, [p[2] for p in points], "o-", ms=3, lw=1, label=method, color=colors[method])
+        for ax, ys in zip(axes, (drafter, target)):
+            ax.plot(xs, ys, "o-", ms=3, lw=1, label=method, color=colors[method])
     plain = sorted((r.prompt_tokens, r.target_ms_per_round) for r in records if r.method == "plain")
     if plain:
         axes[1].plot(*zip(*plain), "s--", ms=3, lw=1, label="plain (1 token)", color=colors["plain"])
@@ -115,9 +113,8 @@ def _agentic_turns(plt: Any, result: BenchResult, methods: list[str], colors: di
             if r.method == method:
                 by_turn[r.turn].append(r.tau)
         turns = sorted(by_turn)
-        axes[0].plot(
-            turns, [sum(by_turn[t]) / len(by_turn[t]) for t in turns], "o-", label=method, color=colors[method]
-        )
+        means = [sum(by_turn[t]) / len(by_turn[t]) for t in turns]
+        axes[0].plot(turns, means, "o-", label=method, color=colors[method])
     for session in sorted(multi):
         points = sorted(
             (r.turn, r.prompt_tokens) for r in turn_records if r.session_id == session and r.method == "plain"

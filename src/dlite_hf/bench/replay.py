@@ -1,11 +1,9 @@
 """`dlite-hf bench replay hybrid | rules`: choose a drafting rule by replaying greedy decoding offline.
 
-Greedy decoding's rounds are fixed by plain greedy's output, so one plain run and one teacher-forced forward per
-turn let every rule of a grid be replayed with this machine's measured forward costs, in seconds instead of a
-benchmark run per rule. ``hybrid`` compares the hybrid's selection rules on a tuning split
-(:mod:`dlite_hf.bench.replay_hybrid`); ``rules`` compares the adaptive-drafting thresholds on prompts no drafter
-saw (:mod:`dlite_hf.bench.replay_rules`). ``--replay-data FILE`` keeps what a replay needs: written when missing,
-read (no model loaded) when present, so a second run compares rules again in seconds::
+Greedy rounds are fixed by plain greedy's output, so one plain run and one teacher-forced forward per turn replay a
+whole grid of rules with this machine's measured forward costs: ``hybrid``, the hybrid's selection rules on a tuning
+split (:mod:`.replay_hybrid`); ``rules``, the adaptive-drafting thresholds on unseen prompts (:mod:`.replay_rules`).
+``--replay-data FILE`` is written when missing and read (no model loaded) when present::
 
     dlite-hf bench replay hybrid --replay-data runs/hybrid-replay.json \\
         --out benchmarks/results/smollm2-135m-hybrid-rules.json
@@ -26,16 +24,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..commands.common import positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
-    """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` (prompt and
-    greedy continuation, from ``prompt_length`` >= 2) that drafts K every round, as ``generate`` runs it (equal to a
-    real float32 run token for token; in reduced precision a real run can diverge after a near-tie, so replay float32
-    texts): the prefill commits the first new token, then each round's verify forward commits its accepted drafts
-    plus one. ``states``: the target's tapped states over ``tokens`` (:func:`teacher_states`); a history drafter
-    (``config.history_window != 0``) gets those of the committed positions before each round's context.
+    """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` (prompt, then
+    its greedy continuation from ``prompt_length`` >= 2) drafting K every round, as ``generate`` runs it (equal to a
+    float32 run token for token; in reduced precision a run can diverge after a near-tie). ``states``: the target's
+    tapped states over ``tokens`` (:func:`teacher_states`); a history drafter also gets the committed positions'.
     """
     import torch
 
@@ -78,16 +75,16 @@ def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_t
         yield {"id": prompt["id"], "workload": prompt["workload"], "prompt_length": len(ids), "tokens": tokens}
 
 
-def replay_text(drafter: Any, target: Any, text: dict) -> dict[str, Any]:
-    """Replay one :func:`greedy_texts` row: ``{"id", "workload", "new_tokens", "forwards", "accepted"}``."""
-    states = teacher_states(target, drafter, text["tokens"])
-    new, forwards, accepted = replay_tau(drafter, states, text["tokens"], text["prompt_length"])
+def replay_text(drafter: Any, target: Any, text: dict, states: Any = None) -> dict[str, Any]:
+    """Replay one :func:`greedy_texts` row (on ``states``, default :func:`teacher_states`): ``{"id", "workload",
+    "new_tokens", "forwards", "accepted"}``."""
+    if states is None:
+        states = teacher_states(target, drafter, text["tokens"])
+    counts = replay_tau(drafter, states, text["tokens"], text["prompt_length"])
     return {
         "id": text["id"],
         "workload": text["workload"],
-        "new_tokens": new,
-        "forwards": forwards,
-        "accepted": accepted,
+        **dict(zip(("new_tokens", "forwards", "accepted"), counts)),
     }
 
 
@@ -122,7 +119,6 @@ def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> 
 
 
 def plain_greedy(target: Any, ids: list[int], max_new_tokens: int) -> list[int]:
-    """The new tokens of plain greedy decoding after ``ids``."""
     import torch
 
     prompt = torch.tensor([ids], device=target.device)
@@ -171,8 +167,7 @@ def cost_tables(target: Any, turns: Sequence[Any], sizes: Sequence[int], repeats
 
 
 def cost_at(costs: dict[int, float], q: int) -> float:
-    """The forward cost at q new tokens: measured, or linearly interpolated between the measured sizes (scaled from
-    the nearest one outside them)."""
+    """The forward cost at q new tokens: measured, else interpolated linearly (outside the sizes: scaled)."""
     if q in costs:
         return costs[q]
     lower = max((s for s in costs if s < q), default=min(costs))
@@ -196,8 +191,7 @@ def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], position: int) 
 
 
 def load_models(target: str, drafter: str, attention: str, threads: int) -> tuple[Any, Any, Any]:
-    """(target in float32 with `attention`, its tokenizer, the drafter bound to it), on `threads` threads with
-    grouped-query SDPA forced, as the README's benchmark runs (``--sdpa-gqa``)."""
+    """(float32 target, tokenizer, bound drafter) on `threads` threads with GQA SDPA forced, as the README's runs."""
     import os
 
     import torch
@@ -211,9 +205,8 @@ def load_models(target: str, drafter: str, attention: str, threads: int) -> tupl
 
 
 def add_replay_parser(sub: argparse._SubParsersAction, kinds: Sequence[Any]) -> None:
-    """Register ``replay`` under `dlite-hf bench`, a subcommand per kind module (:mod:`.replay_hybrid`,
-    :mod:`.replay_rules`: ``NAME``, ``HELP``, ``MAX_NEW_TOKENS``, ``DATA_KEYS``, ``add_arguments``, ``check``,
-    ``collect`` and ``compare``)."""
+    """Register ``replay`` under `dlite-hf bench`, a subcommand per kind module (``NAME``, ``HELP``,
+    ``MAX_NEW_TOKENS``, ``DATA_KEYS``, ``add_arguments``, ``check``, ``collect`` and ``compare``)."""
     parser = sub.add_parser(
         "replay",
         help="replay greedy decoding offline to compare drafting rules",
@@ -226,7 +219,7 @@ def add_replay_parser(sub: argparse._SubParsersAction, kinds: Sequence[Any]) -> 
         kind_parser.add_argument("--target", default=DEFAULT_TARGET)
         kind_parser.add_argument("--drafter", default=DEFAULT_DRAFTER, help="a drafter folder or name")
         kind_parser.add_argument("--max-new-tokens", type=int, default=kind.MAX_NEW_TOKENS)
-        kind_parser.add_argument("--threads", type=int, default=1)
+        kind_parser.add_argument("--threads", type=positive_int("--threads"), default=1)
         kind_parser.add_argument(
             "--replay-data",
             type=Path,
@@ -252,14 +245,11 @@ def run_replay(kind: Any, args: argparse.Namespace) -> int:
 
 
 def check_counts(args: argparse.Namespace) -> None:
-    if args.max_new_tokens < 2 or args.threads < 1:
-        raise SystemExit(
-            f"--max-new-tokens must be >= 2 and --threads >= 1; got {args.max_new_tokens}, {args.threads}."
-        )
+    if args.max_new_tokens < 2:
+        raise SystemExit(f"--max-new-tokens {args.max_new_tokens} is invalid: expected an integer >= 2.")
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The fully explicit command of this replay: its kind and every flag of that kind, with its value."""
     parts = ["dlite-hf", "bench", "replay", args.replay_kind]
     for key in args.replay_flags:
         if getattr(args, key) is not None:
@@ -299,7 +289,7 @@ def write_json(path: Path, document: dict[str, Any], indent: int | None = None) 
 
 
 def costs_from_json(tables: dict) -> dict[int, dict[int, float]]:
-    """Forward cost tables as read from JSON (string keys) or as measured."""
+    """Forward cost tables with int keys (JSON's are strings)."""
     return {int(c): {int(q): t for q, t in table.items()} for c, table in tables.items()}
 
 

@@ -1,12 +1,9 @@
 """`dlite-hf bench replay hybrid`: the hybrid's selection rule, replayed offline (:mod:`.replay`) on a tuning split.
 
 A round costs the measured target forward over `q` new tokens at the turn's context, plus the drafter's time when it
-drafts (the drafts at every position come from one teacher-forced forward per turn).
-The rules are the engine-neutral core's (`drafting.HybridRule`, `select_proposal`: the code `generate()` runs) over
-a grid of settings (:func:`hybrid_grid`): min match `m`, cap `N`, length factor `f`, fallback match `F`.
-
-The tuning split (:func:`tuning_workloads`) shares no prompt with any benchmark: training-split prompts, ToolTalk
-conversations and a coding session over modules no benchmark session reads (:data:`TUNING_MODULES`).
+drafts. The rules are the core's (`drafting.HybridRule`, `select_proposal`, as `generate()` runs them) over a grid
+(:func:`hybrid_grid`) of min match `m`, cap `N`, length factor `f` and fallback match `F`. The tuning split
+(:func:`tuning_workloads`) shares no prompt with any benchmark.
 """
 
 from __future__ import annotations

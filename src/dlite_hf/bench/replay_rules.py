@@ -1,14 +1,9 @@
-"""`dlite-hf bench replay rules`: a drafter's adaptive-drafting thresholds, replayed offline (:mod:`.replay`) with
-this machine's costs: the best `draft_confidence_threshold`, `draft_skip_threshold` and `draft_lengths` depend on
-what a verification forward over q = n + 1 tokens and a drafter round cost here.
+"""`dlite-hf bench replay rules`: a drafter's adaptive-drafting thresholds (`draft_confidence_threshold`,
+`draft_skip_threshold`, `draft_lengths`), replayed offline (:mod:`.replay`) with this machine's costs.
 
-Where a rule stops is a function of what the round reads (`drafting.rule_probabilities` ->
-`drafting.lengths_under_rules`, the function `generate()` calls), so one K-draft round at every position of plain
-greedy's output lets any rule be replayed. A round costs the target forward over q tokens at the prompt's context
-plus the drafter's round (a skipped one pays the backbone and the first step, n drafts n steps); plain pays one
-one-token forward per token.
-
-Prompts: train-split prompts of `--domains` minus every id in `--exclude` (the mix the drafter trained on).
+Where a rule stops is a function of what the round reads (`drafting.lengths_under_rules`, as `generate()` calls
+it), so one K-draft round at every position of plain greedy's output replays any rule. Prompts: train-split prompts
+of `--domains` minus every id in `--exclude` (the mix the drafter trained on).
 """
 
 from __future__ import annotations
@@ -219,8 +214,8 @@ def collect(args: Any) -> dict[str, Any]:
         print(f"{prompt['domain']} {prompt['id']}: {len(prompt['ids'])} + {len(plain)} tokens", flush=True)
     costs = replay.cost_tables(target, turns, COST_SIZES, repeats=9)
     skip_s, step_s = measure_drafter_round(target, drafter, turns)
-    data = {"turns": [dataclasses.asdict(t) for t in turns], "forward_s": costs}
-    return {**data, "drafter_skip_s": skip_s, "drafter_step_s": step_s}
+    turns = [dataclasses.asdict(t) for t in turns]
+    return {"turns": turns, "forward_s": costs, "drafter_skip_s": skip_s, "drafter_step_s": step_s}
 
 
 def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, step_s: float) -> list[dict[str, Any]]:
@@ -262,9 +257,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check(args: argparse.Namespace) -> list:
     """The rules of ``--grid`` (default :data:`DEFAULT_GRID`), the flags checked."""
-    grid = parse_grid(args.grid if args.grid is not None else DEFAULT_GRID)
     replay.check_counts(args)
-    return grid
+    return parse_grid(args.grid if args.grid is not None else DEFAULT_GRID)
 
 
 def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple[dict[str, Any], dict[str, Any]]:

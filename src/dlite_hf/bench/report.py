@@ -1,7 +1,8 @@
 """Summaries, the markdown table and the files of a benchmark run, from its typed results (:mod:`.results`), and
 the subcommands that work on a results document after the run: `dlite-hf bench report` (the summary, goals, table
-and plots recomputed from the stored records, re-timing nothing), `goals` (:mod:`.goals`) and `tables`
-(:mod:`.tables`)."""
+and plots recomputed from the stored records, re-timing nothing), `goals` (:mod:`.goals`) and `tables` (the
+README's speed tables: plain's tokens/s, then `mean tau / speedup` per method, the fastest in bold;
+`tests/test_readme_figures.py` checks the README against them)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,31 @@ from .results import (
 )
 
 ALL_WORKLOADS = "all"
+RESULTS = Path("benchmarks") / "results"  # where `dlite-hf bench` writes by default (--out)
+README_METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")
+README_HEADER = (
+    "| workload | plain tok/s | prompt lookup | DLite (shipped) | DLite, K every round | **hybrid** |\n"
+    "|---|---:|---:|---:|---:|---:|"
+)
+# README label of each workload (a `{n}` is the row's prompt count)
+README_LABELS: dict[str, dict[str, str]] = {
+    "main": {
+        "chat": "chat (MT-bench)",
+        "code": "code (HumanEval)",
+        "math": "math (ASDiv)",
+        "tool": "tool (BFCL)",
+        "agentic": "agentic (ToolTalk, coding session; {n} turns)",
+        "long-1024": "long 1k (essays)",
+        "long-4096": "long 4k",
+        "all": "all ({n})",
+    },
+    "ood": {
+        "legal": "legal (MultiLexSum)",
+        "clinical": "clinical (MTS-Dialog)",
+        "long-1024": "long 1k (essays; this run)",
+        "all": "all ({n})",
+    },
+}
 
 
 def _sum(rows: Sequence[Record], key: str) -> float:
@@ -268,7 +294,7 @@ def add_postprocess_parsers(sub: argparse._SubParsersAction) -> None:
     tables = sub.add_parser("tables", help="print a README speed table from a results document")
     tables.add_argument("table", choices=("main", "ood"))
     tables.add_argument("run", help="a run name in --results (or a path to its JSON)")
-    tables.add_argument("--results", default="benchmarks/results", help="the folder of the run names")
+    tables.add_argument("--results", default=str(RESULTS), help="the folder of the run names")
     tables.set_defaults(func=cmd_tables)
 
 
@@ -311,12 +337,44 @@ def cmd_goals(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from .tables import HEADER, load, rows
-
     try:
-        rendered = rows(load(args.run, args.results), args.table)
+        rendered = readme_rows(load_run(args.run, args.results), args.table)
     except (OSError, ValueError) as error:
         raise SystemExit(str(error)) from None
-    print(HEADER)
+    print(README_HEADER)
     print("\n".join(rendered.values()))
     return 0
+
+
+def load_run(run: str, results: str | Path = RESULTS) -> BenchResult:
+    """A result document by run name (`RESULTS/RUN.json`) or path, typed and checked."""
+    path = Path(run) if run.endswith(".json") else Path(results) / f"{run}.json"  # names may hold dots (qwen2.5-...)
+    if not path.is_file():
+        raise FileNotFoundError(f"No bench result {path}: pass a run name from {results}/ or a JSON path.")
+    return load_result(path)
+
+
+def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str, str]:
+    """`{workload: README row}` of `table` ("main" or "ood") for the workloads the run measured."""
+    if table not in README_LABELS:
+        raise ValueError(f"table={table!r}: expected one of {sorted(README_LABELS)}.")
+    summary = as_result(result).rows_by_key()
+    measured = {method for _, method in summary}
+    missing = [m for m in README_METHODS if m not in measured]
+    if missing:
+        raise ValueError(
+            f"The run has no {', '.join(missing)} rows; the README tables compare {', '.join(README_METHODS)}."
+        )
+    out = {}
+    for workload, label in README_LABELS[table].items():
+        if (workload, "plain") not in summary:
+            continue
+        methods = [summary[(workload, m)] for m in README_METHODS]
+        fastest = max(range(len(methods)), key=lambda index: methods[index].speedup)
+        cells = [
+            f"{s.mean_tau:.2f} / " + (f"**{s.speedup:.2f}x**" if index == fastest else f"{s.speedup:.2f}x")
+            for index, s in enumerate(methods)
+        ]
+        plain = summary[(workload, "plain")]
+        out[workload] = f"| {label.format(n=plain.prompts)} | {plain.tok_s:.2f} | " + " | ".join(cells) + " |"
+    return out

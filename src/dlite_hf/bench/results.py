@@ -3,8 +3,7 @@
 Each JSON object is a :class:`Part`, a dataclass whose fields are its keys (``benchmarks/README.md`` lists them):
 values type-checked and kept as they are, unknown keys kept, keys written back in the order read (a document reads
 and writes back byte for byte), a missing key read as its field's default (None: not recorded). :func:`parse_result`
-migrates older schema versions' values (1 had no ``draft_calls``: drafter time was divided by verified rounds; 2 was
-float32-only, where lossless meant identical to plain). No torch here: cards and tables read results too.
+migrates older schema versions' values. No torch here: cards and tables read results too.
 """
 
 from __future__ import annotations

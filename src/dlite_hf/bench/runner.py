@@ -1,12 +1,20 @@
 """Run methods side by side on sessions and assemble the results document (:class:`.results.BenchResult`), from
-:mod:`.measure` (one generate() call), :mod:`.sessions` (the turn loop, the check against plain's output) and
-:mod:`.report` (summary, table, files)."""
+:mod:`.measure` (one generate() call) and :mod:`.report` (summary, table, files).
+
+The session loop measures every turn of every session with every method, interleaved, ``repeats`` times (the fastest
+kept), each output checked against plain's as soon as the turn has run. In multi-turn sessions plain's reply is
+appended as an ``assistant`` message before the next turn; hybrid methods keep one suffix index per session, and with
+``prefix_cache`` every method keeps its own KV cache across the turns.
+"""
 
 from __future__ import annotations
 
+import copy
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +23,11 @@ from torch import nn
 
 from ..chat_template import chat_prompt_ids
 from ..data.workloads import as_session
+from ..neartie import first_difference
 from .measure import _Runner, environment_info
 from .methods import BenchMethod, make_methods
 from .report import summary_rows, write_outputs
-from .results import SCHEMA_VERSION, BenchResult, Divergence, RunMeta
-from .sessions import run_sessions
+from .results import SCHEMA_VERSION, BenchResult, Divergence, Mismatch, NearTie, Record, RunMeta, SessionLog
 
 _WARMUP_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
 
@@ -109,7 +117,8 @@ def _meta_at_start(runner: _Runner, meta: Mapping[str, Any] | None, started: flo
     info = {**environment_info(), **dict(meta or {})}
     info.update(started_utc=_utc(started), max_new_tokens=runner.max_new_tokens)
     info.setdefault("target", getattr(target.config, "_name_or_path", "") or type(target).__name__)
-    info.update(dtype=runner.dtype, near_tie_epsilon=runner.epsilon if runner.dtype != "float32" else None)
+    checker = runner.checker
+    info.update(dtype=checker.dtype, near_tie_epsilon=checker.epsilon if checker.dtype != "float32" else None)
     info["attention"] = getattr(target.config, "_attn_implementation", None)
     info["prefix_cache"] = runner.prefix_cache
     info.update(repeats=repeats, method_order="rotated by one method per turn")
@@ -124,3 +133,226 @@ def _meta_at_end(info: dict[str, Any], started: float) -> RunMeta:
         load_average_at_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     )
     return RunMeta.from_dict(info, "meta")
+
+
+Run = tuple[torch.Tensor, dict[str, Any]]  # one measured generate(): (sequences, metrics)
+
+
+@dataclass
+class Measured:
+    """What the session loop measured: the records (in run order), the lossless failures, one log per session."""
+
+    records: list[Record] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    sessions: list[SessionLog] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One turn of a session, templated: where it comes from and its prompt's token ids."""
+
+    label: str
+    session: Mapping[str, Any]
+    index: int
+    prompt_id: str
+    ids: list[int]
+
+
+def run_sessions(
+    runner: _Runner, sessions: Mapping[str, Sequence[Mapping[str, Any]]], repeats: int, progress: bool
+) -> Measured:
+    """Measure every session of every workload; the method order rotates by one per turn over the whole run."""
+    from tqdm.auto import tqdm
+
+    total = sum(len(_turns(s)) for items in sessions.values() for s in items) * len(runner.methods) * repeats
+    measured = Measured()
+    turns_done = 0
+    with tqdm(total=total, disable=not progress, unit="gen", dynamic_ncols=True, file=sys.stderr) as bar:
+        for label, items in sessions.items():
+            for session in items:
+                entry = _run_session(runner, label, session, measured, bar, repeats, turns_done)
+                turns_done += entry.turns_measured
+                measured.sessions.append(entry)
+    return measured
+
+
+def _turns(session: Mapping[str, Any]) -> list:
+    return session["turns"][: session.get("max_turns")]
+
+
+def _run_session(
+    runner: _Runner, label: str, session: Mapping[str, Any], measured: Measured, bar: Any, repeats: int, rotation: int
+) -> SessionLog:
+    """Measure every turn of one session with every method, in an order rotated by ``rotation`` + the turn's
+    number; returns the session's log entry."""
+    history: list[dict[str, str]] = []
+    turns = _turns(session)
+    stop = "max_turns" if len(turns) < len(session["turns"]) else "end"
+    done = context_tokens = 0
+    # hybrid methods keep one DraftSession (one suffix index) across the turns of a session, as an agent would
+    draft_sessions = {method.name: method.new_session() for method in runner.methods}
+    caches: dict[str, tuple[Any, list[int]]] = {}  # with prefix_cache: each method's own KV cache across the turns
+    for index, messages in enumerate(turns):
+        messages = history + list(messages)
+        ids = chat_prompt_ids(runner.tokenizer, messages)
+        if session.get("max_tokens") is not None and len(ids) > session["max_tokens"]:
+            stop = "max_tokens"
+            bar.total -= (len(turns) - index) * len(runner.methods) * repeats
+            bar.refresh()
+            break
+        context_tokens = len(ids)
+        prompt_id = f"{session['id']}#{index}" if len(session["turns"]) > 1 else session["id"]
+        turn = _Turn(label, session, index, prompt_id, ids)
+        reference = _run_turn(runner, turn, rotation + done, draft_sessions, caches, measured, bar, repeats)
+        done += 1
+        reply = runner.tokenizer.decode(reference[0, len(ids) :], skip_special_tokens=True).strip()
+        history = messages + [{"role": "assistant", "content": reply}]
+    return SessionLog(
+        workload=label,
+        id=session["id"],
+        turns_available=len(session["turns"]),
+        turns_measured=done,
+        stop_reason=stop,
+        last_context_tokens=context_tokens,
+    )
+
+
+def _run_turn(
+    runner: _Runner,
+    turn: _Turn,
+    rotation: int,
+    draft_sessions: Mapping[str, Any],
+    caches: dict[str, tuple[Any, list[int]]],
+    measured: Measured,
+    bar: Any,
+    repeats: int,
+) -> torch.Tensor:
+    """Measure one turn with every method (in an order rotated by ``rotation``), record every method's fastest run
+    and check it against plain's; returns plain's output (its reply feeds the next turn)."""
+    methods = runner.methods
+    shift = rotation % len(methods)
+    order = methods[shift:] + methods[:shift]
+    starts = {
+        m.name: _reusable_cache(runner, caches.get(m.name), turn.ids) if runner.prefix_cache and _reuses(m) else None
+        for m in methods
+    }
+    postfix = f"{turn.label} {turn.prompt_id[-28:]} ctx={len(turn.ids)}"
+    runs = _measure_turn(runner, torch.tensor([turn.ids]), order, starts, draft_sessions, repeats, bar, postfix)
+    reference = runs["plain"][-1][0]
+    for method in methods:  # records in the methods' own order, plain first
+        (_, metrics), fields, reason = _check_runs(runner, method, runs[method.name], reference, len(turn.ids))
+        if starts[method.name] is not None:
+            cache = starts[method.name]
+            caches[method.name] = (cache, runs[method.name][-1][0][0, : cache.get_seq_length()].tolist())
+        record = Record(
+            workload=turn.label,
+            session_id=turn.session["id"],
+            turn=turn.index,
+            prompt_id=turn.prompt_id,
+            source=turn.session.get("source", ""),
+            method=method.name,
+            **metrics,
+            **fields,
+            wall_s_repeats=[run[1]["wall_s"] for run in runs[method.name]] if repeats > 1 else None,
+        )
+        measured.records.append(record)
+        if not record.lossless_ok:
+            plain_new_tokens = int(reference.shape[1] - len(turn.ids))
+            measured.mismatches.append(_report_mismatch(record, plain_new_tokens, reason, bar))
+    return reference
+
+
+def _check_runs(
+    runner: _Runner, method: BenchMethod, runs: list[Run], reference: torch.Tensor, prompt_length: int
+) -> tuple[Run, dict[str, Any], str | None]:
+    """The fastest of a method's runs of a turn, its verdict fields against plain's ``reference``, and why it
+    fails the check (None when it passes): another output than plain's other than at a verified near-tie, or
+    repeats that disagree with each other."""
+    fastest = min(runs, key=lambda run: run[1]["wall_s"])
+    unstable = [r for r, (other, _) in enumerate(runs) if not torch.equal(other, runs[-1][0])]
+    sequences = fastest[0]
+    difference = (
+        None
+        if method.name == "plain"
+        else first_difference(reference[0, prompt_length:].tolist(), sequences[0, prompt_length:].tolist())
+    )
+    verdict = None if difference is None else runner.checker.check(prompt_length, reference, sequences)
+    fields = {
+        "identical_to_plain": difference is None,
+        "first_mismatch": difference,
+        "near_tie": NearTie(**verdict.to_dict()) if verdict is not None else None,
+        "lossless_ok": not unstable and (difference is None or (verdict is not None and verdict.ok)),
+    }
+    reason = None
+    if unstable:
+        reason = (
+            f"repeats {unstable} of {len(runs)} gave another output than the last repeat: greedy decoding from the "
+            "same state must repeat exactly"
+        )
+    elif verdict is not None and not verdict.ok:
+        reason = verdict.reason
+    return fastest, fields, reason
+
+
+def _report_mismatch(record: Record, plain_new_tokens: int, reason: str | None, bar: Any) -> Mismatch:
+    """The lossless failure of ``record``, said on stderr (through the progress bar) as soon as it is found."""
+    where = {key: getattr(record, key) for key in ("workload", "prompt_id", "turn", "method", "first_mismatch")}
+    why = f": {reason}" if reason is not None else ""
+    bar.write(
+        f"LOSSLESS CHECK FAILED: {record.method} on {record.workload} {record.prompt_id}: greedy output differs from "
+        f"plain at new token {record.first_mismatch} ({record.new_tokens} vs {plain_new_tokens} new tokens){why}.",
+        file=sys.stderr,
+    )
+    return Mismatch(**where, new_tokens=record.new_tokens, plain_new_tokens=plain_new_tokens, reason=reason)
+
+
+def _reuses(method: BenchMethod) -> bool:
+    """Whether a method can start a turn on its previous turn's cache. Plain decoding and DLite calls can;
+    transformers' own assisted loop (prompt lookup, another assistant model) runs its first forward over the whole
+    prompt on top of a pre-filled cache, and dlite-hf leaves those calls exactly as upstream, so they prefill each
+    turn afresh."""
+    return method.kind in ("plain", "dlite")
+
+
+def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:
+    """The cache a turn starts from: the previous turn's, cropped to the longest prefix its tokens share with this
+    turn's prompt (at least one prompt token is left to prefill), or a new one."""
+    from transformers import DynamicCache
+
+    if kept is not None:
+        cache, cached_ids = kept
+        shared = first_difference(cached_ids, ids[:-1])
+        shared = len(cached_ids) if shared is None else shared
+        if shared:
+            excess = cache.get_seq_length() - shared
+            if excess > 0:
+                cache.crop(-excess)  # transformers 5.24 crops by a negative count of tokens to drop
+            return cache
+    return DynamicCache(config=runner.target.config)
+
+
+def _measure_turn(
+    runner: _Runner,
+    input_ids: torch.Tensor,
+    order: Sequence[BenchMethod],
+    starts: Mapping[str, Any],
+    draft_sessions: Mapping[str, Any],
+    repeats: int,
+    bar: Any,
+    postfix: str,
+) -> dict[str, list[Run]]:
+    """Every method's runs of one turn, ``repeats`` rounds of ``order``; every round but the last from copies of
+    each method's starting cache and suffix index, the last on the real ones (the next turn goes on from them)."""
+    runs: dict[str, list[Run]] = {m.name: [] for m in order}
+    for repeat in range(repeats):
+        for method in order:
+            bar.set_postfix_str(f"{postfix} {method.name}", refresh=False)
+            cache, draft_session = starts[method.name], draft_sessions[method.name]
+            if repeat < repeats - 1:  # a copy: this repeat must not change what the next one starts from
+                cache = copy.deepcopy(cache)
+                if draft_session is not None:
+                    index, draft_session = draft_session.index, type(draft_session)(min_match=draft_session.min_match)
+                    draft_session.index = copy.deepcopy(index)
+            runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
+            bar.update(1)
+    return runs

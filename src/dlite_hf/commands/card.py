@@ -4,16 +4,9 @@
         --repo-id ORG/dlite-smollm2-135m --out hub_cards/dlite-smollm2-135m.md
     dlite-hf card --check hub_cards/*.md
 
-Bench result formats accepted by ``--bench-result`` (JSON):
-
-1. the document ``dlite-hf bench`` writes (``benchmarks/README.md``): its ``summary`` rows are used
-   (``workload``, ``method``, ``prompts``, ``mean_tau``, ``tok_s``, ``speedup``, ``lossless``);
-2. a plain list of rows, or ``{"rows": [...]}``, each row ``{"workload": str, "method": str, "tau": float,
-   "speedup": float}`` plus optionally ``prompts`` (int), ``tok_s`` (float) and ``lossless`` (bool).
-
-The card names the file as the source of every number in its results table, and every number there is that
-file's value rounded for display (``check_card`` verifies it). Figures quoted from the paper belong in a table
-labelled as the paper's (``render_model_card(..., results_are_paper=True)``).
+--bench-result: the JSON `dlite-hf bench` writes (its ``summary`` rows), or a list of rows (or ``{"rows": [...]}``),
+each ``{"workload", "method", "tau", "speedup"}`` plus optional ``prompts``, ``tok_s`` and ``lossless``. The card
+cites that file as the source of its results table, every number there its value rounded (``check_card`` checks).
 """
 
 from __future__ import annotations
@@ -31,8 +24,6 @@ from ..cards import check_card, render_model_card
 from ..defaults import repo_root
 from ..modeling.configuration_dlite import DLiteConfig
 
-__all__ = ["add_card_parser", "bench_rows", "card_from_checkpoint", "fastest_decoding", "read_bench_result"]
-
 # Registry names of dlite-hf's local targets -> the Hub repositories they were converted from (the card's base_model).
 HUB_IDS = {
     "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -42,7 +33,6 @@ _CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lo
 
 
 def add_card_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the `card` subcommand."""
     parser = sub.add_parser(
         "card",
         help="Render a drafter's model card from its checkpoint and a bench result (or --check cards).",
@@ -56,9 +46,7 @@ def add_card_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--title", default=None)
     parser.add_argument("--license", default="apache-2.0")
     parser.add_argument("--methods", default=None, help="comma-separated methods to keep (default: all rows)")
-    parser.add_argument(
-        "--limit", action="append", default=[], help="an extra line for the Limits section (repeatable)"
-    )
+    parser.add_argument("--limit", action="append", default=[], help="an extra line for Limits (repeatable)")
     parser.add_argument("--out", default=None, help="output file (default: CHECKPOINT/README.md; '-' = stdout)")
     parser.add_argument("--check", nargs="+", metavar="CARD", help="only check these cards; exit 1 on a problem")
     parser.set_defaults(func=cmd_card)
@@ -103,29 +91,24 @@ def cmd_card(args: argparse.Namespace) -> int:
 
 
 def read_bench_result(document: Any, source: str = "the bench result") -> BenchResult:
-    """A ``--bench-result`` document in either format above, typed: the document
-    ``dlite-hf bench`` writes (:func:`dlite_hf.bench.results.parse_result`), or a list of rows (or
-    ``{"rows": [...]}``) as a result whose summary is those rows. Raises ``ValueError`` for anything else."""
+    """A ``--bench-result`` document (either format above) as a :class:`BenchResult`; ``ValueError`` otherwise."""
     if isinstance(document, dict) and "summary" in document:
         return parse_result(document, source)
-    meta = {}
-    if isinstance(document, dict) and "rows" in document:
-        rows, meta = document["rows"], document.get("meta", {})
-    elif isinstance(document, list):
-        rows = document
-    else:
+    if isinstance(document, list):
+        document = {"rows": document}
+    if not (isinstance(document, dict) and "rows" in document):
         raise ValueError(
             "The bench result must be the JSON `dlite-hf bench` writes (with a `summary` list), a list of rows, or "
             '{"rows": [...]}; each row needs workload, method, tau (or mean_tau) and speedup.'
         )
     summary = []
-    for index, row in enumerate(rows):
+    for index, row in enumerate(document["rows"]):
         tau = row.get("tau", row.get("mean_tau")) if isinstance(row, dict) else None
         if tau is None or any(row.get(k) is None for k in ("workload", "method", "speedup")):
             raise ValueError(f"Bench row {index} is {row!r}: expected a dict with workload, method, tau and speedup.")
         fields = {k: v for k, v in row.items() if k != "tau"}
         summary.append(SummaryRow.from_dict({**fields, "mean_tau": tau}, f"bench row {index}"))
-    return BenchResult(meta=RunMeta.from_dict(meta, "meta"), summary=summary)
+    return BenchResult(meta=RunMeta.from_dict(document.get("meta", {}), "meta"), summary=summary)
 
 
 def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[dict[str, Any]]:
@@ -150,8 +133,7 @@ def bench_rows(result: BenchResult, methods: list[str] | None = None) -> list[di
 
 
 def _num_parameters(checkpoint: Path) -> int | None:
-    """Drafter parameters counted from the safetensors header (no weights loaded); integer tensors are buffers
-    (the draft vocabulary's token ids), not parameters."""
+    """Drafter parameters counted from the safetensors header; integer tensors (the draft vocabulary) are buffers."""
     weights = checkpoint / "model.safetensors"
     if not weights.is_file():
         return None
@@ -170,9 +152,8 @@ def card_from_checkpoint(
     methods: list[str] | None = None,
     **card: Any,
 ) -> str:
-    """The card of the drafter in ``checkpoint`` (its config.json, dlite_training.json, weights header), with the
-    rows of ``bench_result`` (of ``methods``) as its results table; ``card``: :func:`render_model_card`'s
-    ``repo_id``, ``title``, ``license`` or ``extra_limits``."""
+    """The card of the drafter in ``checkpoint``, the rows of ``bench_result`` (of ``methods``) as its results table;
+    ``card``: more keywords of :func:`render_model_card` (``repo_id``, ``title``, ``license``, ``extra_limits``)."""
     checkpoint = Path(checkpoint)
     if not (checkpoint / "config.json").is_file():
         raise FileNotFoundError(f"No config.json in {checkpoint}: pass a drafter folder saved by `dlite-hf train`.")

@@ -1,6 +1,13 @@
-"""Helpers shared by the subcommands."""
+"""Helpers shared by the subcommands (and the demo's flags)."""
 
 from __future__ import annotations
+
+DTYPE_HELP = (
+    "the models' dtype (fastest: bfloat16 where this machine computes it natively, else float32; float32 is "
+    "token-exact, in bfloat16/float16 each divergence from plain must be a float32-verified near-tie; auto: the "
+    "checkpoint's own)"
+)
+ATTENTION_HELP = "the target's attention (packed_gqa: dlite_hf.attention, measured fastest; sdpa: transformers' own)"
 
 
 def set_threads(threads: int | None) -> None:
@@ -22,8 +29,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def positive_int(flag: str, expected: str = "an integer >= 1"):
-    """An argparse `type=` for counts: refuses a value below 1 with "FLAG VALUE is invalid: expected EXPECTED."
-    (a SystemExit carrying the message, as the commands' other refusals), before anything loads."""
+    """An argparse `type=` for counts: a value below 1 exits with "FLAG VALUE is invalid: expected EXPECTED."."""
 
     def parse(text: str) -> int:
         value = int(text)

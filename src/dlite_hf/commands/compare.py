@@ -16,15 +16,13 @@ from ..defaults import (
     DEFAULT_TARGET,
     DTYPE_CHOICES,
 )
-from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS as HYBRID_LOOKUP_TOKENS
-from ..modeling.decoding_options import check_lookup_tokens
-from .common import set_threads
+from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS, check_lookup_tokens
+from .common import ATTENTION_HELP, DTYPE_HELP, set_threads
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Plain greedy vs DLite on a few real prompts: tokens/s, tau, identical (or, in reduced precision, a near-tie)?
-    Exit status 1 if an output differs from plain otherwise. The measurement is the benchmark's
-    (:func:`dlite_hf.bench.run_bench` with two methods, a warm-up first); this command prints a row per prompt."""
+    """Plain greedy vs DLite on a few real prompts, measured by :func:`dlite_hf.bench.run_bench`, a row per prompt.
+    Exit status 1 if an output differs from plain (other than, in reduced precision, at a near-tie)."""
     import torch
 
     from ..bench.methods import BenchMethod
@@ -73,8 +71,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
-    """Check the flags, then ``{workload: [prompt, ...]}``: the user's --prompts (all unless --num-prompts caps
-    them), or the eval split of each --workloads entry (a workload or a prompt domain of the broad mix)."""
+    """Check the flags, then ``{workload: [prompt, ...]}`` from --prompts or the eval split of --workloads."""
     from ..data.domains import eval_prompts  # imported before the flags are checked, as they always were
     from ..data.workloads import load_prompt_file
 
@@ -105,8 +102,7 @@ def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
 
 
 def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, str, Path]:
-    """(target, tokenizer, the DLite or hybrid bench method, the decoding in words, the drafter's folder); the
-    drafter is found before any model loads."""
+    """(target, tokenizer, the bench method, the decoding in words, the drafter's folder); drafter found first."""
     from ..assets import AssetError, load_drafter, open_target, resolve_drafter
     from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
 
@@ -162,45 +158,27 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     add = compare.add_argument
     add("--target", default=DEFAULT_TARGET)
     add(
-        "--drafter",
-        help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout has it)",
+        "--drafter", help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout's)"
     )
     add("--workloads", default="chat,code,math")
     add("--num-prompts", type=int, help="eval prompts per workload (default 2; with --prompts: all)")
-    add(
-        "--prompts",
-        help="your own prompts instead of --workloads: a JSONL file, one row per prompt with `messages` "
-        "(the chat format) and optionally `id`",
-    )
+    add("--prompts", help="your own prompts instead of --workloads: a JSONL file of `messages` (and `id`) rows")
     add("--max-new-tokens", type=int, default=96)
     add("--threads", type=int, default=1)
-    add(
-        "--dtype",
-        default=DEFAULT_DTYPE,
-        choices=DTYPE_CHOICES,
-        help=f"both models' dtype (default {DEFAULT_DTYPE}: "
-        "bfloat16 where this machine computes it natively, else float32; measured: README, Results). float32 is "
-        "token-exact; in bfloat16/float16 each divergence from plain must be a float32-verified near-tie",
-    )
+    add("--dtype", default=DEFAULT_DTYPE, choices=DTYPE_CHOICES, help=f"{DTYPE_HELP}; default %(default)s")
     add(
         "--attention",
         default=DEFAULT_ATTENTION,
         choices=ATTENTION_CHOICES,
-        help=f"the target's attention (default "
-        f"{DEFAULT_ATTENTION}: dlite_hf.attention, measured fastest here; sdpa: transformers' own)",
+        help=f"{ATTENTION_HELP}; default %(default)s",
     )
     add(
         "--lookup-tokens",
         type=int,
-        default=HYBRID_LOOKUP_TOKENS,
-        help="hybrid drafting: DLite plus drafts retrieved "
-        f"from the context, at most this many a round (default {HYBRID_LOOKUP_TOKENS}, the decoding measured fastest: "
-        "README); 0 = DLite drafts only",
+        default=DEFAULT_LOOKUP_TOKENS,
+        help="hybrid drafting: at most this many drafted tokens a round retrieved from the context (default "
+        "%(default)s, measured fastest: README); 0 = DLite drafts only",
     )
-    add(
-        "--fixed-k",
-        action="store_true",
-        help="draft K tokens every round (adaptive drafting off, per call): tau as the drafter gives it",
-    )
+    add("--fixed-k", action="store_true", help="K drafts every round (adaptive drafting off): the drafter's own tau")
     add("--out", help="write the rows and summary as JSON here")
     compare.set_defaults(func=cmd_compare)

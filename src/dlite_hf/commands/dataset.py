@@ -58,8 +58,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 
 def _shows_dataset(readme: str, name: str) -> bool:
-    """True when the checkout README's dataset table is this dataset's: the paragraph that opens it names the
-    folder (so rendering another dataset's card never overwrites it)."""
+    """True when the paragraph that opens the checkout README's dataset table names this dataset's folder."""
     from ..data import dataset
 
     if dataset.TABLE_MARKS[0] not in readme:
@@ -69,7 +68,6 @@ def _shows_dataset(readme: str, name: str) -> bool:
 
 
 def add_dataset_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
     parser = sub.add_parser(
         "dataset",
         help="Export regenerated rows to the repository's parquet dataset, tabulate it, or rebuild training rows.",

@@ -2,20 +2,15 @@
 
     dlite-hf draft-vocab --drafter drafters/dlite-smollm2-135m --data runs/regen.jsonl --size 4096 --out DIR
 
-A DLite drafter drafts among `config.draft_vocab_size` tokens: each drafted position reads those rows of the
-target's lm_head. The drafter's own weights do not depend on which rows (they are the target's), so the
-vocabulary can be changed after training. A smaller one makes every drafting round cheaper where reading the
-lm_head slice dominates (a CPU whose cache holds 4,096 rows but not 8,192), at the price of the tokens it drops:
-they can no longer be drafted (outputs stay identical to the target's; only acceptance can fall). The command
-reports how much of the data's response tokens each vocabulary covers, so that price is known before
-benchmarking.
+A drafter drafts among `config.draft_vocab_size` rows of the target's lm_head, which its weights do not depend on.
+A smaller vocabulary makes rounds cheaper where reading that slice dominates (a CPU), but its dropped tokens can no
+longer be drafted (outputs stay the target's; acceptance can fall): the command reports the coverage of the data's
+response tokens before and after (docs/design.md, "Draft vocabulary").
 """
 
 from __future__ import annotations
 
 import argparse
-
-__all__ = ["add_draft_vocab_parser", "add_interpolate_parser", "cmd_draft_vocab", "cmd_interpolate"]
 
 
 def cmd_draft_vocab(args: argparse.Namespace) -> int:
@@ -34,7 +29,6 @@ def cmd_draft_vocab(args: argparse.Namespace) -> int:
 
 
 def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the `draft-vocab` subcommand."""
     parser = sub.add_parser(
         "draft-vocab",
         help="Give a trained drafter another draft vocabulary (e.g. smaller: cheaper rounds on a CPU).",
@@ -65,7 +59,6 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
 
 
 def add_interpolate_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the `interpolate` subcommand (WiSE-FT weight averaging, no retraining)."""
     parser = sub.add_parser(
         "interpolate",
         help="Average a fine-tuned drafter's weights with the drafter it started from (WiSE-FT).",

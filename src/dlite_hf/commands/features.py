@@ -4,9 +4,7 @@
         --drafter drafters/dlite-smollm2-135m --anchor-stride 4 --max-length 1024
     dlite-hf train ... --feature_cache_dir ~/.cache/dlite-hf/work/features --anchor_stride 4 --max_length 1024
 
-The cache is the trainer's history-free layout (`FeatureCache`); train with the same stride and max length, or the
-trainer refuses the cache (another manifest) or computes the missing entries itself. `--all-positions` writes every
-position instead, the layout of the history-aware stages (teacher, KL warm-up, `--sliding_window`).
+Train with the same stride and max length, or the trainer refuses the cache or computes the missing entries itself.
 """
 
 from __future__ import annotations
@@ -58,7 +56,6 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def add_features_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
     parser = sub.add_parser(
         "features", help="Compute the target's training features with vLLM into a feature cache (ahead of train)."
     )
@@ -74,19 +71,12 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
         "--dtype",
         default="fastest",
         choices=["fastest", "bfloat16", "float16", "float32"],
-        help="the target's dtype in vLLM (fastest: bfloat16 where this machine computes it natively, else float32; "
-        "a cache holds one dtype's features)",
+        help="the target's dtype in vLLM (fastest: bfloat16 if native; a cache holds one dtype's features)",
     )
     parser.add_argument(
         "--max-num-seqs", type=positive_int("--max-num-seqs"), default=16, help="sequences vLLM prefills at once"
     )
-    parser.add_argument(
-        "--shard", default="0/1", help="I/N: every N-th row from the I-th, so N workers (one core each) fill one cache"
-    )
-    parser.add_argument(
-        "--all-positions",
-        action="store_true",
-        help="keep every position's states (history-aware training: teacher, warm-up, --sliding_window; 8 KB a token)",
-    )
+    parser.add_argument("--shard", default="0/1", help="I/N: every N-th row from the I-th (N workers, one cache)")
+    parser.add_argument("--all-positions", action="store_true", help="every position (history-aware stages)")
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
     parser.set_defaults(func=cmd_features)

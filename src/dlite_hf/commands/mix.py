@@ -43,7 +43,6 @@ def cmd_mix(args: argparse.Namespace) -> int:
 
 
 def _parse_weights(spec: str | None) -> dict[str, float]:
-    """`--weights code=3,coding_agent=2` as a dict; a malformed item is refused with an example."""
     weights: dict[str, float] = {}
     for item in (spec or "").split(","):
         if not item:
@@ -76,7 +75,6 @@ def cmd_label_text(args: argparse.Namespace) -> int:
 
 
 def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register the `mix` and `label-text` subcommands."""
     mix = sub.add_parser(
         "mix",
         help="Build the broad training mix (prompts and texts, train splits only) or tabulate training rows.",

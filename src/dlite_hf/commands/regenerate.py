@@ -12,7 +12,7 @@ from .common import parse_shard, positive_int, set_threads
 
 
 def _regen_device(name: str):
-    """The torch device of `regenerate --device` (`auto`: the first CUDA GPU when there is one, else the CPU)."""
+    """The torch device of `--device` (`auto`: a CUDA GPU when there is one, else the CPU)."""
     import torch
 
     if name == "auto":
@@ -29,7 +29,7 @@ def _regen_device(name: str):
 
 
 def _shipped_ids(folder: str | None) -> frozenset[str]:
-    """The row ids of the dataset at `folder` (`--skip-dataset`): responses already shipped are not regenerated."""
+    """The row ids of the dataset at `folder` (`--skip-dataset`), not regenerated."""
     if folder is None:
         return frozenset()
     from ..data.dataset import read_shards
@@ -82,13 +82,10 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
 
 def _regenerate_transformers(args: argparse.Namespace, prompts: list, options: dict, device: Any) -> dict:
     from ..assets import open_target
-    from ..data.regenerate.transformers import regenerate
+    from ..data.regenerate import regenerate
 
     if args.samples > 1:
-        raise SystemExit(
-            f"--samples {args.samples} needs --engine vllm (--engine transformers draws one sample per prompt with "
-            "--do-sample)."
-        )
+        raise SystemExit(f"--samples {args.samples} needs --engine vllm (transformers: one sample with --do-sample).")
     dtype = resolve_dtype(args.dtype, "cuda" if str(device).startswith("cuda") else "cpu")  # fastest: that device's
     target, tokenizer, _ = open_target(args.target, dtype=dtype)
     batch_size, do_sample = args.batch_size or 8, args.do_sample or args.samples == 1
@@ -101,13 +98,11 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict, dev
     from transformers import AutoTokenizer
 
     from ..assets import resolve_model
-    from ..data.regenerate.vllm import regenerate_vllm
+    from ..data.regenerate import regenerate_vllm
     from ..data.vllm_worker import vllm_dtype
 
     if args.device not in ("auto", "cpu", "cuda"):
-        raise SystemExit(
-            f"--device {args.device!r} with --engine vllm: vLLM picks its own device; leave --device out."
-        )
+        raise SystemExit(f"--device {args.device!r} with --engine vllm: vLLM picks its own device; leave it out.")
     dtype = "bfloat16" if args.dtype == "auto" else vllm_dtype(args.dtype)
     model_dir = resolve_model(args.target)
     samples, chunk = args.samples or int(args.do_sample), args.batch_size or 256
@@ -117,43 +112,27 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict, dev
             model_dir, tokenizer, prompts, args.out, samples=samples, dtype=dtype, chunk=chunk, **options
         )
     except FileNotFoundError as error:
-        raise SystemExit(
-            f"dlite-hf regenerate --engine vllm (the default): {error} (vLLM regenerates 4.3x faster than "
-            "transformers here: benchmarks/results/regen-engines.json.)"
-        ) from None
+        raise SystemExit(f"dlite-hf regenerate --engine vllm (the default): {error}") from None
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf regenerate --engine vllm: {error}") from None
 
 
 def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
     regen = sub.add_parser("regenerate", help="Regenerate training responses with the target (resumable).")
     regen.add_argument("--target", default=DEFAULT_TARGET)
     regen.add_argument("--prompts", default=None, help="prompt JSONL (default: build the training mix)")
     regen.add_argument("--out", required=True)
     regen.add_argument("--per-workload", type=int, default=160, help="training-mix prompts per workload")
     regen.add_argument("--limit", type=positive_int("--limit", "a positive number of prompts (leave it out for all)"))
-    regen.add_argument(
-        "--shard",
-        default="0/1",
-        help="I/N: only the prompts whose id hashes to I mod N, so N workers (one core each, each with its own --out) "
-        "answer disjoint prompts; export each worker's rows",
-    )
-    regen.add_argument(
-        "--skip-dataset",
-        default=None,
-        metavar="FOLDER",
-        help="a dataset folder (`dlite-hf dataset export`): its rows count as done, so a fresh machine extends the "
-        "shipped dataset without regenerating it",
-    )
+    regen.add_argument("--shard", default="0/1", help="I/N: the prompts whose id hashes to I mod N (one --out each)")
+    regen.add_argument("--skip-dataset", metavar="FOLDER", help="a dataset folder whose rows count as done")
     regen.add_argument("--max-new-tokens", type=int, default=256)
     regen.add_argument("--max-prompt-tokens", type=int, default=1024)
     regen.add_argument(
         "--engine",
         default="vllm",
         choices=["transformers", "vllm"],
-        help="who generates: vLLM in .venv-vllm (the default, `make vllm`; 4.3x transformers' best batch here, "
-        "benchmarks/results/regen-engines.json), or transformers' generate() in this environment",
+        help="vLLM in .venv-vllm (`make vllm`; 4.3x faster: benchmarks/results/regen-engines.json) or generate()",
     )
     regen.add_argument(
         "--batch-size",
@@ -168,10 +147,6 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument("--threads", type=int, default=None)
     regen.add_argument("--device", default="auto", help="auto (a CUDA GPU when there is one), cpu, cuda, cuda:N")
     regen.add_argument(
-        "--dtype",
-        default="float32",
-        choices=DTYPE_CHOICES,
-        help="target weights' dtype while generating (auto: the checkpoint's; fastest: bfloat16 where this machine "
-        "computes it natively, else float32)",
+        "--dtype", default="float32", choices=DTYPE_CHOICES, help="the target's dtype (fastest: bfloat16 if native)"
     )
     regen.set_defaults(func=cmd_regenerate)

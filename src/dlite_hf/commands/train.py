@@ -8,12 +8,12 @@ from .common import set_threads
 
 
 def build_train_parser():
-    """The parser of `dlite-hf train` (`ScriptArguments` and `DLiteTrainingArguments`) and `ScriptArguments`."""
+    """The parser of `dlite-hf train`: `ScriptArguments` and `DLiteTrainingArguments`."""
     from transformers import HfArgumentParser
 
     from ..training.arguments import DLiteTrainingArguments, ScriptArguments
 
-    return HfArgumentParser((ScriptArguments, DLiteTrainingArguments)), ScriptArguments
+    return HfArgumentParser((ScriptArguments, DLiteTrainingArguments))
 
 
 def _new_drafter_config(script, target_config, history_window: int, name: str):
@@ -37,26 +37,24 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
 
 
 def _check_flags(script, args) -> None:
-    """Refuse, before the target loads, flags the run would ignore: --sliding_window builds a new windowed drafter
-    for stage stable; --grow_layers, --refresh_draft_vocab and --lora change a drafter the run starts from."""
-    if script.grow_layers < 0:
-        raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {script.grow_layers}.")
-    if script.grow_layers and (not script.init or args.lora):
+    """Refuse, before the target loads, flags the run would ignore."""
+    grow, window = script.grow_layers, script.sliding_window
+    if grow < 0:
+        raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {grow}.")
+    if grow and (not script.init or args.lora):
         raise SystemExit(
-            f"--grow_layers {script.grow_layers} deepens the drafter passed as --init (without --lora, whose "
-            "adapter must fit the released drafter's layers); a new drafter takes --drafter_layers instead."
+            f"--grow_layers {grow} deepens the drafter passed as --init (without --lora, whose adapter must fit the "
+            "released drafter's layers); a new drafter takes --drafter_layers instead."
         )
     if script.refresh_draft_vocab and not script.init and args.stage != "warmup":
         raise SystemExit(
-            "--refresh_draft_vocab re-chooses the draft vocabulary of a drafter you start from (--init, or "
-            "--teacher for warmup); a new drafter chooses it from --data anyway. Drop the flag or pass --init."
+            "--refresh_draft_vocab re-chooses the draft vocabulary of a drafter you start from (--init, or --teacher "
+            "for warmup); a new drafter chooses it from --data anyway. Drop the flag or pass --init."
         )
     if script.refresh_draft_vocab and args.lora:
         raise SystemExit(
-            "--refresh_draft_vocab cannot be combined with --lora: a LoRA adapter is loaded onto the released "
-            "drafter, so it must keep that drafter's draft vocabulary. Drop one of the two flags."
+            "--refresh_draft_vocab cannot be combined with --lora: LoRA keeps the drafter's vocabulary. Drop one flag."
         )
-    window = script.sliding_window
     if window < 0:
         raise SystemExit(f"--sliding_window {window!r}: expected 0 (history-free) or N > 0 positions.")
     if window and (args.stage != "stable" or script.init or args.lora):
@@ -71,7 +69,7 @@ def _check_flags(script, args) -> None:
 
 def _parse_train_args(argv: list[str]):
     """`dlite-hf train`'s arguments, checked before the target loads; sets the thread count."""
-    parser, _ = build_train_parser()
+    parser = build_train_parser()
     # `--teacher DIR` (the issue's spelling) is DLiteTrainingArguments.teacher_path
     argv = ["--teacher_path" if a == "--teacher" else a.replace("--teacher=", "--teacher_path=", 1) for a in argv]
     script, args = parser.parse_args_into_dataclasses(args=argv)

@@ -1,13 +1,10 @@
-"""BFCL v4 multi-turn sessions for the ``agentic`` workload, with tool results from BFCL's own executable backends.
+"""BFCL v4 multi-turn sessions for the ``agentic`` workload (evaluation only), tool results from BFCL's own backends.
 
-A BFCL multi-turn entry is a list of user turns over a stateful environment (a file system, a trading bot, ...)
-loaded from its ``initial_config``. A session replays it: the system prompt (the involved classes' schemas) and the
-first user message; then, after each target reply, the results of that turn's ground-truth calls as ``tool``
-messages, and the next user message. ``multi_turn_long_context`` loads large scenarios (8k-16k token contexts).
-
-The backends are the pinned wheel's ``func_source_code`` files (source ``bfcl_backends``), executed as standalone
-modules: ``bfcl_eval`` is never installed or imported, and ground-truth calls run with literal arguments only (parsed
-with :mod:`ast`, no ``eval``). Evaluation only: no training prompt comes from these files.
+An entry is user turns over a stateful environment (a file system, a trading bot, ...) loaded from its
+``initial_config``; a session is the system prompt (the classes' schemas), then per turn the user message(s) and,
+after the target's reply, the results of the turn's ground-truth calls as ``tool`` messages. The backends are the
+pinned wheel's files executed as standalone modules (``bfcl_eval`` is never imported), calls parsed with :mod:`ast`
+and run with literal arguments only.
 """
 
 from __future__ import annotations
@@ -51,7 +48,7 @@ Session = dict[str, Any]
 
 @functools.cache
 def _backend_module(stem: str) -> types.ModuleType:
-    """Execute one backend file as a standalone module (its imports of sibling backends redirected)."""
+    """Execute one backend file as a standalone module, its imports of sibling backends redirected."""
     path = S.fetch("bfcl_backends", f"{stem}.py")
     source = path.read_text(encoding="utf-8")
     for dependency in sorted(set(re.findall(rf"{re.escape(_UPSTREAM_MODULE_PREFIX)}(\w+)", source))):
@@ -88,24 +85,20 @@ def _parse_call(call: str) -> tuple[str, list[Any], dict[str, Any]]:
 
 
 class BFCLEnvironment:
-    """The instances of one BFCL entry's involved classes, loaded with its ``initial_config`` (``long_context``: the
-    scenario's long variant)."""
+    """The instances of one BFCL entry's involved classes, loaded with its ``initial_config``."""
 
     def __init__(self, entry: dict[str, Any], long_context: bool = False) -> None:
         unknown = [c for c in entry["involved_classes"] if c not in _BACKENDS]
         if unknown:
-            raise ValueError(
-                f"BFCL entry {entry.get('id')!r} uses unknown classes {unknown}; known: {sorted(_BACKENDS)}."
-            )
+            raise ValueError(f"BFCL entry {entry.get('id')!r}: unknown classes {unknown}; known: {sorted(_BACKENDS)}.")
         self.methods: dict[str, Any] = {}
         for class_name in entry["involved_classes"]:
             instance = getattr(_backend_module(_BACKENDS[class_name]), class_name)()
             if hasattr(instance, "_load_scenario"):
                 config = copy.deepcopy(entry["initial_config"].get(class_name, {}))
                 instance._load_scenario(config, long_context=long_context)
-            for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
-                if not name.startswith("_"):
-                    self.methods[name] = method
+            members = inspect.getmembers(instance, predicate=inspect.ismethod)
+            self.methods.update((name, method) for name, method in members if not name.startswith("_"))
 
     def execute(self, call: str) -> Any:
         """Run one call string and return the backend's result (an error comes back as text, as in BFCL)."""
@@ -135,7 +128,6 @@ def _system_prompt(entry: dict[str, Any]) -> str:
 
 
 def _turns(environment: BFCLEnvironment, entry: dict[str, Any], index: int, messages: list, calls: list[str]):
-    """One BFCL turn as session turns: the user's message(s), then the results of the turn's ground-truth calls."""
     users = [{"role": m["role"], "content": m["content"]} for m in messages]
     if index == 0:
         users.insert(0, {"role": "system", "content": _system_prompt(entry)})
@@ -160,11 +152,10 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_t
             turns += _turns(environment, entry, index, messages, turn_calls)
     finally:
         random.setstate(state)
-    source = S.provenance(f"bfcl_{category}")
     return {
         "id": f"bfcl/{entry['id']}",
         "workload": "agentic",
-        "source": source,
+        "source": S.provenance(f"bfcl_{category}"),
         "turns": turns,
         "max_tokens": max_tokens,
         "max_turns": None,
@@ -172,8 +163,7 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_t
 
 
 def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "multi_turn_base") -> list[Session]:
-    """The first ``limit`` entries of a BFCL multi-turn category of :data:`BFCL_CATEGORIES` (by sha1 of their id) as
-    agentic sessions, each stopped at the first turn whose context is longer than ``max_tokens``."""
+    """The first ``limit`` entries of a category (by sha1 of their id) as sessions, stopped past ``max_tokens``."""
     if category not in BFCL_CATEGORIES:
         raise ValueError(f"Unknown BFCL category {category!r}; allowed: {', '.join(BFCL_CATEGORIES)}.")
     entries = S.read_jsonl(f"bfcl_{category}")

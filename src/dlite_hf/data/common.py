@@ -1,8 +1,7 @@
 """The prompt dict every data module builds, the split constants, and the small helpers they share.
 
-A prompt is ``{"id", "workload", "source", "messages"}`` (see :mod:`dlite_hf.data`); a text item is a prompt whose
-messages end with the reference reply. Tool schemas go in a system message as JSON text, tool calls are written as
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+A prompt is ``{"id", "workload", "source", "messages"}``; a text item is a prompt whose messages end with the
+reference reply. Tool calls are written ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 Prompt = dict[str, Any]
-Groups = list[tuple[str, list[Prompt]]]  # a domain's or a pool's items by group: [(group_id, [prompt, ...]), ...]
+Group = tuple[str, list[Prompt]]  # a domain's items of one group: (group_id, [prompt, ...])
+Groups = list[Group]
 SPLITS: tuple[str, ...] = ("eval", "train")
 EVAL_SIZE = 16
 MAX_PROMPT_CHARS = 3600  # about 900 tokens: regenerate skips prompts over 1,024 tokens anyway
@@ -28,7 +28,6 @@ TOOL_CALL_HELP = (
 
 
 def hash_key(text: str) -> str:
-    """The sha1 hex digest every split ranks by."""
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
@@ -41,12 +40,10 @@ def user(content: str) -> dict[str, str]:
 
 
 def text_item(id_: str, domain: str, source: str, request: str, reply: str) -> Prompt:
-    """A text item: the request, then the reference reply as the assistant's message."""
     return prompt(id_, domain, source, [user(request), {"role": "assistant", "content": reply}])
 
 
 def tools_block(functions: Iterable[dict]) -> str:
-    """Render function schemas one JSON object per line inside ``<tools>`` tags."""
     lines = "\n".join(json.dumps(fn, ensure_ascii=False) for fn in functions)
     return f"<tools>\n{lines}\n</tools>"
 
@@ -74,7 +71,7 @@ def dedupe(prompts: Iterable[Prompt], seen: set[str]) -> list[Prompt]:
 
 
 def cut(text: str, limit: int) -> str:
-    """``text`` cut at the last sentence or line end before ``limit`` characters."""
+    """``text`` cut at the last sentence or line end before ``limit`` characters (if past half of it)."""
     if len(text) <= limit:
         return text
     head = text[:limit]

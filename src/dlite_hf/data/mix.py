@@ -18,8 +18,8 @@ from .prompts import TRAINING_WORKLOADS, load_prompts
 
 
 def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tuple[str, ...] = ()) -> list[Prompt]:
-    """A shuffled, seeded sample of up to ``limit_per_workload`` train prompts of each training workload, leaving out
-    ids that start with one of ``exclude_id_prefixes`` (e.g. ``"stdlib/"``)."""
+    """A shuffled, seeded sample of up to ``limit_per_workload`` train prompts of each training workload, but ids
+    starting with one of ``exclude_id_prefixes``."""
     if limit_per_workload <= 0:
         raise ValueError(f"limit_per_workload must be positive, got {limit_per_workload}.")
     rng = random.Random(seed)
@@ -64,14 +64,8 @@ def build_mix(
         cap = round(cap * weights.get(name, 1))
         picked = rng.sample(items, min(cap, len(items)))
         chosen[domain.kind] += picked
-        summary["domains"][name] = {
-            "kind": domain.kind,
-            "source": domain.source,
-            "available": len(items),
-            "written": len(picked),
-        }
-        if name in weights:
-            summary["domains"][name]["weight"] = weights[name]
+        entry = {"kind": domain.kind, "source": domain.source, "available": len(items), "written": len(picked)}
+        summary["domains"][name] = entry | ({"weight": weights[name]} if name in weights else {})
     out_dir = Path(out_dir)
     for kind, file in (("prompt", "prompts.jsonl"), ("text", "texts.jsonl")):
         rng.shuffle(chosen[kind])
@@ -80,24 +74,21 @@ def build_mix(
     return summary
 
 
+_LEGACY_ID_HEADS = {
+    "chat": ("mtbench", "fiqa", "truthfulqa", "liveqa"),
+    "code": ("humaneval", "stdlib"),
+    "math": ("asdiv",),
+    "tool": ("bfcl",),
+    "agentic": ("tooltalk", "tooltalk-easy"),
+}
+
+
 def row_domain(row: dict[str, Any]) -> str:
     """The domain of a training row (its ``workload``; rows of older regenerate runs fall back to the id)."""
     if row.get("workload"):
         return str(row["workload"])
     head = str(row.get("id", "")).split("/", 1)[0]
-    legacy = {
-        "mtbench": "chat",
-        "fiqa": "chat",
-        "truthfulqa": "chat",
-        "liveqa": "chat",
-        "humaneval": "code",
-        "stdlib": "code",
-        "asdiv": "math",
-        "bfcl": "tool",
-        "tooltalk": "agentic",
-        "tooltalk-easy": "agentic",
-    }
-    return legacy.get(head, head or "?")
+    return next((domain for domain, heads in _LEGACY_ID_HEADS.items() if head in heads), head or "?")
 
 
 def data_table(rows: Iterable[dict[str, Any]]) -> str:

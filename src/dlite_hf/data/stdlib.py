@@ -1,27 +1,25 @@
-"""On-disk source: the running interpreter's standard library (sources ``stdlib_functions`` and ``stdlib_modules``).
+"""On-disk source: the running interpreter's standard library, read with :mod:`ast`, never imported.
 
-It gives the ``code`` workload's train-only prompts (documented public functions of :data:`STDLIB_CODE_MODULES`,
-body removed, HumanEval-style) and the mix's ``code_tasks`` and ``text_code`` domains, over every pure-Python module
-but tests, IDLE, site-packages and those the bench's coding sessions read (:data:`EVAL_STDLIB_MODULES`). Modules
-an interpreter lacks (``uu`` from 3.13 on) are skipped, so the items depend on its version.
-
-The mix's ``coding_agent`` domain is long multi-turn coding-agent sessions over these train modules, one group per
-module: a bug report, then the agent's tool calls and their results (the module's source, a pytest failure quoting
-real lines of it, the sources of the train modules it imports, a follow-up); every point where the agent speaks next
-is one prompt (about 2k to 8k tokens of context). The bench's coding sessions (:mod:`dlite_hf.data.workloads`) share
-its tool results. Files are read with :mod:`ast`, never imported.
+It gives the ``code`` workload's train-only prompts (documented functions of :data:`STDLIB_CODE_MODULES`, body
+removed) and the mix's ``code_tasks``, ``text_code`` and ``coding_agent`` domains over every pure-Python module but
+tests, IDLE and those the bench's coding sessions read (:data:`EVAL_STDLIB_MODULES`); the items depend on the
+interpreter's version (``uu`` is gone from 3.13 on). A ``coding_agent`` session is a bug report, then the agent's
+tool calls and results (the module, a pytest failure quoting it, modules it imports, a follow-up); every point where
+the agent speaks next is one prompt (2k to 8k tokens of context).
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 
 from .common import (
     MAX_PROMPT_CHARS,
     PYTHON_VERSION,
     TEXT_CHUNK_CHARS,
+    Group,
     Prompt,
     hash_key,
     prompt,
@@ -102,10 +100,9 @@ def _function_stub(node: ast.FunctionDef) -> str:
     return ast.unparse(stub)
 
 
-def code_stub_prompts() -> list[Prompt]:
-    """Train-only code prompts: documented public top-level functions of :data:`STDLIB_CODE_MODULES`."""
+def code_stub_prompts() -> Iterator[Prompt]:
+    """The ``code`` workload's train-only prompts: documented functions of :data:`STDLIB_CODE_MODULES`."""
     root = Path(SOURCES["stdlib_functions"].path)
-    prompts = []
     for module in STDLIB_CODE_MODULES:
         path = root / f"{module}.py"
         if not path.is_file():
@@ -120,8 +117,7 @@ def code_stub_prompts() -> list[Prompt]:
             content = f"{CODE_INSTRUCTION}\n\n```python\n{_function_stub(node)}\n```"
             name = module.removesuffix("/__init__").replace("/", ".")
             source = f"python=={PYTHON_VERSION}:Lib/{module}.py"
-            prompts.append(prompt(f"stdlib/{name}.{node.name}", "code", source, [user(content)]))
-    return prompts
+            yield prompt(f"stdlib/{name}.{node.name}", "code", source, [user(content)])
 
 
 def module_files() -> list[tuple[str, Path]]:
@@ -142,9 +138,8 @@ def module_files() -> list[tuple[str, Path]]:
     return out
 
 
-def code_tasks() -> list[tuple[str, list[Prompt]]]:
-    """The ``code_tasks`` domain: one group per module, a task about each of its top-level functions."""
-    out = []
+def code_tasks() -> Iterator[Group]:
+    """One group per module, a task about each of its top-level functions."""
     for module, path in module_files():
         try:
             text = path.read_text(encoding="utf-8")
@@ -163,14 +158,12 @@ def code_tasks() -> list[tuple[str, list[Prompt]]]:
                 id_ = f"stdlib-task/{module}.{node.name}"
                 items.append(prompt(id_, "code_tasks", f"python=={PYTHON_VERSION}:Lib/{path.name}", [user(request)]))
         if items:
-            out.append((f"stdlib-task/{module}", items))
-    return out
+            yield f"stdlib-task/{module}", items
 
 
-def text_code(held: frozenset[str]) -> list[tuple[str, list[Prompt]]]:
-    """The ``text_code`` domain: modules continued chunk by chunk, but those of ``code_tasks``' eval groups."""
+def text_code(held: frozenset[str]) -> Iterator[Group]:
+    """Modules continued chunk by chunk, but those of ``code_tasks``' eval groups."""
     held_modules = {gid.split("/", 1)[1] for gid in held}
-    out = []
     for module, path in module_files():
         if module in held_modules:
             continue
@@ -190,8 +183,7 @@ def text_code(held: frozenset[str]) -> list[tuple[str, list[Prompt]]]:
             source = f"python=={PYTHON_VERSION}:Lib/{path.name}"
             items.append(text_item(f"text/stdlib/{module}/{n}", "text_code", source, request, reply))
         if items:
-            out.append((f"stdlib-text/{module}", items))
-    return out
+            yield f"stdlib-text/{module}", items
 
 
 # ---------------------------------------------------------------------------------------- coding-agent sessions
@@ -259,11 +251,6 @@ def read_file_result(path: str, text: str, body: str) -> str:
     shown = body.count("\n") + (0 if body.endswith("\n") else 1)
     note = f" (showing lines 1-{shown} of {total})" if body != text else f" ({total} lines)"
     return f"read_file(path={path!r}){note}:\n```python\n{body.rstrip()}\n```"
-
-
-def _read_result(module: str, path: Path, text: str) -> str:
-    body = text if len(text) <= MAX_FILE_CHARS else text[: text.rfind("\n", 0, MAX_FILE_CHARS) + 1]
-    return read_file_result(_repo_path(module, path), text, body)
 
 
 def _repo_path(module: str, path: Path) -> str:
@@ -337,25 +324,25 @@ def _session(module: str, path: Path, known: dict[str, Path]) -> list[Prompt]:
         if speak:  # the agent speaks next: one training prompt, the context so far
             prompts.append(prompt(f"coding-agent/{module}/{len(prompts)}", "coding_agent", source, list(messages)))
 
-    call("read_file", {"path": _repo_path(module, path)}, _read_result(module, path, text), False)
+    def read(name: str, file: Path, text: str, speak: bool) -> None:
+        body = text if len(text) <= MAX_FILE_CHARS else text[: text.rfind("\n", 0, MAX_FILE_CHARS) + 1]
+        shown = _repo_path(name, file)
+        call("read_file", {"path": shown}, read_file_result(shown, text, body), speak)
+
+    read(module, path, text, False)
     target = f"tests/test_{module.split('.')[-1]}.py"
     call("run_tests", {"target": target}, _test_output(module, path, lines, frames, error, 0), True)
     for other in _imports(tree, known)[:2]:
-        other_path = known[other]
-        other_text = other_path.read_text(encoding="utf-8", errors="replace")
-        call("read_file", {"path": _repo_path(other, other_path)}, _read_result(other, other_path, other_text), True)
+        read(other, known[other], known[other].read_text(encoding="utf-8", errors="replace"), True)
     messages.append(user(_FOLLOW_UPS[pick % len(_FOLLOW_UPS)]))
     call("run_tests", {"target": target}, _test_output(module, path, lines, frames, error, 1), True)
     return prompts
 
 
-def coding_agent() -> list[tuple[str, list[Prompt]]]:
-    """The ``coding_agent`` domain: one group per module, the prompts of its session in order."""
+def coding_agent() -> Iterator[Group]:
     files = module_files()
     known = dict(files)
-    out = []
     for module, path in files:
         items = _session(module, path, known)
         if items:
-            out.append((f"coding-agent/{module}", items))
-    return out
+            yield f"coding-agent/{module}", items

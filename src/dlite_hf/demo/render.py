@@ -1,5 +1,4 @@
-"""The columns as the page shows them, built from each column's measured :class:`~.runner.ColumnRun`: HTML of the
-tokens, markdown of the numbers, the verdict, the context note (text only, no gradio here)."""
+"""The columns as the page shows them (HTML of the tokens, markdown of the numbers), the verdict, the context note."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The page's handlers: :class:`DemoRunner` runs a comparison's columns and yields the page's outputs as they stream.
 
-Each column is one generate() in a worker thread, streamed one chunk per target forward and timed. The columns run
-**one after the other**, and one request at a time: on a small CPU two concurrent generations share the cores, so
-both timings (and the speedup) would mean nothing. The handlers are generators yielding one :class:`CompareUpdate`
-per streamed chunk, so tests call them directly, without a browser or a server.
+Each column is one timed generate() in a worker thread, streamed one chunk per target forward. The columns run one
+after the other, and one request at a time: two concurrent generations would share the cores and void the timings.
 """
 
 from __future__ import annotations
@@ -27,8 +25,6 @@ from .render import context_note, render_stats, render_tokens, verdict
 from .settings import GREEDY, SAMPLING
 
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
-# The DLite column drafts with the hybrid (DLite plus a suffix index of the context), the decoding measured fastest.
-DLITE_LABEL = "target + DLite (hybrid: drafter + suffix index)"
 POLL_S = 0.25  # how often the elapsed time refreshes while no token arrives (e.g. during a long prefill)
 
 # The page's outputs, in order (what every step of DemoRunner.compare yields); details is the raw-numbers JSON.
@@ -38,8 +34,8 @@ CompareUpdate = namedtuple(
 
 
 class ChunkStreamer(BaseStreamer):
-    """A generate() streamer that queues one token-id chunk per target forward, skipping the prompt: assisted
-    decoding puts every token a verification forward committed in one call, so the chunks are the page's rounds."""
+    """Queues one token-id chunk per target forward (assisted decoding puts a verification's tokens in one call),
+    skipping the prompt."""
 
     def __init__(self) -> None:
         self.queue: Queue[list[int] | None] = Queue()
@@ -91,6 +87,23 @@ class ColumnRun:
     def tokens_per_s(self) -> float:
         return len(self.ids) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The column in the page's raw-numbers JSON."""
+        return {
+            "skipped": self.skipped,
+            "done": self.done,
+            "stopped": self.stopped,
+            "error": self.error,
+            "new_tokens": len(self.ids),
+            "elapsed_s": round(self.elapsed_s, 4),
+            "tokens_per_s": round(self.tokens_per_s, 3),
+            "target_forwards": len(self.sizes),
+            "tokens_per_forward": list(self.sizes),
+            "token_ids": list(self.ids),
+            **({"stats": self.stats} if self.stats else {}),
+            **({"near_tie": self.near_tie.to_dict()} if self.near_tie is not None else {}),
+        }
+
     def add_chunk(self, tokenizer: Any, chunk: list[int]) -> None:
         """Append one forward's tokens; the text is the growth of the decoded sequence (partial UTF-8 held back)."""
         self.ids += chunk
@@ -114,8 +127,8 @@ class ColumnRun:
 def stream_run(
     models: DemoModels, column: ColumnRun, input_ids: torch.Tensor, kwargs: dict[str, Any], stop: threading.Event
 ) -> Iterator[ColumnRun]:
-    """Run one generate() in a worker thread and yield ``column`` after every chunk (and every POLL_S seconds);
-    closing the generator early (the browser went away) stops the worker at its next step and joins it."""
+    """Run one generate() in a worker thread, yielding ``column`` after every chunk and every POLL_S seconds; closing
+    the generator (the browser went away) stops the worker at its next step."""
     streamer = ChunkStreamer()
     abandoned = threading.Event()
     outcome: dict[str, Any] = {}
@@ -187,8 +200,7 @@ class DemoRunner:
         self._checker: Any = None  # dlite_hf.neartie.NearTieChecker of the target, made on the first greedy run
 
     def select_example(self, label: str | None) -> tuple[str, dict[str, Any] | None, str]:
-        """Handler of the example dropdown: ``(prompt box text, context state, context note)``; the box gets the
-        example's last message, the earlier ones are kept as context and sent before it."""
+        """Handler of the example dropdown: the box gets the example's last message, the earlier ones are context."""
         messages = self.examples.get(label or "")
         if not messages:
             return DEFAULT_PROMPT, None, ""
@@ -212,8 +224,8 @@ class DemoRunner:
         """Token ids of the conversation (context messages, then the box as the last message), chat template on."""
         from ..chat_template import chat_prompt_ids
 
-        messages = list((context or {}).get("messages") or [])
-        messages.append({"role": (context or {}).get("role") or "user", "content": prompt})
+        context = context or {}
+        messages = [*(context.get("messages") or []), {"role": context.get("role") or "user", "content": prompt}]
         return chat_prompt_ids(self.models.tokenizer, messages)
 
     def compare(
@@ -228,11 +240,10 @@ class DemoRunner:
         seed: int = 0,
         session: str = "default",
     ) -> Iterator[CompareUpdate]:
-        """Handler of the Run button: target alone, then target + DLite (then prompt lookup), one after the other,
-        yielding a :class:`CompareUpdate` after every streamed chunk."""
+        """Handler of the Run button: the columns one after the other, a :class:`CompareUpdate` per streamed chunk."""
         models = self.models
         plain = ColumnRun("plain", "the target alone")
-        dlite = ColumnRun("dlite", DLITE_LABEL)
+        dlite = ColumnRun("dlite", "target + DLite (hybrid: drafter + suffix index)")  # the decoding measured fastest
         lookup = ColumnRun("prompt_lookup", "target + prompt lookup")
         columns = [plain, dlite, lookup]
         if models.target is None:
@@ -293,37 +304,12 @@ class DemoRunner:
             column.near_tie = self._checker.check(input_ids.shape[1], *full)
 
     def _update(self, columns: list[ColumnRun], decoding: str, message_override: str | None = None) -> CompareUpdate:
-        plain, dlite, lookup = columns
-        details = {
-            "decoding": decoding,
-            "threads": torch.get_num_threads(),
-            **{
-                c.method: {
-                    "skipped": c.skipped,
-                    "done": c.done,
-                    "stopped": c.stopped,
-                    "error": c.error,
-                    "new_tokens": len(c.ids),
-                    "elapsed_s": round(c.elapsed_s, 4),
-                    "tokens_per_s": round(c.tokens_per_s, 3),
-                    "target_forwards": len(c.sizes),
-                    "tokens_per_forward": list(c.sizes),
-                    "token_ids": list(c.ids),
-                    **({"stats": c.stats} if c.stats else {}),
-                    **({"near_tie": c.near_tie.to_dict()} if c.near_tie is not None else {}),
-                }
-                for c in columns
-            },
-        }
+        plain, dlite = columns[:2]
+        details: dict[str, Any] = {"decoding": decoding, "threads": torch.get_num_threads()}
+        shown = []
+        for column in columns:
+            details[column.method] = column.to_dict()
+            shown += [render_tokens(column, highlight=column is not plain), render_stats(column, plain)]
         if plain.done and dlite.done and not dlite.skipped and plain.tokens_per_s > 0:
             details["speedup"] = round(dlite.tokens_per_s / plain.tokens_per_s, 4)
-        return CompareUpdate(
-            render_tokens(plain, highlight=False),
-            render_stats(plain),
-            render_tokens(dlite, highlight=True),
-            render_stats(dlite, plain),
-            render_tokens(lookup, highlight=True),
-            render_stats(lookup, plain),
-            message_override or verdict(columns, decoding),
-            details,
-        )
+        return CompareUpdate(*shown, message_override or verdict(columns, decoding), details)

@@ -1,7 +1,5 @@
 """Random option mixes for ``generate()``: what a user can pass, drawn from a seed, one :class:`Case` at a time.
 
-A case names its option families (:data:`FAMILIES`), the keyword arguments of the plain call, the drafter's own
-per-call options (drafted call only), and whether the drafted call runs inside a :class:`~dlite_hf.DraftSession`.
 The same seed and context give the same cases; nothing here runs a model (:mod:`~dlite_hf.reliability.verdict` does).
 """
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from ..chat_template import chat_prompt_ids
+from ..jsonl import completed_ids
 from .cases import Context, draw_case
 from .verdict import PASSING, Outcome, run_case
 
-__all__ = ["context_for", "report", "run_suite", "suite_prompts"]
+__all__ = ["report", "run_suite", "suite_prompts"]
 
 _WORKLOADS = ("chat", "code", "math", "tool", "agentic")
 
@@ -29,39 +31,18 @@ def suite_prompts(tokenizer: Any, per_workload: int = 4, long_tokens: int = 1024
     many long-context ones of about ``long_tokens`` tokens, one raw text without template and a 1-token prompt."""
     from ..data.prompts import load_long, load_prompts
 
-    def templated(messages: list[dict[str, str]]) -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
-        return list(ids["input_ids"])
-
     out = []
     for workload in _WORKLOADS:
         for item in load_prompts(workload, "eval", limit=per_workload):
             messages = item["messages"] if "messages" in item else item["turns"][0]
             # a recorded conversation: up to its first assistant message
-            out.append((workload, templated(list(takewhile(lambda m: m["role"] != "assistant", messages)))))
+            messages = list(takewhile(lambda m: m["role"] != "assistant", messages))
+            out.append((workload, chat_prompt_ids(tokenizer, messages)))
     for item in load_long(long_tokens, tokenizer=tokenizer, limit=per_workload):
-        out.append(("long", templated(item["messages"])))
+        out.append(("long", chat_prompt_ids(tokenizer, item["messages"])))
     out.append(("raw", tokenizer("def fibonacci(n):\n    ", add_special_tokens=False)["input_ids"]))
     out.append(("one_token", out[0][1][:1]))
     return out
-
-
-def context_for(tokenizer: Any, eos_ids: Iterable[int], prompts: list[tuple[str, list[int]]]) -> Context:
-    """The drawers' context: the vocabulary, the EOS ids and the 64 most common prompt tokens."""
-    counts = Counter(t for _, ids in prompts for t in ids)
-    return Context(len(tokenizer), tuple(eos_ids), tuple(t for t, _ in counts.most_common(64)))
-
-
-def _done(path: Path) -> set[int]:
-    if not path.exists():
-        return set()
-    done = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            done.add(json.loads(line)["index"])
-        except (json.JSONDecodeError, KeyError):
-            continue  # a line torn by a kill: its case runs again
-    return done
 
 
 def run_suite(
@@ -77,16 +58,15 @@ def run_suite(
     label: str = "",
     progress: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Run cases ``0..cases-1`` of ``seed`` (each on a prompt drawn with it) and append each verdict to ``out``.
-
-    Cases already in ``out`` are skipped, so a killed run resumes; the same seed draws the same cases.
-    """
+    """Run cases ``0..cases-1`` of ``seed`` (each on a prompt drawn with it) and append each verdict to ``out``;
+    the cases already there are skipped, so a killed run resumes (the same seed draws the same cases)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     eos = target.generation_config.eos_token_id
-    ctx = context_for(tokenizer, [eos] if isinstance(eos, int) else list(eos or []), prompts)
+    common = Counter(t for _, ids in prompts for t in ids).most_common(64)  # the drawers' picks: ids that occur
+    ctx = Context(len(tokenizer), (eos,) if isinstance(eos, int) else tuple(eos or ()), tuple(t for t, _ in common))
     rng = random.Random(seed)
-    done = _done(out)
+    done = completed_ids(out, key="index")  # a line torn by a kill is dropped: its case runs again
     outcomes = []
     for index in range(cases):
         case = draw_case(rng, ctx, index, max_new_tokens=max_new_tokens, sampled=sampled)

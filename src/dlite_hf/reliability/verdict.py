@@ -1,17 +1,10 @@
-"""One randomised case, run plainly and drafted, and its verdict.
+"""One randomised case, run plainly and drafted, and its verdict (docs/reliability.md says when each applies).
 
-A case passes when, for the same prompt and options:
-
-* both calls refuse (``refused_alike``), or only the drafted call refuses and its message names an option of the
-  case that it cannot honour (``refused_named``);
-* both complete, each output obeys the case's constraints (length, banned and suppressed tokens, n-gram bans,
-  minimum length, streamed tokens, one score per token), and then: greedy outputs are the same tokens
-  (``identical``), or, in bfloat16/float16, differ only at a float32-proven near-tie of the *processed* logits
-  (``near_tie``); sampled outputs are not compared (``sampled_ok``: their distributions are the chi-square tests'
-  job).
-
-Anything else is a ``failure`` with its reason: a crash, a drafted call that runs where plain refuses, a broken
-constraint, a greedy difference that is not a near-tie.
+Both calls refuse (``refused_alike``), or only the drafted one, naming an option of the case (``refused_named``); or
+both complete, each output keeps the case's promises (length, bans, n-gram rule, streamed tokens, scores), and then
+greedy outputs are ``identical`` or, in reduced precision, differ only at a ``near_tie`` of the *processed* float32
+logits; sampled ones are ``sampled_ok`` (their distributions are the chi-square tests' job). Anything else is a
+``failure`` with its reason.
 """
 
 from __future__ import annotations
@@ -25,7 +18,8 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
-from ..neartie import epsilon_for, first_difference, float32_reference
+from ..modeling.suffix_index import DraftSession
+from ..neartie import epsilon_for, first_difference, float32_reference, logit_gaps
 from .cases import Case
 
 __all__ = ["PASSING", "Outcome", "classify", "run_case"]
@@ -67,23 +61,15 @@ class _Collect(BaseStreamer):
 def _call(target, prompt: torch.Tensor, case: Case, tokenizer, drafter=None) -> tuple[Any, _Collect | None]:
     """One call as the docs say to make it: the options in a ``GenerationConfig`` (the drafter's per-call options
     too, for the drafted call), the tokenizer and streamer as arguments."""
-    options = dict(case.generation)
-    if drafter is not None:
-        options.update(case.drafter)
-    arguments: dict[str, Any] = {"attention_mask": torch.ones_like(prompt)}
+    options = {**case.generation, **(case.drafter if drafter is not None else {})}
+    streamer = _Collect() if case.streamer else None
+    arguments = {"attention_mask": torch.ones_like(prompt), "streamer": streamer, "assistant_model": drafter}
     if "stop_strings" in options:
         arguments["tokenizer"] = tokenizer
-    streamer = _Collect() if case.streamer else None
-    if streamer is not None:
-        arguments["streamer"] = streamer
-    if drafter is not None:
-        arguments["assistant_model"] = drafter
     if case.sampled:
         torch.manual_seed(case.seed)
     session = contextlib.nullcontext()
     if drafter is not None and case.session is not None:
-        from .. import DraftSession
-
         session = DraftSession(**case.session)
     with session:
         out = target.generate(prompt, generation_config=GenerationConfig(**options), **arguments)
@@ -145,13 +131,7 @@ def _processed_gaps(target, case: Case, seq: torch.Tensor, start: int) -> torch.
     if config.max_new_tokens is not None:  # as generate() sets it: the forced EOS sits at max_length - 1
         config.max_length = start + config.max_new_tokens
     processors = target._get_logits_processor(generation_config=config, input_ids_seq_length=start, device="cpu")
-    with torch.no_grad():
-        logits = reference(seq).logits[0, start - 1 : -1].float()
-    gaps = []
-    for j in range(logits.shape[0]):
-        row = processors(seq[:, : start + j], logits[j : j + 1].clone())[0]
-        gaps.append(float(row.max() - row[seq[0, start + j]]))
-    return torch.tensor(gaps)
+    return logit_gaps(reference, seq, start, processors)[0]
 
 
 def classify(case: Case, plain: Any, drafted: Any) -> tuple[str, str]:

@@ -15,8 +15,6 @@ from .losses import DEFAULT_CHUNK_SIZE, POSITION_WEIGHT_FORMS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LORA_DEFAULT_TARGETS", "STAGES", "DLiteTrainingArguments", "ScriptArguments"]
-
 STAGES = ("teacher", "warmup", "stable")
 # the drafter modules LoRA adapts when `lora_target_modules` is unset (the backbone's projections)
 LORA_DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")
@@ -47,73 +45,40 @@ class DLiteTrainingArguments(TrainingArguments):
     """
 
     # defaults that differ from TrainingArguments'
-    learning_rate: float = _field(4e-4, "The initial learning rate for AdamW (the paper uses 4e-4).")
-    logging_steps: float = _field(
-        10,
-        "Log every X update steps. Should be an integer or a float in range `[0,1)`. If smaller than 1, "
-        "will be interpreted as ratio of total training steps.",
-    )
-    remove_unused_columns: bool = _field(
-        False,
-        "Whether to drop dataset columns the model's forward does not take. DLite's trainer consumes "
-        "extra columns (loss_mask, ...), so it defaults to False.",
-    )
-    report_to: None | str | list[str] = _field(
-        "none", "Integrations to report results and logs to ('none' by default, 'all' for all installed)."
-    )
+    learning_rate: float = _field(4e-4, "The initial learning rate for AdamW (the paper's 4e-4).")
+    logging_steps: float = _field(10, "Log every X update steps (an int, or a float in [0, 1): a share of all steps).")
+    remove_unused_columns: bool = _field(False, "Drop columns forward() does not take (the trainer needs them).")
+    report_to: None | str | list[str] = _field("none", "Integrations to report to ('none', or 'all' installed).")
 
     # Stage and objective
     stage: str = _field(
         "stable",
-        "Training stage: 'teacher' (history-aware teacher, weighted CE), 'warmup' (distil to the "
-        "teacher, weighted forward KL) or 'stable' (lambda_ce * CE + lambda_tv * L1 against the target).",
+        "'teacher' (history-aware, weighted CE), 'warmup' (weighted forward KL to the teacher) or 'stable' "
+        "(lambda_ce * CE + lambda_tv * L1 against the target).",
         choices=list(STAGES),
     )
-    teacher_path: str | None = _field(
-        None, "Path or hub id of the stage-0 teacher. Required for stage 'warmup'; must be unset otherwise."
-    )
+    teacher_path: str | None = _field(None, "Path or hub id of the stage-0 teacher; stage 'warmup' only (required).")
     lambda_ce: float = _field(0.1, "Weight of the cross-entropy term in the stable stage (>= 0).")
     lambda_tv: float = _field(1.0, "Weight of the L1 (TV) term ||p^T - q||_1 in the stable stage (>= 0).")
     loss_decay_gamma: float = _field(4.0, "gamma of the position weights (finite, > 0).")
     loss_decay_form: str = _field(
         "divide",
-        "Position weights: 'divide' -> exp(-(i-1)/gamma) (DFlash style), 'multiply' -> "
-        "exp(-(i-1)*gamma) (the paper's literal formula).",
+        "Position weights: 'divide' exp(-(i-1)/gamma) (DFlash), 'multiply' exp(-(i-1)*gamma) (the paper's formula).",
         choices=list(POSITION_WEIGHT_FORMS),
     )
 
     # Blocks and data
-    num_anchors: int = _field(16, "Anchor blocks sampled per sequence (>= 1); one target forward serves all of them.")
-    max_length: int = _field(1024, "Maximum sequence length fed to the target (>= 3); longer sequences are truncated.")
-    history_window: int = _field(
-        -1,
-        "Stage 'teacher' only: history positions attended before each block's context. -1: all, "
-        "0: none, N > 0: the last N.",
-    )
-    vocab_chunk_size: int = _field(
-        DEFAULT_CHUNK_SIZE,
-        "Anchor blocks whose full-vocabulary distributions are materialised at once in the chunked "
-        "losses (>= 1). Memory only; the loss value does not change.",
-    )
-    restrict_to_draft_vocab: bool = _field(
-        True,
-        "Stage stable, drafters with a draft vocabulary: train q over the draft vocabulary only, as "
-        "draft() uses it (positions whose label is outside it are left out of the CE term; the L1 term is exact).",
-    )
-    anchor_stride: int = _field(
-        1,
-        "Anchors only at positions divisible by this (>= 1): the feature cache keeps 1/stride of the tapped states.",
-    )
-    feature_cache_dir: str | None = _field(
-        None,
-        "Optional on-disk cache of the target's forward (float16; history-free stages keep the final "
-        "states of the responses and the tapped states at the anchors); unset runs the target online.",
-    )
+    num_anchors: int = _field(16, "Anchor blocks sampled per sequence (>= 1); one target forward serves them all.")
+    max_length: int = _field(1024, "Maximum sequence length fed to the target (>= 3); longer ones are truncated.")
+    history_window: int = _field(-1, "Stage teacher: past positions each block attends (-1: all, 0: none, N: last N).")
+    vocab_chunk_size: int = _field(DEFAULT_CHUNK_SIZE, "Anchor blocks per loss chunk (>= 1): memory only, same loss.")
+    restrict_to_draft_vocab: bool = _field(True, "Stage stable: train q over the draft vocabulary as draft() uses it.")
+    anchor_stride: int = _field(1, "Anchors at positions divisible by this (>= 1); a feature cache keeps 1/stride.")
+    feature_cache_dir: str | None = _field(None, "Float16 on-disk cache of the target's forward (unset: online).")
     max_train_seconds: float = _field(
         0.0,
-        "Wall-clock budget (> 0, with lr_scheduler_type cosine): the cosine follows the elapsed share of "
-        "this budget instead of the steps, and training stops when it is spent (max_steps stays an upper bound). "
-        "For runs whose step rate is unknown ahead, such as several sharing one GPU. 0: off.",
+        "Wall-clock budget (> 0, with lr_scheduler_type cosine): the cosine follows elapsed time and training stops "
+        "when it is spent (max_steps stays an upper bound). 0: off.",
     )
 
     # LoRA
@@ -121,9 +86,7 @@ class DLiteTrainingArguments(TrainingArguments):
     lora_r: int = _field(16, "LoRA rank (>= 1).")
     lora_alpha: int = _field(32, "LoRA alpha, the scaling numerator (>= 1).")
     lora_target_modules: list[str] | None = _field(
-        None,
-        "Module names to adapt with LoRA; unset adapts the backbone's q/k/v/o_proj, gate_proj and "
-        "up_proj (LORA_DEFAULT_TARGETS).",
+        None, "Module names to adapt with LoRA; unset: q/k/v/o_proj, gate_proj, up_proj (LORA_DEFAULT_TARGETS)."
     )
 
     def __post_init__(self) -> None:
@@ -141,9 +104,7 @@ class DLiteTrainingArguments(TrainingArguments):
         if self.stage not in STAGES:
             raise _invalid("stage", self.stage, f"one of {STAGES}")
         if self.stage == "warmup" and not (isinstance(self.teacher_path, str) and self.teacher_path.strip()):
-            raise _invalid(
-                "teacher_path", self.teacher_path, "the path or hub id of the stage-0 teacher when stage='warmup'"
-            )
+            raise _invalid("teacher_path", self.teacher_path, "the stage-0 teacher's path or hub id (stage 'warmup')")
         if self.stage != "warmup" and self.teacher_path is not None:
             expected = f"None when stage={self.stage!r} (only stage 'warmup' loads a teacher)"
             raise _invalid("teacher_path", self.teacher_path, expected)
@@ -161,18 +122,13 @@ class DLiteTrainingArguments(TrainingArguments):
                 raise _invalid(name, getattr(self, name), f"an int >= {minimum}")
         if not _is_int(self.history_window) or self.history_window < -1:
             raise _invalid("history_window", self.history_window, "-1 (all), 0 (none) or an int > 0")
-        if self.feature_cache_dir is not None and not (
-            isinstance(self.feature_cache_dir, str) and self.feature_cache_dir
-        ):
-            raise _invalid("feature_cache_dir", self.feature_cache_dir, "None or a non-empty path")
+        cache = self.feature_cache_dir
+        if cache is not None and not (isinstance(cache, str) and cache):
+            raise _invalid("feature_cache_dir", cache, "None or a non-empty path")
         scheduler = str(getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type))
         if self.max_train_seconds > 0 and scheduler != "cosine":
-            raise _invalid(
-                "lr_scheduler_type",
-                self.lr_scheduler_type,
-                "cosine with max_train_seconds > 0 (the budget's schedule is a cosine over time); pass "
-                "--lr_scheduler_type cosine",
-            )
+            expected = "cosine with max_train_seconds > 0 (a cosine over time); pass --lr_scheduler_type cosine"
+            raise _invalid("lr_scheduler_type", self.lr_scheduler_type, expected)
         if not isinstance(self.lora, bool):
             raise _invalid("lora", self.lora, "a bool")
         modules = [self.lora_target_modules] if isinstance(self.lora_target_modules, str) else self.lora_target_modules
@@ -193,16 +149,12 @@ class ScriptArguments:
     target_adapter: str | None = _field(None, "PEFT adapter to apply to the target.")
     target_dtype: str = _field(
         "float32",
-        "The target's dtype while training: its hidden states (the drafter's features) and p^T are "
-        "computed in it (bfloat16: features as a bfloat16 target serves them; the drafter's own weights stay "
-        "float32, see --bf16 for autocast).",
+        "The target's dtype in training: the drafter's features and p^T are computed in it (the drafter's weights "
+        "stay float32; --bf16 autocasts them).",
         choices=list(DTYPE_CHOICES),
     )
     target_device_map: str | None = _field(
-        None,
-        "Place the frozen target with accelerate's big-model dispatch (e.g. auto: a target that does "
-        "not fit one device is spread over the GPUs and the CPU); the trainer then leaves it where it is. "
-        "Default: the whole target on the training device.",
+        None, "accelerate's device_map for the frozen target (e.g. auto); default: all of it on the training device."
     )
     num_tapped_layers: int = _field(6, "New drafters: target layers to tap (L).")
     num_draft_tokens: int = _field(7, "New drafters: K.")
@@ -213,26 +165,19 @@ class ScriptArguments:
     drafter_intermediate_size: int | None = _field(None, "New drafters: MLP width.")
     head_rank: int = _field(64, "New drafters: rank R of the sequential head.")
     draft_vocab_size: int = _field(
-        8192,
-        "New drafters (and --refresh_draft_vocab): draft among the N most frequent response tokens "
-        "(0: full vocabulary).",
+        8192, "New drafters, --refresh_draft_vocab: draft among the N most frequent response tokens (0: all)."
     )
     refresh_draft_vocab: bool = _field(
         False,
-        "With --init or --teacher: choose the draft vocabulary again from --data (size "
-        "--draft_vocab_size, 0: full vocabulary) instead of keeping the one chosen when the drafter was "
-        "created. Use it when the data grew since then: a stale vocabulary cannot draft the new tokens.",
+        "With --init or --teacher: choose the draft vocabulary again from --data (--draft_vocab_size) instead of "
+        "keeping the drafter's, e.g. when the data grew: a stale vocabulary cannot draft the new tokens.",
     )
     grow_layers: int = _field(
-        0,
-        "With --init: add this many backbone layers on top, their output projections (attention "
-        "o_proj, MLP down_proj) at zero, so training starts from exactly the init's drafts with more depth.",
+        0, "With --init: add N backbone layers on top, their o_proj and down_proj at zero (the init's drafts, deeper)."
     )
     sequential_head: bool = _field(True, "New drafters: keep the recurrent head (--no_sequential_head: ablation).")
     sliding_window: int = _field(
-        0,
-        "Stage stable, new drafters: attend to the target's last N positions before each "
-        "block's context (the paper's sliding-window ablation; 0: history-free, the shipped design).",
+        0, "Stage stable, new drafters: attend to the last N positions before each block (0: history-free, shipped)."
     )
     threads: int | None = _field(None, "torch.set_num_threads for this run.")
     eval_fraction: float = _field(0.0, "Fraction of rows held out for eval logs.")

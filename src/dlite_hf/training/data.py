@@ -44,14 +44,12 @@ def sample_anchors(
     generator: torch.Generator | None = None,
     stride: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw up to ``num_anchors`` anchor positions per sequence, uniformly and without replacement.
-
-    Candidates are the positions ``a >= 1`` with ``a + 1 < T`` and ``loss_mask[a + 1]`` (the first label carries a
-    loss), divisible by ``stride`` (so that a feature cache can keep the states there alone); :func:`block_labels`
-    marks later draft positions past the sequence or the mask invalid. ``num_draft_tokens`` is validated only.
+    """Up to ``num_anchors`` anchor positions per sequence, uniformly without replacement, among the ``a >= 1`` with
+    ``a + 1 < T`` and ``loss_mask[a + 1]``, divisible by ``stride`` (a feature cache keeps the states there alone).
 
     Returns ``anchors`` ``[B, A]`` long (each row's valid anchors ascending, then padding holding ``min(1, T - 1)``,
-    an index safe to gather with) and ``anchor_valid`` ``[B, A]`` bool, False for padding.
+    an index safe to gather with) and ``anchor_valid`` ``[B, A]`` bool, False for padding. ``num_draft_tokens`` is
+    validated only.
     """
     mask = _as_batched_mask(loss_mask)
     _check_positive_int("num_anchors", num_anchors)
@@ -157,12 +155,9 @@ class RegeneratedDataset(Dataset):
 @dataclass
 class DLiteCollator:
     """Right-pads a batch and samples `num_anchors` anchor blocks per sequence, at positions divisible by
-    `anchor_stride`.
-
-    Returns `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]`, `labels` `[B, A, K]`
-    (-100 where invalid), so the Trainer counts `num_items_in_batch` over all gradient-accumulation micro-batches,
-    `target_labels` `[B]` (rows whose labels the trainer replaces by the target's argmax) and `response_start`
-    `[B]` (each row's first label position; the feature cache keeps nothing a history-free block reads before it).
+    `anchor_stride`: `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]`, `labels`
+    `[B, A, K]` (-100 where invalid: the Trainer counts `num_items_in_batch` from them), `target_labels` `[B]` (rows
+    labelled by the target's argmax) and `response_start` `[B]` (each row's first label position, for the cache).
     """
 
     pad_token_id: int

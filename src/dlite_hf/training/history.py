@@ -10,8 +10,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["SharedHistory", "gather_history", "history_arguments"]
-
 
 def history_arguments(tapped_states: torch.Tensor, context_positions: torch.Tensor, window: int) -> dict[str, Any]:
     """The history keyword arguments of `DLiteForSpeculation.forward` for the blocks at `context_positions` `[B, A]`
@@ -65,9 +63,8 @@ class SharedHistory:
         window = drafter.config.history_window
         if window != -1:
             raise ValueError(
-                f"sequence_states shares one history among a sequence's blocks, which is exact only for full-history "
-                f"drafters (history_window=-1); this one has history_window={window}. Pass "
-                "history_states / history_valid / history_positions (gather_history) instead."
+                f"SharedHistory is exact only for full-history drafters (history_window=-1), not {window}: pass"
+                " history_states / history_valid / history_positions (gather_history) instead."
             )
         batch, num_anchors = self.context_positions.shape
         num_blocks, rows_per_block, width = block_rows.shape

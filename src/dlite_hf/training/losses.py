@@ -1,22 +1,14 @@
-r"""Training losses of DLite and the acceptance proxies logged next to them: pure functions of logits, labels, masks
-and weights (no state, no model).
+r"""Training losses of DLite and the acceptance proxies logged beside them: pure functions of logits, labels, masks
+and weights.
 
-Shapes: ``N`` anchor blocks, ``K`` draft positions per block, ``V`` vocabulary. Student logits ``q_logits`` and
-teacher logits ``p_logits`` (the history-aware teacher's :math:`p^H` in warm-up, the target's :math:`p^T` in the
-stable stage) are ``[N, K, V]``; ``labels`` ``[N, K]`` long; ``valid`` ``[N, K]`` bool (False past the sequence,
-outside the loss mask, or for a padding anchor); ``weights`` ``[K]``.
-
-Per position: cross-entropy :math:`-\log q(y)`, forward KL :math:`\sum_v p (\log p - \log q)`, or the L1 distance
-:math:`\sum_v |p - q| \in [0, 2]` (twice the total variation; the paper's :math:`L_{TV}`). All three reduce as
-
-.. math::
-    L = \frac{1}{Z} \sum_{\mathrm{valid}\ (n, i)} w_i \, \ell_{n,i}, \qquad
-    Z = \max(1, \texttt{num\_items\_in\_batch}) \text{ if given, else } \max(1, \#\{\mathrm{valid}\}),
-
-so micro-batch losses with the global ``num_items_in_batch`` (what ``Trainer`` passes to ``compute_loss``) sum to the
-full-batch loss; the weights are not renormalised. The divergences run ``chunk_size`` blocks at a time in float32,
-each chunk under activation checkpointing when gradients are needed (the result equals the unchunked computation,
-with one chunk's ``[chunk, K, V]`` intermediates alive at a time). ``p_logits`` is always detached.
+Shapes: ``N`` anchor blocks, ``K`` draft positions, ``V`` vocabulary. ``q_logits`` (the student) and ``p_logits``
+(the history-aware teacher's :math:`p^H` in warm-up, the target's :math:`p^T` in the stable stage) are ``[N, K, V]``;
+``labels`` ``[N, K]`` long; ``valid`` ``[N, K]`` bool (False past the sequence, outside the loss mask, or for a
+padding anchor); ``weights`` ``[K]``. Per position: cross-entropy, forward KL, or the L1 distance
+:math:`\sum_v |p - q| \in [0, 2]` (the paper's :math:`L_{TV}`), reduced as :math:`L = \frac{1}{Z} \sum_{valid} w_i
+\ell_{n,i}` with ``Z = max(1, num_items_in_batch)`` (else the valid count), so micro-batch losses with the global
+``num_items_in_batch`` sum to the full-batch loss. Divergences run ``chunk_size`` blocks at a time in float32,
+checkpointed under autograd (the same value, one chunk's ``[chunk, K, V]`` alive at a time); ``p_logits`` is detached.
 """
 
 from __future__ import annotations
@@ -28,21 +20,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
-
-__all__ = [
-    "DEFAULT_CHUNK_SIZE",
-    "POSITION_WEIGHT_FORMS",
-    "expected_acceptance_length",
-    "one_minus_tv",
-    "one_minus_tv_on_support",
-    "position_weights",
-    "top1_agreement",
-    "top1_agreement_from_ids",
-    "weighted_cross_entropy",
-    "weighted_forward_kl",
-    "weighted_l1",
-    "weighted_l1_on_support",
-]
 
 POSITION_WEIGHT_FORMS = ("divide", "multiply")
 DEFAULT_CHUNK_SIZE = 8  # anchor blocks per chunk: one float32 [8, 7, 152k] tensor is ~34 MB
@@ -135,18 +112,17 @@ def _l1_rows(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
 
 
 def _l1_support_rows(p_log_probs: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    """``[n, K, S] x2 -> [n, K]``: the whole vocabulary's ``sum_v |p - q|`` for a ``q`` on the support S.
-
-    ``p_log_probs`` are the full-vocabulary log-probabilities of S's tokens. Off S, ``q = 0``, so the rest of the
-    sum is ``1 - sum_S p`` (clamped at 0 against rounding).
-    """
+    """``[n, K, S] x2 -> [n, K]``: the whole vocabulary's ``sum_v |p - q|`` for a ``q`` on the support S, from the
+    full-vocabulary log-probabilities of S's tokens: off S ``q = 0``, adding ``1 - sum_S p`` (clamped at 0)."""
     p = p_log_probs.float().exp()
     outside = (1.0 - p.sum(dim=-1)).clamp(min=0.0)
     return (p - q_logits.float().softmax(dim=-1)).abs().sum(dim=-1) + outside
 
 
-def _normalizer(valid: torch.Tensor, num_items_in_batch: NumItems) -> torch.Tensor:
-    """0-dim float32 tensor: ``max(1, num_items_in_batch)`` if given, else ``max(1, valid.sum())``."""
+def _reduce(
+    per_position: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor, num_items_in_batch: NumItems
+) -> torch.Tensor:
+    """``sum_{valid (n, i)} w_i * loss_{n,i} / Z``; invalid positions are selected out (NaN/inf there is harmless)."""
     items = num_items_in_batch
     if items is None:
         total = valid.sum()
@@ -156,16 +132,10 @@ def _normalizer(valid: torch.Tensor, num_items_in_batch: NumItems) -> torch.Tens
         total = torch.as_tensor(items).detach().reshape(())
     else:
         raise ValueError(f"num_items_in_batch={items!r} is invalid: expected None, an int or a 1-element tensor.")
-    return total.to(device=valid.device, dtype=torch.float32).clamp(min=1.0)
-
-
-def _reduce(
-    per_position: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor, num_items_in_batch: NumItems
-) -> torch.Tensor:
-    """``sum_{valid (n, i)} w_i * loss_{n,i} / Z``; invalid positions are selected out (NaN/inf there is harmless)."""
     w = weights.to(device=per_position.device, dtype=torch.float32)
     zero = torch.zeros((), dtype=torch.float32, device=per_position.device)
-    return torch.where(valid, per_position * w, zero).sum() / _normalizer(valid, num_items_in_batch)
+    normalizer = total.to(device=valid.device, dtype=torch.float32).clamp(min=1.0)
+    return torch.where(valid, per_position * w, zero).sum() / normalizer
 
 
 def weighted_cross_entropy(
@@ -176,11 +146,9 @@ def weighted_cross_entropy(
     num_items_in_batch: NumItems = None,
     chunk_size: int | None = DEFAULT_CHUNK_SIZE,
 ) -> torch.Tensor:
-    r"""Position-weighted token cross-entropy :math:`\frac{1}{Z}\sum_{valid} -w_i \log q_{n,i}(y_{n,i})` (0-dim).
-
-    The teacher stage's loss, and the stable stage's ``lambda_ce`` term. Labels where ``valid`` is False are ignored;
-    ``num_items_in_batch``: the valid items of all gradient-accumulation micro-batches (None: this batch's).
-    """
+    r"""Position-weighted token cross-entropy :math:`\frac{1}{Z}\sum_{valid} -w_i \log q_{n,i}(y_{n,i})` (0-dim):
+    the teacher stage's loss and the stable stage's ``lambda_ce`` term. ``num_items_in_batch``: the valid items of
+    all gradient-accumulation micro-batches (None: this batch's)."""
     _check_inputs(q_logits, valid, weights=weights, labels=labels)
     safe_labels = torch.where(valid, labels, torch.zeros_like(labels))
     per_position = _chunked(_cross_entropy_rows, (q_logits, safe_labels), chunk_size)
@@ -234,12 +202,9 @@ def weighted_l1_on_support(
     num_items_in_batch: NumItems = None,
     chunk_size: int | None = DEFAULT_CHUNK_SIZE,
 ) -> torch.Tensor:
-    r""":func:`weighted_l1` for a student on a token subset S (the draft vocabulary), computed on S only.
-
-    ``p_log_probs`` ``[N, K, S]``: the target's *full-vocabulary* log-probabilities of S's tokens; ``q_logits``
-    ``[N, K, S]`` in the same order. With :math:`q = 0` off S the value equals :func:`weighted_l1` over the whole
-    vocabulary, while every tensor is ``[N, K, |S|]`` (~6x less work for SmolLM2 with an 8,192-token S).
-    """
+    r""":func:`weighted_l1` over the whole vocabulary for a student on a token subset S (the draft vocabulary), with
+    every tensor ``[N, K, |S|]`` (~6x less work for SmolLM2 with an 8,192-token S): ``p_log_probs`` are the target's
+    *full-vocabulary* log-probabilities of S's tokens, ``q_logits`` in the same order."""
     return _divergence(_l1_support_rows, p_log_probs, q_logits, valid, weights, num_items_in_batch, chunk_size)
 
 
@@ -267,10 +232,8 @@ def top1_agreement(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.
 def top1_agreement_from_ids(p_top1: torch.Tensor, q_top1: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """:func:`top1_agreement` from the argmax token ids ``[N, K]`` (when the full logits were never built)."""
     if valid.dim() != 2 or p_top1.shape != valid.shape or q_top1.shape != valid.shape:
-        raise ValueError(
-            f"p_top1 {tuple(p_top1.shape)}, q_top1 {tuple(q_top1.shape)} and valid {tuple(valid.shape)} must all "
-            "be [N, K]."
-        )
+        shapes = f"p_top1 {tuple(p_top1.shape)}, q_top1 {tuple(q_top1.shape)} and valid {tuple(valid.shape)}"
+        raise ValueError(f"{shapes} must all be [N, K].")
     return _masked_mean_over_blocks(p_top1 == q_top1, valid)
 
 
@@ -281,10 +244,7 @@ def _acceptance(rows: Callable, p: torch.Tensor, q_logits: torch.Tensor, valid: 
 
 @torch.no_grad()
 def one_minus_tv(
-    p_logits: torch.Tensor,
-    q_logits: torch.Tensor,
-    valid: torch.Tensor,
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+    p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, chunk_size: int | None = DEFAULT_CHUNK_SIZE
 ) -> torch.Tensor:
     r"""``[K]`` mean over the valid blocks of :math:`1 - \tfrac12 \|p - q\|_1 = \sum_v \min(p(v), q(v))`: the
     probability that speculative sampling accepts a token drawn from ``q`` when the verifier's distribution is ``p``
@@ -294,10 +254,7 @@ def one_minus_tv(
 
 @torch.no_grad()
 def one_minus_tv_on_support(
-    p_log_probs: torch.Tensor,
-    q_logits: torch.Tensor,
-    valid: torch.Tensor,
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+    p_log_probs: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, chunk_size: int | None = DEFAULT_CHUNK_SIZE
 ) -> torch.Tensor:
     """:func:`one_minus_tv` for a student on a token subset S; arguments as :func:`weighted_l1_on_support`."""
     return _acceptance(_l1_support_rows, p_log_probs, q_logits, valid, chunk_size)
@@ -312,9 +269,7 @@ def expected_acceptance_length(per_position_accept: torch.Tensor | Sequence[floa
     """
     rates = torch.as_tensor(per_position_accept, dtype=torch.float64).detach().cpu()
     if rates.dim() != 1 or rates.numel() == 0:
-        raise ValueError(
-            f"per_position_accept must be a non-empty 1-D sequence of rates, got shape {tuple(rates.shape)}."
-        )
+        raise ValueError(f"per_position_accept must be a non-empty 1-D sequence, got shape {tuple(rates.shape)}.")
     if torch.isnan(rates).any():
         return float("nan")
     if (rates < 0).any() or (rates > 1).any():

@@ -15,11 +15,10 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import TrainerCallback
 
-__all__ = ["TimeBudget", "TimeBudgetCallback", "time_cosine_schedule"]
 
-
-class TimeBudget:
-    """Seconds of training, counted from :meth:`start` (the first call wins; a resumed run starts a new budget)."""
+class TimeBudget(TrainerCallback):
+    """Seconds of training, counted from :meth:`start` (the first call wins; a resumed run starts a new budget). As
+    a callback it starts with training and stops it (saving a checkpoint) at the first step end after it is spent."""
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
@@ -38,6 +37,16 @@ class TimeBudget:
             return 0.0
         return min(1.0, max(0.0, (self._clock() - self._start) / self.seconds))
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start()
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.fraction() >= 1.0:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
 
 def time_cosine_schedule(optimizer: Optimizer, budget: TimeBudget, warmup_steps: int = 0) -> LambdaLR:
     """Linear warmup over ``warmup_steps`` steps, times ``0.5 * (1 + cos(pi * elapsed fraction))``."""
@@ -48,20 +57,3 @@ def time_cosine_schedule(optimizer: Optimizer, budget: TimeBudget, warmup_steps:
         return warm * 0.5 * (1.0 + math.cos(math.pi * budget.fraction()))
 
     return LambdaLR(optimizer, factor)
-
-
-class TimeBudgetCallback(TrainerCallback):
-    """Stops training (saving a checkpoint) at the first step end after the budget is spent."""
-
-    def __init__(self, budget: TimeBudget) -> None:
-        self.budget = budget
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.budget.start()
-        return control
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.budget.fraction() >= 1.0:
-            control.should_training_stop = True
-            control.should_save = True
-        return control

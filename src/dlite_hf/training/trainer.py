@@ -23,7 +23,7 @@ from . import losses
 from .arguments import DLiteTrainingArguments
 from .data import IGNORE_INDEX, DLiteCollator
 from .history import history_arguments
-from .time_budget import TimeBudget, TimeBudgetCallback, time_cosine_schedule
+from .time_budget import TimeBudget, time_cosine_schedule
 
 
 def _unwrap(model: nn.Module) -> DLiteForSpeculation:
@@ -42,7 +42,7 @@ def _check_stage(stage: str, drafter: DLiteForSpeculation, teacher: DLiteForSpec
     """Refuse a drafter or teacher the stage cannot train with, saying what it needs."""
     if stage == "teacher" and drafter.config.history_window == 0:
         raise ValueError(
-            "stage='teacher' trains the history-aware teacher, but the model has history_window=0. Build it with "
+            "stage='teacher' trains the history-aware teacher, not a model with history_window=0: build it with "
             "DLiteConfig(..., history_window=-1) (or N > 0 for a sliding window)."
         )
     if stage != "warmup":
@@ -82,18 +82,17 @@ def _feature_cache(
 
 class DLiteTrainer(Trainer):
     """Trainer for a DLite drafter `model` (optionally PEFT-wrapped) against the frozen `target` LM; `teacher`: the
-    frozen history-aware teacher of stage `warmup`; `card_info`: extra fields of the model card written on save."""
+    frozen history-aware teacher of stage `warmup`; `card_info`: extra fields of the model card written on save;
+    `kwargs`: `transformers.Trainer`'s (`train_dataset`, `eval_dataset`, `processing_class`, ...)."""
 
     def __init__(
         self,
         model: nn.Module,
         target: nn.Module,
         args: DLiteTrainingArguments,
-        train_dataset: Any = None,
-        eval_dataset: Any = None,
+        *,
         teacher: DLiteForSpeculation | None = None,
         data_collator: Any = None,
-        processing_class: Any = None,
         card_info: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
@@ -110,18 +109,9 @@ class DLiteTrainer(Trainer):
             pad = pad if isinstance(pad, int) else 0
             k = drafter.config.num_draft_tokens
             data_collator = DLiteCollator(pad, args.num_anchors, k, args.seed, args.anchor_stride)
-        super().__init__(
-            model=model,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            data_collator=data_collator,
-            processing_class=processing_class,
-            **kwargs,
-        )
+        super().__init__(model=model, args=args, data_collator=data_collator, **kwargs)
         self.model_accepts_loss_kwargs = True  # compute_loss normalises by num_items_in_batch itself
-        # a target placed by accelerate's big-model dispatch (`device_map`) stays where it is; otherwise it goes to
-        # the training device whole
+        # a target dispatched by accelerate (`device_map`) stays where it is; otherwise it moves to the training device
         self.target = target if getattr(target, "hf_device_map", None) else target.to(self.args.device)
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
         self.card_info = dict(card_info or {})
@@ -129,7 +119,7 @@ class DLiteTrainer(Trainer):
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self.time_budget = TimeBudget(args.max_train_seconds) if args.max_train_seconds > 0 else None
         if self.time_budget is not None:
-            self.add_callback(TimeBudgetCallback(self.time_budget))
+            self.add_callback(self.time_budget)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         """With ``max_train_seconds``: a cosine over the budget's elapsed time (see `time_budget.py`)."""
@@ -157,9 +147,8 @@ class DLiteTrainer(Trainer):
         used = stats["kept"][torch.arange(input_ids.shape[0])[:, None], inputs["anchors"] - 1]
         if not bool(used[inputs["anchor_valid"]].all()):
             raise ValueError(
-                f"The batch has anchors whose context states the feature cache did not keep (it keeps those "
-                f"of anchors divisible by anchor_stride={self.feature_cache.anchor_stride}); use the "
-                "trainer's DLiteCollator, or a collator with the same anchor_stride."
+                "The batch has anchors whose context states the feature cache did not keep (it keeps those divisible "
+                f"by anchor_stride={self.feature_cache.anchor_stride}): use DLiteCollator with that anchor_stride."
             )
         return states, final_hidden, stats
 
@@ -218,13 +207,6 @@ class DLiteTrainer(Trainer):
         gathered["history"] = history_arguments(states, anchors - 1, window) if window else {}
         return gathered
 
-    def _draft_vocab_index(self, drafter: DLiteForSpeculation) -> torch.Tensor:
-        """`[V]` long: the column of each token in the draft vocabulary, -1 for tokens outside it."""
-        ids = drafter.draft_vocab_ids
-        index = torch.full((drafter.config.vocab_size,), -1, dtype=torch.long, device=ids.device)
-        index[ids] = torch.arange(ids.numel(), device=ids.device)
-        return index
-
     def compute_loss(
         self,
         model: nn.Module,
@@ -259,7 +241,10 @@ class DLiteTrainer(Trainer):
             if args.lambda_ce:
                 ce_labels, ce_valid = labels, valid
                 if compact:  # a label q cannot produce carries no CE signal (the L1 term still counts it)
-                    ce_labels = self._draft_vocab_index(drafter)[labels.clamp(min=0)]
+                    ids = drafter.draft_vocab_ids  # column of each token in the draft vocabulary, -1 outside it
+                    index = torch.full((drafter.config.vocab_size,), -1, dtype=torch.long, device=ids.device)
+                    index[ids] = torch.arange(ids.numel(), device=ids.device)
+                    ce_labels = index[labels.clamp(min=0)]
                     ce_valid = valid & ce_labels.ge(0)
                 ce = losses.weighted_cross_entropy(q_logits, ce_labels, ce_valid, weights, num_items_in_batch, chunk)
                 loss = loss + args.lambda_ce * ce

@@ -1,11 +1,6 @@
 """The feature cache: one target forward per training sequence, on disk, reused across epochs and stages; the
 trainer fills what it lacks with transformers' forward, or `dlite-hf features` (:func:`features_vllm`) fills it ahead
-of training with vLLM's, several times faster here.
-
-`features_vllm` reads the training rows as the trainer will (`RegeneratedDataset`), opens the cache with the
-trainer's manifest and, per sequence, its key and kept positions (`FeatureCache.row_entry`), and hands them to the vLLM
-environment's worker (`dlite_hf_vllm.workers.features`) as a job file. A later `dlite-hf train` with the same
-`--feature_cache_dir`, `--anchor_stride` and `--max_length` reads these entries instead of running the target."""
+of training with vLLM's, several times faster here."""
 
 from __future__ import annotations
 
@@ -25,21 +20,15 @@ from .transformers import target_features, vocab_stats
 
 
 class FeatureCache:
-    """On-disk cache of one target forward per training sequence, reused across epochs and stages.
+    """On-disk cache of one target forward per training sequence (keyed by the sha1 of its ids), float16 safetensors:
+    the tapped states `[*, L, H_t]`, the final hidden states `[*, H_t]` and the target's full-vocabulary logsumexp and
+    argmax (`vocab_stats`), so a draft-vocabulary step reads only the draft vocabulary's rows of the lm_head.
 
-    Each sequence (keyed by the sha1 of its token ids) stores float16 safetensors: the tapped states `[*, L, H_t]`,
-    the final hidden states `[*, H_t]` and the target's full-vocabulary logsumexp and argmax (`vocab_stats` of the
-    stored final states), so a draft-vocabulary step reads only the draft vocabulary's rows of the lm_head.
-
-    Layouts: every position (`history_free=False`, what history-aware stages read), or only what a history-free
-    block reads (`history_free=True`): the final states from `response_start - 1` on and the tapped states at `a - 1`
-    of the anchors `a` the collator can draw (`a % anchor_stride == 0`). A history-free reader uses an every-position
-    cache as it is; the reverse raises.
-
-    A manifest pins the target, the tapped layers and the layout: a cache built otherwise raises instead of feeding
-    wrong features, and reading a position the layout did not keep is an error, never a zero. It also records who
-    wrote the entries (`producer`, e.g. "vllm-bfloat16" from `dlite-hf features`); missing entries are filled by this
-    forward.
+    Layouts: every position (`history_free=False`), or only what a history-free block reads: the final states from
+    `response_start - 1` on and the tapped states at `a - 1` of the anchors `a % anchor_stride == 0` (a history-free
+    reader uses an every-position cache as it is; the reverse raises). A manifest pins the target, the tapped layers,
+    the layout and who wrote the entries (`producer`): a cache built otherwise raises, and so does reading a position
+    the layout did not keep, never a zero.
     """
 
     def __init__(
@@ -94,7 +83,6 @@ class FeatureCache:
         return self.entry_key(torch.tensor(ids), first), first, positions
 
     def has(self, key: str) -> bool:
-        """Whether the entry `key` (`entry_key`) is written."""
         return self._path(key).exists()
 
     def _path(self, key: str):
@@ -201,17 +189,16 @@ def features_vllm(
     shard: tuple[int, int] = (0, 1),
     all_positions: bool = False,
 ) -> dict[str, Any]:
-    """Write the cache entries of `rows` that `cache_dir` lacks; returns the worker's counts. `target_name` is the
-    name the trainer's target reports (`config._name_or_path`), `shard=(i, n)` takes every n-th sequence from the
-    i-th on, and `all_positions` writes every position (the history-aware layout) instead of the history-free one."""
+    """Write the cache entries of `rows` that `cache_dir` lacks, keyed and laid out as the trainer reads them
+    (`row_entry`), through the vLLM worker; returns its counts. `target_name` is the name the trainer's target reports
+    (`config._name_or_path`), `shard=(i, n)` takes every n-th sequence from the i-th on, and `all_positions` writes
+    every position (the history-aware layout) instead of the history-free one."""
     from ...training.data import RegeneratedDataset  # here: the trainer imports this module
 
     index, count = shard
     if not 0 <= index < count:
         raise ValueError(f"shard {index}/{count} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2.")
-    python = require_python(
-        python, "without vLLM, `dlite-hf train --feature_cache_dir` fills the cache with transformers' forward"
-    )
+    python = require_python(python, "without vLLM, `dlite-hf train --feature_cache_dir` fills the cache itself")
     dataset = RegeneratedDataset(rows, max_length=max_length)
     cache = FeatureCache(
         str(cache_dir),

@@ -1,5 +1,4 @@
-"""The target's training features from transformers' forward: the tapped layers' states and the final hidden
-states, and the full-vocabulary statistics the trainer reads from them."""
+"""The target's training features from transformers' forward, and the full-vocabulary statistics read from them."""
 
 from __future__ import annotations
 
