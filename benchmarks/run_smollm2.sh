@@ -32,9 +32,9 @@ for DTYPE in float32 bfloat16; do
     every_method "${MAIN[@]}" --dtype "$DTYPE" --attention packed_gqa --prefix-cache --name "smollm2-135m-main-$SUFFIX"
 done
 # the README's table: the bfloat16 + packed run alone on the machine, every turn measured twice with every method
-# (the fastest kept, the method order rotated per turn)
+# (the fastest kept, the method order rotated per turn); -r2 and -r3 are earlier runs of this command
 every_method "${MAIN[@]}" --dtype bfloat16 --attention packed_gqa --prefix-cache --repeats 2 \
-    --name smollm2-135m-main-bf16-packed-r2
+    --name smollm2-135m-main-bf16-packed-r4
 # out of domain (no training mix uses these sources): the same methods, both modes (side by side, one core each)
 OOD=(--workloads legal,clinical,long --num-prompts 3 --max-new-tokens 96 --long-lengths 1024)
 every_method "${OOD[@]}" --name smollm2-135m-ood
