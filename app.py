@@ -9,13 +9,11 @@ drafter is explained in the page, with the fix. The handlers live in `dlite_hf.d
 
 from __future__ import annotations
 
+from dlite_hf.commands.common import set_threads
 from dlite_hf.demo import build_demo, parse_app_args
 
 args = parse_app_args(__doc__)
-if args.threads:
-    import torch
-
-    torch.set_num_threads(args.threads)
+set_threads(args.threads)
 demo = build_demo(args.target, args.drafter, warm_up=not args.no_warm_up, dtype=args.dtype, attention=args.attention)
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ from pathlib import Path
 from dlite_hf.data.prompts import OUT_OF_DOMAIN_WORKLOADS, TRAINING_WORKLOADS
 
 OOD = OUT_OF_DOMAIN_WORKLOADS  # legal, clinical, long
-# summary fields printed; each is None when no workload of its kind was replayed
-SHOWN = ("mean_tau_ood", "mean_tau_in_domain", "first_accepted_ood", "first_accepted_in_domain")
 MIX_DOMAINS = ("news", "writing", "story_qa", "dialogue_qa", "policy_agent", "reasoning", "code_tasks", "manpages")
 IN_DOMAIN = (*TRAINING_WORKLOADS, *MIX_DOMAINS)
 
@@ -113,14 +111,6 @@ def _replay(target, loaded: dict, texts: list[dict]) -> tuple[dict[str, list[dic
     return rows, seconds
 
 
-def _print_summary(name: str, summary: dict) -> None:
-    tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
-    shown = {k: "n/a" if summary[k] is None else format(summary[k], ".1%" if "first" in k else ".3f") for k in SHOWN}
-    first = f"{shown['first_accepted_ood']}/{shown['first_accepted_in_domain']}"
-    ood, in_domain = shown["mean_tau_ood"], shown["mean_tau_in_domain"]
-    print(f"{name}: OOD {ood}  in-domain {in_domain}  first draft accepted {first}  | {tau}", flush=True)
-
-
 def main() -> None:
     args, drafters = _arguments()
 
@@ -152,7 +142,15 @@ def main() -> None:
     for name, folder in drafters.items():
         summary = summarise(rows[name], out_of_domain=OOD)
         result["drafters"][name] = {"folder": folder, **summary, "replay_seconds": seconds[name], "rows": rows[name]}
-        _print_summary(name, summary)
+        means = {k: v for k, v in summary.items() if k != "tau_by_workload"}  # None: no workload of that kind
+        shown = {k: "n/a" if v is None else format(v, ".1%" if "first" in k else ".3f") for k, v in means.items()}
+        tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
+        first = f"{shown['first_accepted_ood']}/{shown['first_accepted_in_domain']}"
+        print(
+            f"{name}: OOD {shown['mean_tau_ood']}  in-domain {shown['mean_tau_in_domain']}  first draft accepted "
+            f"{first}  | {tau}",
+            flush=True,
+        )
     if args.out:
         write_json(Path(args.out), result, indent=1)
 

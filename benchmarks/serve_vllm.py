@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import statistics
 import sys
@@ -141,31 +140,6 @@ def write_results(path: Path | None, meta: dict, results: list[dict]) -> None:
     partial.replace(path)
 
 
-def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    workloads = sorted({r["workload"] for r in results})
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 3.2), squeeze=False)
-    for ax, workload in zip(axes[0], workloads):
-        for method in [m for m in METHODS if m != "plain"]:
-            points = sorted(
-                (r["concurrency"], r["speedup"]) for r in results if (r["workload"], r["method"]) == (workload, method)
-            )
-            if points:
-                ax.plot(*zip(*points), marker="o", label=method)
-        ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_title(workload)
-        ax.set_xlabel("concurrency")
-    axes[0][0].set_ylabel("output tokens/s vs plain vLLM")
-    axes[0][-1].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def target_work(row: dict) -> float:
     """Positions the target verifies per output token (one per step plus every draft token): once batching fills the
     core, a method's tokens/s against plain's tends to 1 / this."""
@@ -176,19 +150,17 @@ def report(results: list[dict]) -> str:
     """The full table: per workload and concurrency, plain's tokens/s, then each method's speedup / tau / target
     work (`target_work`), and per-request latency (mean / p90, seconds) of plain and DLite."""
     methods = list(dict.fromkeys(r["method"] for r in results))
-    others = [m for m in methods if m != "plain"]
+    others, latency = [m for m in methods if m != "plain"], ["plain", "dlite"] if "dlite" in methods else []
     head = ["workload", "concurrency", "plain tok/s", *[f"{m}: speedup / tau / work" for m in others]]
-    head += ["latency plain (mean / p90)", "latency dlite (mean / p90)"] if "dlite" in methods else []
+    head += [f"latency {m} (mean / p90)" for m in latency]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for workload, level in sorted({(r["workload"], r["concurrency"]) for r in results}):
         rows = {r["method"]: r for r in results if r["workload"] == workload and r["concurrency"] == level}
-        if "plain" not in rows:
-            continue
-        cells = [workload, str(level), f"{rows['plain']['tokens_per_s']:.1f}"]
-        cells += [f"{rows[m]['speedup']:.2f}x / {rows[m]['tau']:.2f} / {target_work(rows[m]):.2f}" for m in others]
-        if "dlite" in methods:
-            cells += [f"{rows[m]['latency_mean_s']:.2f} / {rows[m]['latency_p90_s']:.2f}" for m in ("plain", "dlite")]
-        lines.append("| " + " | ".join(cells) + " |")
+        if "plain" in rows:
+            cells = [workload, str(level), f"{rows['plain']['tokens_per_s']:.1f}"]
+            cells += [f"{rows[m]['speedup']:.2f}x / {rows[m]['tau']:.2f} / {target_work(rows[m]):.2f}" for m in others]
+            cells += [f"{rows[m]['latency_mean_s']:.2f} / {rows[m]['latency_p90_s']:.2f}" for m in latency]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -207,17 +179,14 @@ def readme_table(results: list[dict], workloads: tuple[str, ...] = ("code", "mat
     head = "| workload, concurrency | plain tok/s | " + " | ".join(methods) + " |"
     lines = [head, "|---|" + "---:|" * (len(methods) + 1)]
     for workload in workloads:
-        cells = [f"{cell[(workload, levels[0], 'plain')]['tokens_per_s']:.1f}"]
-        cells += [
-            shown(cell[(workload, levels[0], m)]["speedup"], cell[(workload, levels[0], m)]["tau"]) for m in methods
-        ]
+        first = {m: cell[(workload, levels[0], m)] for m in ("plain", *methods)}
+        cells = [f"{first['plain']['tokens_per_s']:.1f}"]
+        cells += [shown(first[m]["speedup"], first[m]["tau"]) for m in methods]
         lines.append(f"| {workload}, c = {levels[0]} | " + " | ".join(cells) + " |")
     for level in levels[1:]:
         present = [w for w in workloads if (w, level, "plain") in cell]  # a run stopped early lacks some
         cells = [f"{sum(cell[(w, level, 'plain')]['tokens_per_s'] for w in present):.0f}"]
-        for m in methods:
-            logs = [math.log(cell[(w, level, m)]["speedup"]) for w in present]
-            cells.append(shown(math.exp(sum(logs) / len(logs))))
+        cells += [shown(statistics.geometric_mean(cell[(w, level, m)]["speedup"] for w in present)) for m in methods]
         label = "all four" if len(present) == len(workloads) else ", ".join(present)
         lines.append(f"| {label}, c = {level} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -267,9 +236,9 @@ def _levels(text: str) -> list[int]:
     try:
         levels = [int(c) for c in text.split(",") if c]
     except ValueError:
-        raise SystemExit(f"--concurrency {text!r}: expected integers separated by commas, e.g. 1,4,16.") from None
+        levels = []
     if not levels or min(levels) < 1:
-        raise SystemExit(f"--concurrency {text!r}: expected one or more levels >= 1.")
+        raise SystemExit(f"--concurrency {text!r}: expected integers >= 1 separated by commas, e.g. 1,4,16.")
     return levels
 
 
@@ -303,22 +272,27 @@ def _load_engines(specs: dict, methods: list[str], target: str, args, max_seqs: 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.report is not None:  # any environment with matplotlib (the package's .venv) for --plot
+    if args.plot and not all(importlib.util.find_spec(name) for name in ("matplotlib", "dlite_hf")):
+        parser.error(
+            "--plot draws with dlite_hf.bench.plots (matplotlib), which the vLLM environment lacks: plot afterwards "
+            "from .venv with `.venv/bin/python benchmarks/serve_vllm.py --report RESULTS --plot PNG`."
+        )
+    if args.report is not None:  # any environment with dlite-hf (the package's .venv) for --plot
         results = json.loads(args.report.read_text())["results"]
-        print(report(results))
-        if args.plot:
-            plot(results, args.plot)
-        return 0
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            parser.error(
-                "--plot needs matplotlib, which the vLLM environment lacks: plot afterwards from .venv with "
-                "`.venv/bin/python benchmarks/serve_vllm.py --report RESULTS --plot PNG`."
-            )
-    if args.prompts is None:
+    elif args.prompts is None:
         parser.error("--prompts is required (or --report RESULTS)")
+    else:
+        results = _run(args, argv)
+    print(report(results))
+    if args.plot:
+        from dlite_hf.bench.plots import plot_serving
+
+        plot_serving(results, args.plot)
+    return 0
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> list[dict]:
+    """Measure every cell (concurrency, workload), the results written to --out after each one."""
     data = json.loads(args.prompts.read_text())
     specs, methods = _methods(args)
     levels = _levels(args.concurrency)
@@ -360,10 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(shown), flush=True)
             write_results(args.out, {**meta, "finished": False}, results)  # a kill keeps every finished cell
     write_results(args.out, {**meta, "finished": True}, results)
-    print(report(results))
-    if args.plot:
-        plot(results, args.plot)
-    return 0
+    return results
 
 
 if __name__ == "__main__":

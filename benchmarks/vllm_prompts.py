@@ -46,13 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, sessions in workloads.items():
         for session in sessions[: args.num_prompts]:
             ids = chat_prompt_ids(tokenizer, session["turns"][0])
-            row = {
-                "workload": label,
-                "id": session["id"],
-                "source": session["source"],
-                "prompt_ids": ids,
-                "messages": session["turns"][0],
-            }
+            row = {"workload": label, "id": session["id"], "source": session["source"], "prompt_ids": ids}
+            row["messages"] = session["turns"][0]
             if drafter is not None:
                 inputs = torch.tensor([ids])
                 out = target.generate(

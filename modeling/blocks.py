@@ -87,8 +87,7 @@ def _encode_group(drafter: nn.Module, hidden: torch.Tensor, positions: torch.Ten
     """One pass over blocks that each read their own history rows: `[history, block]` rows per block, history
     rows causal among themselves, block rows bidirectional over their block and every valid history row."""
     history_states, history_valid, history_positions = past
-    num_blocks = hidden.shape[0]
-    device = hidden.device
+    num_blocks, device = hidden.shape[0], hidden.device
     history = drafter.project_history(history_states)
     span = history.shape[1]
     hidden = torch.cat([history, hidden], dim=1)

@@ -4,13 +4,14 @@
 verification forward itself (`tapping.py`). :class:`HybridCandidateGenerator` (`prompt_lookup_num_tokens=N`) adds the
 suffix index (`suffix_index.py`): a retrieved draft is deterministic, so it is verified with q = one-hot (no candidate
 logits), which is exact speculative sampling for that q. The round's decisions are the core's (`drafting.py`); the
-routing of `generate()` here is `integration.py`'s.
+routing of `generate()` here is `integration.py`'s. :class:`DLiteGenerationStats` is what a call reports.
 """
 
 from __future__ import annotations
 
 import time
 import weakref
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -19,18 +20,62 @@ from transformers.generation.candidate_generator import CandidateGenerator
 
 from .decoding_options import DECODING_OPTIONS, check_lookup_tokens
 from .drafting import DraftRules, HybridRule, Proposal, draft_tokens, history_inputs, select_proposal
-from .generation_stats import DLiteGenerationStats
 from .suffix_index import DraftSession
 from .tapping import TappedStateRecorder, find_decoder_layers, track_recorder
 
-__all__ = [
-    "AcceptedHistory",
-    "DLiteCandidateGenerator",
-    "HybridCandidateGenerator",
-    "LatestState",
-    "make_candidate_generator",
-    "options_for_call",
-]
+
+@dataclass
+class DLiteGenerationStats:
+    """Statistics of one `generate()` call with a DLite drafter: `drafter.last_generation_stats` (the call that
+    started last on any thread), or `session.last_generation_stats` of the `DraftSession` it ran in. The `lookup_*`
+    fields count hybrid drafting's retrieved drafts, which are included in `rounds`, `drafted` and `accepted`."""
+
+    new_tokens: int = 0  # tokens committed by the call
+    target_forwards: int = 0  # the prefill included (plain decoding would need `new_tokens`)
+    rounds: int = 0  # target forwards that verified a non-empty draft
+    drafted: int = 0  # draft tokens proposed over all rounds
+    accepted: int = 0  # draft tokens accepted by the target
+    tokens_per_forward: list[int] = field(default_factory=list)  # tokens each target forward committed, in order
+    drafted_per_forward: list[int] = field(default_factory=list)  # drafts each forward verified (0: a plain step)
+    drafter_time_s: float = 0.0  # wall time spent drafting (the drafter's own work)
+    target_time_s: float = 0.0  # wall time in the target's forwards and acceptance
+    skipped: int = 0  # forwards after a drafting attempt that proposed nothing (skip rule, or a stop string)
+    lookup_rounds: int = 0  # rounds that drafted a retrieved continuation
+    lookup_drafted: int = 0
+    lookup_accepted: int = 0
+    lookup_time_s: float = 0.0  # wall time spent indexing tokens and querying the suffix index
+    lookup_index_reused: int = 0  # prompt tokens already indexed by an earlier call of the `DraftSession`
+    lookup_fallback_rounds: int = 0  # lookup rounds that drafted a short match because the drafter proposed nothing
+
+    @property
+    def dlite_rounds(self) -> int:
+        return self.rounds - self.lookup_rounds
+
+    @property
+    def undrafted_forwards(self) -> int:
+        """Forwards after the prefill that verified no draft (plain one-token steps: skipped, or no budget)."""
+        return max(0, self.target_forwards - 1 - self.rounds)
+
+    @property
+    def dlite_drafted(self) -> int:
+        return self.drafted - self.lookup_drafted
+
+    @property
+    def dlite_accepted(self) -> int:
+        return self.accepted - self.lookup_accepted
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: tokens committed per target forward (1.0 for plain decoding)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        derived = ("tau", "acceptance_rate", "dlite_rounds", "undrafted_forwards", "dlite_drafted", "dlite_accepted")
+        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
 
 
 def options_for_call(generation_config: Any, config: Any) -> dict[str, Any]:
@@ -96,17 +141,13 @@ def _check_call(drafter: nn.Module, target: nn.Module, generation_config: Any, i
             f"batch of {input_ids.shape[0]} sequences. transformers' assisted generation is single-sequence; "
             "batched speculative decoding is vLLM's (README, Serving with vLLM). Call generate() once per prompt."
         )
-    for option in ("assistant_early_exit", "use_mtp"):
-        if getattr(generation_config, option, None) not in (None, False):
+    for option, allowed in (("assistant_early_exit", False), ("use_mtp", False), ("speculation_type", "dlite")):
+        value = getattr(generation_config, option, None)
+        if value not in (None, allowed):
             raise ValueError(
-                f"generate() got a DLite assistant_model and {option}={getattr(generation_config, option)!r}; "
-                f"{option} is another speculative method (the target drafts for itself). Pass one of them."
+                f"generate() got a DLite assistant_model and {option}={value!r}, which selects another speculative "
+                "method (the target drafting for itself, or another drafter). Pass one of them."
             )
-    if getattr(generation_config, "speculation_type", None) not in (None, "dlite"):
-        raise ValueError(
-            f"generate() got a DLite assistant_model with speculation_type={generation_config.speculation_type!r}"
-            "; DLite drafters are used without speculation_type (or with speculation_type=None)."
-        )
     # A vocabulary mismatch makes transformers ask for `tokenizer`/`assistant_tokenizer`; check the pair first so
     # the user who follows that advice learns the real problem (wrong target) instead of "remove the tokenizer".
     drafter.bind_target(target)
@@ -189,23 +230,21 @@ class DLiteCandidateGenerator(CandidateGenerator):
         """Before the prefill."""
 
     def _propose(self, input_ids: torch.LongTensor, budget: int) -> Proposal:
-        """This round's proposal, at most `budget` tokens."""
-        if budget <= 0:  # num_tokens >= 1
-            return Proposal(None, [])
-        return Proposal("dlite", *self._draft(input_ids, min(self.num_tokens, budget)))
+        """This round's proposal, at most `budget` (>= 1) tokens."""
+        return Proposal("dlite", *self._draft(input_ids, budget))
 
     def _committed(self, tokens: list[int]) -> None:
         """After a target forward committed `tokens`."""
 
     def _draft(self, input_ids: torch.Tensor, budget: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The drafter's round: up to `budget` (1..K) tokens after the anchor `input_ids[:, -1]`."""
+        """The drafter's round: up to `min(K, budget)` tokens after the anchor `input_ids[:, -1]`."""
         started = time.perf_counter()
         context, history = self.context.draft_inputs(self.device)
         result = draft_tokens(
             self.drafter,
             context,
             input_ids[:, -1].to(self.device),
-            budget,
+            min(self.num_tokens, budget),
             self.rules,
             do_sample=self.do_sample,
             logits_processor=self.logits_processor,
@@ -234,7 +273,8 @@ class DLiteCandidateGenerator(CandidateGenerator):
         # [anchor_prev, d_1..d_k], row n (the last accepted position)
         self.context.observe(self.recorder.forward_rows - 1 if self.is_prefill else int(n_last_matches))
         self.is_prefill = False
-        proposal = self._propose(input_ids, self.max_length - input_ids.shape[1] - 1)
+        budget = self.max_length - input_ids.shape[1] - 1
+        proposal = self._propose(input_ids, budget) if budget > 0 else Proposal(None, [])
         tokens, logits = proposal.tokens, proposal.q
         if proposal.source == "lookup":
             tokens = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
@@ -298,9 +338,8 @@ class HybridCandidateGenerator(DLiteCandidateGenerator):
         super().__init__(drafter, target, generation_config, *args, **kwargs)
         self.session = DraftSession.current() or DraftSession()
         # precedence: this call's GenerationConfig, then the session's, then the drafter config's
-        per_call = getattr(generation_config, "lookup_min_match", None) is not None
         min_match = self.options["lookup_min_match"]
-        if not per_call and self.session.min_match is not None:
+        if getattr(generation_config, "lookup_min_match", None) is None and self.session.min_match is not None:
             min_match = self.session.min_match
         self.rule = HybridRule(
             min_match=int(min_match),
@@ -314,12 +353,10 @@ class HybridCandidateGenerator(DLiteCandidateGenerator):
         self.stats.lookup_time_s += time.perf_counter() - started
 
     def _propose(self, input_ids: torch.LongTensor, budget: int) -> Proposal:
-        if budget <= 0:
-            return Proposal(None, [])
         started = time.perf_counter()
         match = self.session.index.lookup(min(self.lookup_tokens, budget))
         self.stats.lookup_time_s += time.perf_counter() - started
-        proposal = select_proposal(match, self.rule, lambda: self._draft(input_ids, min(self.num_tokens, budget)))
+        proposal = select_proposal(match, self.rule, lambda: self._draft(input_ids, budget))
         if proposal.fallback:
             self.stats.lookup_fallback_rounds += 1
         return proposal
@@ -328,11 +365,3 @@ class HybridCandidateGenerator(DLiteCandidateGenerator):
         started = time.perf_counter()
         self.session.index.append(tokens)
         self.stats.lookup_time_s += time.perf_counter() - started
-
-
-def make_candidate_generator(drafter: nn.Module, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
-    """The generator for one `generate()` call: the hybrid with `prompt_lookup_num_tokens`, else DLite alone."""
-    generation_config = kwargs["generation_config"]
-    if generation_config.prompt_lookup_num_tokens is not None:
-        return HybridCandidateGenerator(drafter=drafter, target=target, **kwargs)
-    return DLiteCandidateGenerator(drafter=drafter, target=target, **kwargs)

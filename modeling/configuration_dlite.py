@@ -36,6 +36,10 @@ def default_target_layer_ids(num_target_layers: int, num_tapped: int) -> list[in
     return sorted(ids)
 
 
+def _increasing(values: list[int]) -> bool:
+    return all(b > a for a, b in zip(values, values[1:]))
+
+
 @strict
 class DLiteConfig(PreTrainedConfig):
     r"""Configuration of [`DLiteForSpeculation`]: the contract with its target, the backbone and head sizes, and the
@@ -91,8 +95,7 @@ class DLiteConfig(PreTrainedConfig):
         """Derive the defaults that depend on other fields, then run the DLite checks (a plain `ValueError`)."""
         if self.target_layer_ids is None:
             self.target_layer_ids = default_target_layer_ids(self.num_target_layers, min(4, self.num_target_layers))
-        else:
-            self.target_layer_ids = list(self.target_layer_ids)
+        self.target_layer_ids = list(self.target_layer_ids)
         if self.hidden_size is None:
             self.hidden_size = self.target_hidden_size
         if self.head_dim is None:
@@ -127,61 +130,41 @@ class DLiteConfig(PreTrainedConfig):
 
     def validate_dlite(self) -> None:
         """Raise `ValueError` naming the field, the value and what is allowed (`@strict` has checked the types)."""
-
-        def bad(field: str, value: Any, allowed: str) -> ValueError:
-            return ValueError(f"DLiteConfig.{field}={value!r} is invalid: expected {allowed}.")
-
         sizes = ("num_target_layers", "target_hidden_size", "vocab_size", "hidden_size", "num_hidden_layers")
         sizes += ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "head_rank")
-        for name in sizes:
-            value = getattr(self, name)
-            if value < 1:
-                raise bad(name, value, "a positive integer")
-        if not 1 <= self.num_draft_tokens <= 64:
-            raise bad("num_draft_tokens", self.num_draft_tokens, "an integer in [1, 64] (the paper uses 7)")
-        if self.num_attention_heads % self.num_key_value_heads != 0:
-            raise bad(
-                "num_key_value_heads",
-                self.num_key_value_heads,
-                f"a divisor of num_attention_heads={self.num_attention_heads}",
-            )
-        ids = self.target_layer_ids
-        if not ids:
-            raise bad("target_layer_ids", ids, "a non-empty list of integers")
-        if any(b <= a for a, b in zip(ids, ids[1:])):
-            raise bad("target_layer_ids", ids, "strictly increasing layer indices")
-        if ids[0] < 0 or ids[-1] >= self.num_target_layers:
-            raise bad(
+        ids, lengths, k, vocab = self.target_layer_ids, self.draft_lengths, self.num_draft_tokens, self.vocab_size
+        layers, heads, kv = self.num_target_layers, self.num_attention_heads, self.num_key_value_heads
+        mask = self.mask_token_id
+        rules = [(name, getattr(self, name) >= 1, "a positive integer") for name in sizes]
+        rules += [  # (field, whether its value is allowed, what is), checked in this order
+            ("num_draft_tokens", 1 <= k <= 64, "an integer in [1, 64] (the paper uses 7)"),
+            ("num_key_value_heads", kv >= 1 and heads % kv == 0, f"a divisor of num_attention_heads={heads}"),
+            (
                 "target_layer_ids",
-                ids,
-                f"indices in [0, {self.num_target_layers - 1}] (the target has {self.num_target_layers} layers)",
-            )
-        if self.draft_vocab_size is not None and not 1 <= self.draft_vocab_size <= self.vocab_size:
-            raise bad("draft_vocab_size", self.draft_vocab_size, f"None or an integer in [1, {self.vocab_size}]")
-        lengths = self.draft_lengths
-        if lengths is not None and (
-            not lengths
-            or any(b <= a for a, b in zip(lengths, lengths[1:]))
-            or not 1 <= lengths[0] <= lengths[-1] <= self.num_draft_tokens
-        ):
-            raise bad(
+                bool(ids) and _increasing(ids) and 0 <= ids[0] and ids[-1] < layers,
+                f"a non-empty, strictly increasing list of indices in [0, {layers - 1}] (a target of {layers} layers)",
+            ),
+            (
+                "draft_vocab_size",
+                self.draft_vocab_size is None or 1 <= self.draft_vocab_size <= vocab,
+                f"None or an integer in [1, {vocab}]",
+            ),
+            (
                 "draft_lengths",
-                lengths,
-                f"None or a strictly increasing list of draft counts in [1, {self.num_draft_tokens}] "
-                "(num_draft_tokens), e.g. [3, 7]",
-            )
+                lengths is None or (bool(lengths) and _increasing(lengths) and 1 <= lengths[0] <= lengths[-1] <= k),
+                f"None or a strictly increasing list of draft counts in [1, {k}] (num_draft_tokens), e.g. [3, 7]",
+            ),
+            ("history_window", self.history_window >= -1, "-1 (full history), 0 (history-free) or N > 0"),
+            ("mask_token_id", mask is None or 0 <= mask < vocab, f"None or a token id in [0, {vocab - 1}]"),
+            ("backbone_type", self.backbone_type in self._BACKBONES, f"one of {self._BACKBONES}"),
+            ("rms_norm_eps", self.rms_norm_eps > 0, "a positive float"),
+            ("rope_theta", self.rope_theta > 0, "a positive float"),
+        ]
+        for name, allowed, expected in rules:
+            if not allowed:
+                raise ValueError(f"DLiteConfig.{name}={getattr(self, name)!r} is invalid: expected {expected}.")
         for name, check in DECODING_OPTIONS.items():
             check(getattr(self, name), f"DLiteConfig.{name}={getattr(self, name)!r}")
-        if self.history_window < -1:
-            raise bad("history_window", self.history_window, "-1 (full history), 0 (history-free) or N > 0")
-        if self.mask_token_id is not None and not 0 <= self.mask_token_id < self.vocab_size:
-            raise bad("mask_token_id", self.mask_token_id, f"None or a token id in [0, {self.vocab_size - 1}]")
-        if self.backbone_type not in self._BACKBONES:
-            raise bad("backbone_type", self.backbone_type, f"one of {self._BACKBONES}")
-        if not self.rms_norm_eps > 0:
-            raise bad("rms_norm_eps", self.rms_norm_eps, "a positive float")
-        if not self.rope_theta > 0:
-            raise bad("rope_theta", self.rope_theta, "a positive float")
 
     @classmethod
     def for_target(
@@ -216,11 +199,10 @@ class DLiteConfig(PreTrainedConfig):
 
     def backbone_config(self) -> PreTrainedConfig:
         """The transformers config the backbone blocks are instantiated from (not saved; derived)."""
-        if self.backbone_type == "qwen3":
-            from transformers import Qwen3Config as BackboneConfig
-        else:
-            from transformers import LlamaConfig as BackboneConfig
-        config = BackboneConfig(
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model(
+            self.backbone_type,
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,

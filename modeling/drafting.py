@@ -17,19 +17,6 @@ import torch
 
 from .decoding_options import check_threshold
 
-__all__ = [
-    "DraftRules",
-    "HybridRule",
-    "Proposal",
-    "draft_tokens",
-    "history_inputs",
-    "lengths_under_rules",
-    "row_lengths",
-    "rule_distribution",
-    "rule_probabilities",
-    "select_proposal",
-]
-
 
 def history_inputs(past: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`(history_states, history_valid, history_positions)` of one round for a history drafter: the tapped states
@@ -52,8 +39,8 @@ class DraftRules:
     draft_lengths: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        check_threshold("draft_confidence_threshold", self.confidence_threshold, where="DraftRules: ")
-        check_threshold("draft_skip_threshold", self.skip_threshold, where="DraftRules: ")
+        check_threshold("draft_confidence_threshold", self.confidence_threshold)
+        check_threshold("draft_skip_threshold", self.skip_threshold)
 
     @classmethod
     def from_config(
@@ -225,10 +212,6 @@ class Proposal:
     q: Any = None
     fallback: bool = False
 
-    def __len__(self) -> int:
-        shape = getattr(self.tokens, "shape", None)
-        return int(shape[-1]) if shape is not None else len(self.tokens)
-
 
 def select_proposal(
     match: Any | None, rule: HybridRule | None, draft: Callable[[], tuple[Any, Any]] | None
@@ -240,8 +223,8 @@ def select_proposal(
     if draft is None:
         return Proposal(None, [])
     tokens, q = draft()
-    proposal = Proposal("dlite", tokens, q)
+    drafted = tokens.shape[-1] if hasattr(tokens, "shape") else len(tokens)  # `[N, n]` drafts, or a list of ids
     fallback = rule.fallback_min_match if rule is not None else 0
-    if not len(proposal) and match is not None and fallback and match.length >= fallback and match.continuation:
+    if not drafted and match is not None and fallback and match.length >= fallback and match.continuation:
         return Proposal("lookup", rule.retrieved(match), fallback=True)  # a short match, not a one-token step
-    return proposal
+    return Proposal("dlite", tokens, q)

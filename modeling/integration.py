@@ -19,8 +19,6 @@ from typing import Any
 
 from .tapping import remove_thread_recorders
 
-__all__ = ["install_generate_hook", "wrapped_method_problems"]
-
 _HOOKED_METHOD = "_get_candidate_generator"
 _DECODING_METHOD = "_assisted_decoding"
 _PREFILLED = "_dlite_prefilled_calls"  # target attribute: {thread id: cached tokens} of live DLite calls
@@ -62,19 +60,13 @@ def _signature_problem(method: Any, required: tuple[str, ...]) -> str | None:
 
 
 def _originals() -> dict[str, Any]:
+    """Each method of `_REQUIRED_PARAMETERS` as transformers defines it (unwrapped where dlite-hf wrapped it)."""
     from transformers import GenerationConfig
     from transformers.generation.utils import GenerationMixin
 
-    def unwrapped(owner: type, name: str) -> Any:
-        method = getattr(owner, name, None)
-        return getattr(method, "_dlite_original", method)
-
-    return {
-        _HOOKED_METHOD: unwrapped(GenerationMixin, _HOOKED_METHOD),
-        _DECODING_METHOD: unwrapped(GenerationMixin, _DECODING_METHOD),
-        "prepare_inputs_for_generation": getattr(GenerationMixin, "prepare_inputs_for_generation", None),
-        "get_generation_mode": unwrapped(GenerationConfig, "get_generation_mode"),
-    }
+    methods = {name: getattr(GenerationMixin, name, None) for name in _REQUIRED_PARAMETERS}
+    methods["get_generation_mode"] = getattr(GenerationConfig, "get_generation_mode", None)
+    return {name: getattr(method, "_dlite_original", method) for name, method in methods.items()}
 
 
 def wrapped_method_problems() -> dict[str, str]:
@@ -93,8 +85,6 @@ def install_generate_hook() -> bool:
     from transformers import GenerationConfig
     from transformers.generation.utils import GenerationMixin
 
-    if getattr(getattr(GenerationMixin, _HOOKED_METHOD, None), "_dlite_hook", False):
-        return True
     with _LOCK:
         if getattr(getattr(GenerationMixin, _HOOKED_METHOD, None), "_dlite_hook", False):
             return True
@@ -117,7 +107,7 @@ def install_generate_hook() -> bool:
         _install_wrapper(
             GenerationConfig, "get_generation_mode", _mode_check_wrapper(originals["get_generation_mode"])
         )
-        # last: the mark the fast path above looks for
+        # last: the mark that says every wrapper is in place
         _install_wrapper(GenerationMixin, _HOOKED_METHOD, _candidate_generator_wrapper(originals[_HOOKED_METHOD]))
     return True
 

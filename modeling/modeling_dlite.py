@@ -18,9 +18,8 @@ from transformers import initialization as init
 
 try:
     from .blocks import DLiteOutput, DLiteSequentialHead, backbone_blocks, encode_with_history
-    from .candidate_generators import DLiteCandidateGenerator, make_candidate_generator
+    from .candidate_generators import DLiteCandidateGenerator, HybridCandidateGenerator
     from .configuration_dlite import DLiteConfig
-    from .decoding_options import check_threshold
     from .drafting import DraftRules, draft_tokens, row_lengths
     from .integration import install_generate_hook
     from .suffix_index import DraftSession
@@ -281,11 +280,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
             raise ValueError(f"num_tokens={k} is invalid: expected 1..{self.config.num_draft_tokens} (config K).")
         if logits_processor is not None and prefix_ids is None:
             raise ValueError("draft(logits_processor=...) needs prefix_ids, the committed tokens the processors see.")
-        if confidence_threshold is not None:
-            check_threshold("draft_confidence_threshold", confidence_threshold, "draft(confidence_threshold=...): ")
-        if skip_threshold is not None:
-            check_threshold("draft_skip_threshold", skip_threshold, "draft(skip_threshold=...): ")
-        rules = DraftRules.from_config(self.config, confidence_threshold, skip_threshold)
+        rules = DraftRules.from_config(self.config, confidence_threshold, skip_threshold)  # checks the thresholds
         history = None if history_states is None else (history_states, history_valid, history_positions)
         return draft_tokens(
             self, context_states, anchor_ids, k, rules, do_sample, logits_processor, prefix_ids, generator, history
@@ -310,8 +305,11 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         return DraftSession(min_match=min_match)
 
     def get_candidate_generator(self, target: nn.Module, **kwargs: Any) -> DLiteCandidateGenerator:
-        """The candidate generator of a `generate(assistant_model=self)` call (`candidate_generators.py`)."""
-        return make_candidate_generator(self, target, **kwargs)
+        """The candidate generator of a `generate(assistant_model=self)` call: the hybrid with
+        `prompt_lookup_num_tokens`, else DLite alone (`candidate_generators.py`)."""
+        if kwargs["generation_config"].prompt_lookup_num_tokens is not None:
+            return HybridCandidateGenerator(self, target, **kwargs)
+        return DLiteCandidateGenerator(self, target, **kwargs)
 
 
 DLiteConfig.register_for_auto_class()

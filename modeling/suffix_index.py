@@ -14,8 +14,6 @@ from typing import NamedTuple
 
 from .decoding_options import check_min_match
 
-__all__ = ["DraftSession", "LookupMatch", "SuffixIndex"]
-
 
 class LookupMatch(NamedTuple):
     """The longest earlier occurrence of the current stream's suffix, and what followed it there."""

@@ -58,8 +58,7 @@ class TappedStateRecorder:
         hidden = output[0] if isinstance(output, (tuple, list)) else output
         rows = hidden.shape[1]
         if self.rows_to_keep and rows > self.rows_to_keep:
-            kept = hidden[:, -1:].detach().clone()  # clone: a view would keep the whole prefill tensor alive
-            offset = rows - 1
+            kept, offset = hidden[:, -1:].detach().clone(), rows - 1  # a view would keep the whole prefill alive
         else:
             kept, offset = hidden.detach(), 0
         self.states[position] = kept
@@ -85,8 +84,7 @@ class TappedStateRecorder:
         self.states = {}
 
 
-LIVE_RECORDERS = "_dlite_live_recorders"
-"""Target attribute: `{thread id: [TappedStateRecorder]}` of the generate() calls running on the target."""
+LIVE_RECORDERS = "_dlite_live_recorders"  # target attribute: {thread id: [TappedStateRecorder]} of running calls
 
 
 def track_recorder(target: nn.Module, recorder: TappedStateRecorder) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["TargetBindingMixin"]
-
 
 class TargetBindingMixin:
     """The target binding of a DLite drafter (see the module docstring)."""
@@ -54,7 +52,7 @@ class TargetBindingMixin:
                 "(get_input_embeddings() / get_output_embeddings()); DLite needs both."
             )
         self._target_embeddings = (embeddings, lm_head)
-        self._forget_heads()
+        self._draft_head = self._inference_head_cache = None  # the old lm_head slices, rebuilt on first use
         return self
 
     def use_draft_vocab(self, ids: torch.Tensor) -> torch.Tensor:
@@ -74,13 +72,8 @@ class TargetBindingMixin:
             self.register_buffer("draft_vocab_ids", ids, persistent=True)
         else:
             self.draft_vocab_ids = ids
-        self._forget_heads()
+        self._draft_head = self._inference_head_cache = None  # the old lm_head slices, rebuilt on first use
         return self.draft_vocab_ids
-
-    def _forget_heads(self) -> None:
-        """Drop the lm_head slices built from the previous target or vocabulary; rebuilt on first use."""
-        self._draft_head = None
-        self._inference_head_cache = None
 
     def _embeddings(self) -> tuple[nn.Module, nn.Module]:
         if self._target_embeddings is None:

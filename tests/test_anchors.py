@@ -27,7 +27,7 @@ def test_sample_anchors_draws_only_candidates_without_duplicates_sorted():
     loss_mask[:, 1] = True  # label x_1 would need anchor 0: excluded
     candidates = _candidates(loss_mask)
     for seed in range(20):
-        anchors, anchor_valid = sample_anchors(loss_mask, 8, 7, generator=torch.Generator().manual_seed(seed))
+        anchors, anchor_valid = sample_anchors(loss_mask, 8, generator=torch.Generator().manual_seed(seed))
         assert anchors.shape == (4, 8) and anchors.dtype == torch.long
         assert anchor_valid.shape == (4, 8) and anchor_valid.dtype == torch.bool
         for b in range(4):
@@ -46,7 +46,7 @@ def test_sample_anchors_covers_all_candidates_uniformly():
     gen = torch.Generator().manual_seed(1)
     trials = 2000
     for _ in range(trials):
-        anchors, valid = sample_anchors(loss_mask, 2, 3, generator=gen)
+        anchors, valid = sample_anchors(loss_mask, 2, generator=gen)
         counts.index_add_(0, anchors[valid], torch.ones(int(valid.sum())))
     assert counts[:3].sum() == 0 and counts[11] == 0
     expected = trials * 2 / 8
@@ -55,9 +55,9 @@ def test_sample_anchors_covers_all_candidates_uniformly():
 
 def test_sample_anchors_is_deterministic_with_a_generator():
     loss_mask = torch.ones(3, 64, dtype=torch.bool)
-    a1, v1 = sample_anchors(loss_mask, 10, 7, generator=torch.Generator().manual_seed(123))
-    a2, v2 = sample_anchors(loss_mask, 10, 7, generator=torch.Generator().manual_seed(123))
-    a3, _ = sample_anchors(loss_mask, 10, 7, generator=torch.Generator().manual_seed(124))
+    a1, v1 = sample_anchors(loss_mask, 10, generator=torch.Generator().manual_seed(123))
+    a2, v2 = sample_anchors(loss_mask, 10, generator=torch.Generator().manual_seed(123))
+    a3, _ = sample_anchors(loss_mask, 10, generator=torch.Generator().manual_seed(124))
     assert torch.equal(a1, a2) and torch.equal(v1, v2)
     assert not torch.equal(a1, a3)
 
@@ -67,7 +67,7 @@ def test_sample_anchors_pads_when_fewer_candidates():
     loss_mask = torch.zeros(2, 8, dtype=torch.bool)
     loss_mask[0, 5:7] = True
     loss_mask[1, 0:2] = True  # labels x_0, x_1 need anchors -1, 0: none valid
-    anchors, anchor_valid = sample_anchors(loss_mask, 4, 3, generator=torch.Generator().manual_seed(0))
+    anchors, anchor_valid = sample_anchors(loss_mask, 4, generator=torch.Generator().manual_seed(0))
     assert anchors.shape == (2, 4)
     assert anchors[0, :2].tolist() == [4, 5]
     assert anchor_valid.tolist() == [[True, True, False, False], [False, False, False, False]]
@@ -76,7 +76,7 @@ def test_sample_anchors_pads_when_fewer_candidates():
 
 def test_sample_anchors_excludes_last_position_and_accepts_1d_mask():
     loss_mask = torch.ones(5, dtype=torch.bool)  # candidates 1, 2, 3 (a = 4 has no label x_5)
-    anchors, anchor_valid = sample_anchors(loss_mask, 10, 2)
+    anchors, anchor_valid = sample_anchors(loss_mask, 10)
     assert anchors.shape == (1, 10)
     assert anchors[0][anchor_valid[0]].tolist() == [1, 2, 3]
     assert int(anchor_valid.sum()) == 3
@@ -86,13 +86,12 @@ def test_sample_anchors_excludes_last_position_and_accepts_1d_mask():
     ("kwargs", "field"),
     [
         ({"num_anchors": 0}, "num_anchors"),
-        ({"num_draft_tokens": 0}, "num_draft_tokens"),
         ({"loss_mask": torch.ones(2, 3, 4, dtype=torch.bool)}, "loss_mask"),
         ({"loss_mask": torch.ones(5)}, "loss_mask"),
     ],
 )
 def test_sample_anchors_rejects_bad_args(kwargs, field):
-    args = {"loss_mask": torch.ones(8, dtype=torch.bool), "num_anchors": 2, "num_draft_tokens": 3} | kwargs
+    args = {"loss_mask": torch.ones(8, dtype=torch.bool), "num_anchors": 2} | kwargs
     with pytest.raises(ValueError, match=field):
         sample_anchors(**args)
 

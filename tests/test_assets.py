@@ -76,8 +76,8 @@ def test_registry_entries_are_consistent() -> None:
         "tau2",
         "writingbench",
     }
-    for key, package in assets.PROMPT_PACKAGES.items():
-        assert package.key == key and len(package.wheel_sha256) == 64
+    for package in assets.PROMPT_PACKAGES.values():
+        assert len(package.wheel_sha256) == 64
         name, version = package.package.split("==")
         assert package.wheel_filename.startswith(f"{name.replace('-', '_')}-{version}-")
 

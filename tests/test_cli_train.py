@@ -103,6 +103,20 @@ def test_continuation_flags_need_a_drafter_to_start_from(tmp_path, smollm2_dir, 
         run_train(base + ["--output_dir", str(tmp_path / "new"), "--max_steps", "0", *flags])
 
 
+def test_init_only_saves_the_drafter_a_run_starts_from(tmp_path, smollm2_dir):
+    base = write_tiny_training_run(tmp_path, smollm2_dir)[1:] + ["--seed", "3", "--draft_vocab_size", "16"]
+    run_train(base + ["--output_dir", str(tmp_path / "init"), "--init_only"])
+    run_train(base + ["--output_dir", str(tmp_path / "run"), "--max_steps", "0", "--learning_rate", "0"])
+    saved, started = (DLiteForSpeculation.from_pretrained(tmp_path / name) for name in ("init", "run"))
+    assert saved.draft_vocab_ids.numel() == 16  # chosen from --data, as the run chose it
+    init, run = saved.config.to_dict(), started.config.to_dict()
+    differ = {k for k in init.keys() | run.keys() if init.get(k) != run.get(k)}
+    assert differ == {"_name_or_path"}  # the folder each was loaded from
+    assert all(torch.equal(v, started.state_dict()[k]) for k, v in saved.state_dict().items())
+    with pytest.raises(SystemExit, match="--init_only saves a new drafter .*got stage 'stable', --init"):
+        run_train(base + ["--output_dir", str(tmp_path / "no"), "--init_only", "--init", str(tmp_path / "init")])
+
+
 def test_sliding_window_trains_a_windowed_drafter_in_the_stable_stage(tmp_path, smollm2_dir):
     base = write_tiny_training_run(tmp_path, smollm2_dir)[1:]
     run_train(base + ["--output_dir", str(tmp_path / "free"), "--max_steps", "0", "--learning_rate", "0"])

@@ -122,7 +122,7 @@ def test_every_prompt_names_a_registered_source() -> None:
 
 
 def test_the_evaluation_path_never_imports_a_training_mix() -> None:
-    """`dlite-hf compare` (its lazy imports too: it stops at a bad --num-prompts, after them), the bench's modules,
+    """`dlite-hf compare` (its lazy imports too: it stops at a bad --lookup-tokens, after them), the bench's modules,
     and the inference core, each in a fresh interpreter."""
     code = (
         "import argparse, sys\n"
@@ -131,7 +131,7 @@ def test_the_evaluation_path_never_imports_a_training_mix() -> None:
         "import dlite_hf.commands.compare as compare, dlite_hf.bench.command, dlite_hf.bench.runner\n"
         "import dlite_hf.data.workloads\n"
         "try:\n"
-        "    compare.cmd_compare(argparse.Namespace(num_prompts=0, max_new_tokens=None, lookup_tokens=0))\n"
+        "    compare.cmd_compare(argparse.Namespace(num_prompts=None, max_new_tokens=None, lookup_tokens=-1))\n"
         "except SystemExit:\n"
         "    pass\n"
         "assert 'dlite_hf.data.domains' in sys.modules  # the import above ran\n"

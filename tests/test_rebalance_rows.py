@@ -1,20 +1,14 @@
-"""scripts/rebalance_rows.py: domain shares follow tokens ** power, and no row is dropped."""
+"""`dlite-hf mix rebalance` (dlite_hf.data.mix): domain shares follow tokens ** power, and no row is dropped."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rebalance_rows.py"
-spec = importlib.util.spec_from_file_location("rebalance_rows", SCRIPT)
-rebalance_rows = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rebalance_rows)
+from dlite_hf.cli import main
+from dlite_hf.data import mix as rebalance_rows
 
 
 def _rows(counts: dict[str, int], tokens_per_row: int = 10) -> list[dict]:
@@ -54,21 +48,12 @@ def test_power_outside_zero_one_is_refused(power):
 
 def test_cli_writes_the_rows_and_refuses_rows_without_a_workload(tmp_path):
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows({"a": 9, "b": 1})))
-    done = subprocess.run(
-        [sys.executable, SCRIPT, "--rows", tmp_path / "rows.jsonl", "--out", tmp_path / "out.jsonl"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    assert main(["mix", "rebalance", str(tmp_path / "rows.jsonl"), "--out", str(tmp_path / "out.jsonl")]) == 0
     out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert Counter(r["workload"] for r in out) == {"a": 9, "b": 3}
     (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}) + "\n")
-    bad = subprocess.run(
-        [sys.executable, SCRIPT, "--rows", tmp_path / "bad.jsonl", "--out", tmp_path / "o.jsonl"],
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode != 0 and "no workload/loss_mask" in bad.stderr
+    with pytest.raises(SystemExit, match="no workload/loss_mask"):
+        main(["mix", "rebalance", str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "o.jsonl")])
 
 
 def test_balanced_order_keeps_every_row_once_and_balances_every_prefix():

@@ -10,7 +10,7 @@ import torch
 from tiny_models import write_tiny_training_run
 
 from dlite_hf.training.arguments import DLiteTrainingArguments
-from dlite_hf.training.time_budget import TimeBudget, time_cosine_schedule
+from dlite_hf.training.trainer import TimeBudget, time_cosine_schedule
 
 
 class FakeClock:

@@ -37,7 +37,6 @@ HUB_CODE_FILES = (
     "blocks.py",
     "candidate_generators.py",
     "drafting.py",
-    "generation_stats.py",
     "integration.py",
     "decoding_options.py",
     "tapping.py",

@@ -7,9 +7,8 @@ the ``generate()`` integration (``modeling/integration.py``) is installed when a
 from transformers import AutoConfig, AutoModel
 
 from .defaults import resolve_dtype
-from .modeling.candidate_generators import DLiteCandidateGenerator, HybridCandidateGenerator
+from .modeling.candidate_generators import DLiteCandidateGenerator, DLiteGenerationStats, HybridCandidateGenerator
 from .modeling.configuration_dlite import DLiteConfig
-from .modeling.generation_stats import DLiteGenerationStats
 from .modeling.integration import install_generate_hook
 from .modeling.modeling_dlite import DLiteForSpeculation, DLiteOutput, DLitePreTrainedModel
 from .modeling.suffix_index import DraftSession

@@ -1,9 +1,8 @@
 """An opt-in attention function for grouped-query targets on CPU: SDPA with the query groups packed into rows.
 
-transformers' `sdpa` gives a grouped-query model to `scaled_dot_product_attention` with `enable_gqa=True`, or
-copies keys and values to every query head; on CPU both are slow for short queries in bfloat16 (docs/design.md).
-Here each key/value head attends over `groups x q` query rows with the same kernel, the causal mask repeated per
-group. Registered through transformers' `AttentionInterface`; nothing changes unless you ask for it:
+transformers' `sdpa` (`enable_gqa=True`, or keys and values copied to every query head) is slow on CPU for short
+queries in bfloat16 (docs/design.md); here each key/value head attends over `groups x q` query rows with the same
+kernel, the causal mask repeated per group. Registered through `AttentionInterface`, only when you ask for it:
 
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=dlite_hf.attention.register())
     dlite_hf.attention.use_packed_gqa_attention(model)  # or, on a loaded model

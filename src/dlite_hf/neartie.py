@@ -26,8 +26,7 @@ class NearTieReport:
 
     At the first divergence: the token each run chose (None past the end of a shorter output), their float32 logit
     difference (``divergence_margin``) and the target's top-2 margin. ``max_gap``: the largest float32 (max logit -
-    committed logit) over the speculative tokens from there on, at ``worst_position``. ``reason``: why not ``ok``.
-    """
+    committed logit) over the speculative tokens from there on, at ``worst_position``. ``reason``: why not ``ok``."""
 
     identical: bool
     first_divergence: int | None = None
@@ -46,8 +45,7 @@ class NearTieReport:
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index where two token lists first differ (the shorter one's length if one is a prefix of the other); None
-    when they are equal."""
+    """Where two token lists first differ (the shorter one's length if one is a prefix of the other); None if equal."""
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return index
@@ -98,9 +96,10 @@ def check_near_ties(
     plain: torch.Tensor,
     speculative: torch.Tensor,
     epsilon: float,
+    processors: Callable | None = None,
 ) -> NearTieReport:
     """Check that ``speculative`` differs from ``plain`` (both ``[1, prompt + new]``, greedy outputs of one target)
-    only through near-ties of the float32 ``reference``, within ``epsilon`` logits."""
+    only through near-ties of the float32 ``reference`` (its logits through ``processors``), within ``epsilon``."""
     if epsilon < 0:
         raise ValueError(f"epsilon={epsilon} must be >= 0 (logit units).")
     if not torch.equal(plain[:, :prompt_length].cpu(), speculative[:, :prompt_length].cpu()):
@@ -119,7 +118,7 @@ def check_near_ties(
         return NearTieReport(False, divergence, *tokens, epsilon=epsilon, ok=False, reason=reason)
     # one forward: up to the divergence both runs saw the same tokens, so the speculative sequence's logits row there
     # scores plain's token too
-    logits = _rescored(reference, speculative, prompt_length)
+    logits = _rescored(reference, speculative, prompt_length, processors)
     spec_gaps, top2 = _gaps(logits, speculative[0, prompt_length:].cpu())
     row = logits[divergence]
     gap_plain, gap_spec = float(row.max() - row[a[divergence]]), float(spec_gaps[divergence])
@@ -176,10 +175,12 @@ class NearTieChecker:
     def exact(self) -> bool:
         return self.dtype == "float32"
 
-    def check(self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor) -> NearTieReport | None:
+    def check(
+        self, prompt_length: int, plain: torch.Tensor, other: torch.Tensor, processors: Callable | None = None
+    ) -> NearTieReport | None:
         """The near-tie verdict on `other` against `plain` (`[1, prompt + new]` each); None in float32."""
         if self.exact:
             return None
         if self._reference is None:
             self._reference = float32_reference(self.target)
-        return check_near_ties(self._reference, prompt_length, plain, other, self.epsilon)
+        return check_near_ties(self._reference, prompt_length, plain, other, self.epsilon, processors)

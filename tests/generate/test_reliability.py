@@ -123,11 +123,17 @@ def test_a_forced_eos_at_the_last_position_is_not_a_broken_ban():
     assert "repeats a 1-gram" in _violations(case, 2, torch.tensor([[2, 5, 6, 6, 2]]), None, 128)[0]
 
 
+def _processed_gaps(target, case, seq, start):
+    """How far each committed token of ``seq`` sits below the float32 maximum of the case's processed logits."""
+    from dlite_hf.neartie import logit_gaps
+    from dlite_hf.reliability.verdict import _processors
+
+    return logit_gaps(target, seq, start, _processors(target, case, start))[0]
+
+
 def test_processed_gaps_are_zero_on_the_targets_own_processed_greedy_output(fitted_pair):
     """The bfloat16 check re-scores with the case's logits processors: on a float32 target's own greedy output under
     those processors, every committed token is the processed maximum (gap 0), and a changed token is not."""
-    from dlite_hf.reliability.verdict import _processed_gaps
-
     target, _, prompts, _, _ = fitted_pair
     generation = {
         "max_new_tokens": 8,
@@ -151,8 +157,6 @@ def test_processed_gaps_force_eos_where_generate_does(fitted_pair):
     """Found by the long run (bfloat16 seed 1, case 362): the re-scoring must put the forced EOS at the call's last
     position (max_length from max_new_tokens, as generate() sets it), or the EOS both calls ended on looks 26 logits
     off and a near-tie earlier in the output is called a failure."""
-    from dlite_hf.reliability.verdict import _processed_gaps
-
     target, _, prompts, _, _ = fitted_pair
     generation = {"max_new_tokens": 6, "do_sample": False, "forced_eos_token_id": 2}
     prompt = prompts[:1]

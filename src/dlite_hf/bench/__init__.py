@@ -1,27 +1,21 @@
 """Benchmarks: workloads, methods, metrics (``dlite-hf bench``).
 
-Python API: :func:`dlite_hf.bench.run_bench` (``from dlite_hf.bench import run_bench, build_workloads``).
-A results file reads typed with :func:`dlite_hf.bench.load_result` (a :class:`~dlite_hf.bench.results.BenchResult`).
+Python API: ``from dlite_hf.bench import run_bench, build_workloads``; a results file reads typed with
+:func:`load_result` (a :class:`~dlite_hf.bench.results.BenchResult`).
 """
 
-from __future__ import annotations
+from ..data.workloads import build_workloads
+from .methods import BenchMethod
+from .report import markdown_table, write_outputs
+from .results import BenchResult, load_result
+from .runner import run_bench
 
-_LAZY = {
-    "BenchMethod": "dlite_hf.bench.methods",
-    "BenchResult": "dlite_hf.bench.results",
-    "build_workloads": "dlite_hf.data.workloads",
-    "load_result": "dlite_hf.bench.results",
-    "markdown_table": "dlite_hf.bench.report",
-    "run_bench": "dlite_hf.bench.runner",
-    "write_outputs": "dlite_hf.bench.report",
-}
-
-__all__ = list(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'dlite_hf.bench' has no attribute {name!r}")
+__all__ = [
+    "BenchMethod",
+    "BenchResult",
+    "build_workloads",
+    "load_result",
+    "markdown_table",
+    "run_bench",
+    "write_outputs",
+]

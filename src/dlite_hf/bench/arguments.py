@@ -27,14 +27,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="smollm2-135m", help="target: a local folder, Hub id or registry name")
     parser.add_argument(
         "--drafter",
-        default=None,
-        help="methods dlite, dlite_fixed, hybrid: a drafter folder, Hub id or name (default: dlite-smollm2-135m)",
+        help="methods dlite, dlite_fixed, hybrid: a drafter folder, Hub id or name (default dlite-smollm2-135m)",
     )
-    parser.add_argument("--drafter-nohead", default=None, help="method dlite_nohead: a no-sequential-head drafter")
-    parser.add_argument("--drafter-history", default=None, help="method history: a history-aware checkpoint")
-    parser.add_argument(
-        "--assistant", default=None, help="method assisted: a small assistant LM (registry name or folder)"
-    )
+    parser.add_argument("--drafter-nohead", help="method dlite_nohead: a no-sequential-head drafter")
+    parser.add_argument("--drafter-history", help="method history: a history-aware checkpoint")
+    parser.add_argument("--assistant", help="method assisted: a small assistant LM (registry name or folder)")
     for flag in ("confidence", "skip"):  # dlite_fixed always uses 0: K drafts every round
         parser.add_argument(
             f"--{flag}-threshold",
@@ -60,13 +57,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What is measured: the workloads (or your prompts), the methods, how much, how often; the sessions."""
     parser.add_argument(
         "--workloads",
-        default=None,
         help=f"comma-separated, from: {', '.join(WORKLOAD_CHOICES)} (default {DEFAULT_WORKLOADS}; with --prompts: "
         "none unless given)",
     )
     parser.add_argument(
         "--prompts",
-        default=None,
         help="your own prompts as one more workload, 'prompts': a JSONL file, one row per prompt with `messages` "
         "(the chat format) and optionally `id`; every row is measured",
     )
@@ -130,7 +125,7 @@ def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "grouped-query heads in every verification forward, a cost that grows with context",
     )
     parser.add_argument("--out", default="benchmarks/results/", help="output folder")
-    parser.add_argument("--name", default=None, help="file-name stem (default: <target>-<UTC time>)")
+    parser.add_argument("--name", help="file-name stem (default: <target>-<UTC time>)")
     parser.add_argument(
         "--allow-mismatch", action="store_true", help="exit 0 even if a greedy output differs from plain"
     )

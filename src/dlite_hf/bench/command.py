@@ -33,14 +33,8 @@ from .results import as_result
 # CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
 THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
 # method -> the flag (argparse dest) that gives its checkpoint
-CHECKPOINT_FLAGS = {
-    "dlite": "drafter",
-    "dlite_fixed": "drafter",
-    "hybrid": "drafter",
-    "dlite_nohead": "drafter_nohead",
-    "history": "drafter_history",
-    "assisted": "assistant",
-}
+CHECKPOINT_FLAGS = dict.fromkeys(("dlite", "dlite_fixed", "hybrid"), "drafter")
+CHECKPOINT_FLAGS |= {"dlite_nohead": "drafter_nohead", "history": "drafter_history", "assisted": "assistant"}
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,52 +69,29 @@ def _load_drafter(path: str, dtype: Any) -> Any:
         raise SystemExit(f"--drafter {path}: {error}") from None
 
 
-def _parse_lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as error:
-        raise SystemExit(f"--long-lengths must be comma-separated integers, got {text!r}.") from error
-    bad = [n for n in lengths if not 64 <= n <= LONG_MAX_TOKENS]
-    if not lengths or bad:
-        raise SystemExit(f"--long-lengths: each length must be in 64..{LONG_MAX_TOKENS} tokens, got {text!r}.")
-    return lengths
-
-
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
 def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[str]) -> str:
-    """The exact, fully explicit command that reproduces this run."""
-    parts = ["dlite-hf", "bench", "--target", args.target]
-    for flag in ("drafter", "drafter_nohead", "drafter_history", "assistant"):
-        if getattr(args, flag):
-            parts += [_flag(flag), getattr(args, flag)]
-    if workloads:
-        parts += ["--workloads", ",".join(workloads)]
-    if args.prompts:
-        parts += ["--prompts", args.prompts]
-    parts += ["--methods", ",".join(methods)]
-    for flag in (*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match", "lookup_fallback_min_match"):
-        if getattr(args, flag) is not None:
-            parts += [_flag(flag), str(getattr(args, flag))]
-    parts += ["--num-prompts", str(args.num_prompts), "--max-new-tokens", str(args.max_new_tokens)]
-    if args.repeats != 1:
-        parts += ["--repeats", str(args.repeats)]
-    if "long" in workloads:
-        parts += ["--long-lengths", args.long_lengths]
+    """The exact, fully explicit command that reproduces this run: every flag that bears on it, with its value."""
+    values = {**vars(args), "workloads": ",".join(workloads), "methods": ",".join(methods)}
+    shown = ["target", "drafter", "drafter_nohead", "drafter_history", "assistant", "workloads", "prompts", "methods"]
+    shown += [*THRESHOLD_FLAGS, "lookup_tokens", "lookup_min_match", "lookup_fallback_min_match"]
+    shown += ["num_prompts", "max_new_tokens", *(["repeats"] if args.repeats != 1 else [])]
+    shown += ["long_lengths"] if "long" in workloads else []
     if "agentic" in workloads:
-        parts += ["--agentic-max-tokens", str(args.agentic_max_tokens)]
-        parts += ["--agentic-max-turns", str(args.agentic_max_turns), "--coding-sessions", str(args.coding_sessions)]
-        parts += ["--bfcl-sessions", str(args.bfcl_sessions)]
-        if args.bfcl_sessions:
-            parts += ["--bfcl-category", args.bfcl_category]
-    parts += ["--threads", str(args.threads), "--dtype", args.dtype, "--attention", args.attention, "--out", args.out]
-    if args.sdpa_gqa:
-        parts.append("--sdpa-gqa")
-    if args.name:
-        parts += ["--name", args.name]
-    parts += [_flag(flag) for flag in ("prefix_cache", "allow_mismatch", "plot", "no_warmup") if getattr(args, flag)]
+        shown += ["agentic_max_tokens", "agentic_max_turns", "coding_sessions", "bfcl_sessions"]
+        shown += ["bfcl_category"] if args.bfcl_sessions else []
+    shown += ["threads", "dtype", "attention", "out", "sdpa_gqa", "name"]
+    shown += ["prefix_cache", "allow_mismatch", "plot", "no_warmup"]
+    parts = ["dlite-hf", "bench"]
+    for dest in shown:
+        value = values[dest]
+        if value is True:  # a switch
+            parts.append(_flag(dest))
+        elif value is not None and value is not False and value != "":  # a value given (0 included)
+            parts += [_flag(dest), str(value)]
     return shlex.join(parts)
 
 
@@ -139,7 +110,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention)
     specs = _bench_methods(args, methods, target, tokenizer, folder)
     sessions = _sessions(args, workloads, lengths, tokenizer, user_prompts)
-    _warn_past_trained_range(args, target, workloads, lengths)
+    max_positions = getattr(target.config, "max_position_embeddings", None)
+    longest = max([*lengths, args.agentic_max_tokens if "agentic" in workloads else 0]) + args.max_new_tokens
+    if max_positions and longest > max_positions:
+        print(
+            f"warning: contexts up to {longest} tokens exceed the target's max_position_embeddings "
+            f"({max_positions}); its outputs there are out of its trained range.",
+            file=sys.stderr,
+        )
     command = _command_line(args, methods, workloads)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(args.target).name if Path(args.target).exists() else args.target)
     print(f"dlite-hf bench: {command}", file=sys.stderr)
@@ -191,8 +169,23 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
             raise SystemExit(f"--prompts {args.prompts}: {error}") from None
     _check_drafting_flags(args, methods)
     _check_checkpoints(args, methods)
-    _check_counts(args)
-    lengths = _parse_lengths(args.long_lengths) if "long" in workloads else []
+    if args.agentic_max_tokens < 256:  # the counts the flags' types do not check (those check the positive ones)
+        raise SystemExit(f"--agentic-max-tokens {args.agentic_max_tokens} is invalid: expected an integer >= 256.")
+    if args.bfcl_sessions < 0 or args.coding_sessions < 0:
+        raise SystemExit(
+            f"--bfcl-sessions and --coding-sessions must be >= 0 (0 leaves them out of agentic); got "
+            f"{args.bfcl_sessions} and {args.coding_sessions}."
+        )
+    if "long" not in workloads:
+        return methods, workloads, user_prompts, []
+    try:
+        lengths = [int(x) for x in args.long_lengths.split(",") if x.strip()]
+    except ValueError as error:
+        raise SystemExit(f"--long-lengths must be comma-separated integers, got {args.long_lengths!r}.") from error
+    if not lengths or any(not 64 <= n <= LONG_MAX_TOKENS for n in lengths):
+        raise SystemExit(
+            f"--long-lengths: each length must be in 64..{LONG_MAX_TOKENS} tokens, got {args.long_lengths!r}."
+        )
     return methods, workloads, user_prompts, lengths
 
 
@@ -243,69 +236,42 @@ def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
             print(f"note: {_flag(flag)} is ignored: method {method} is not in --methods.", file=sys.stderr)
 
 
-def _check_counts(args: argparse.Namespace) -> None:
-    """The counts the flags' types do not check (those check the positive ones)."""
-    if args.agentic_max_tokens < 256:
-        raise SystemExit(f"--agentic-max-tokens {args.agentic_max_tokens} is invalid: expected an integer >= 256.")
-    if args.bfcl_sessions < 0 or args.coding_sessions < 0:
-        raise SystemExit(
-            f"--bfcl-sessions and --coding-sessions must be >= 0 (0 leaves them out of agentic); got "
-            f"{args.bfcl_sessions} and {args.coding_sessions}."
-        )
-
-
 def _bench_methods(args: argparse.Namespace, methods: list[str], target: Any, tokenizer: Any, folder: Any) -> list:
-    """A :class:`~dlite_hf.bench.methods.BenchMethod` per method name, its models loaded (a drafter once)."""
-    from .methods import BenchMethod
+    """A :class:`~dlite_hf.bench.methods.BenchMethod` per method name (:func:`~.methods.make_method`), its models
+    loaded (a drafter once per path) and checked against the target."""
+    from .methods import make_method
 
-    specs: list[BenchMethod] = []
-    drafters: dict[str, Any] = {}
+    thresholds = {field: getattr(args, flag) for flag, field in THRESHOLD_FLAGS.items()}
+    thresholds = {field: value for field, value in thresholds.items() if value is not None}
+    specs, drafters = [], {}
     for name in methods:
         if name in ("plain", "prompt_lookup"):
-            specs.append(BenchMethod(name, name))
-        elif name == "assisted":
-            specs.append(_assisted_method(args, tokenizer, folder))
-        else:
-            specs.append(_dlite_method(args, name, target, drafters))
+            specs.append(make_method(name))
+            continue
+        if name == "assisted":
+            specs.append(make_method(name, _assistant(args, tokenizer, folder), args.assistant))
+            continue
+        path = getattr(args, CHECKPOINT_FLAGS[name])
+        if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
+            drafters[path] = _load_drafter(path, target.dtype)
+        overrides = dict(thresholds)
+        if name == "hybrid" and args.lookup_fallback_min_match is not None:  # per call, like the thresholds
+            overrides["lookup_fallback_min_match"] = args.lookup_fallback_min_match
+        try:
+            specs.append(make_method(name, drafters[path], path, overrides, args.lookup_tokens, args.lookup_min_match))
+            drafters[path].check_target(target)
+        except ValueError as error:
+            raise SystemExit(f"{_flag(CHECKPOINT_FLAGS[name])} {path}: {error}") from error
     return specs
 
 
-def _assisted_method(args: argparse.Namespace, tokenizer: Any, folder: Any) -> Any:
-    from .methods import BenchMethod
-
+def _assistant(args: argparse.Namespace, tokenizer: Any, folder: Any) -> tuple[Any, Any]:
+    """(the assistant model, its tokenizer where its vocabulary is not the target's: universal assisted decoding)."""
     assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype, args.attention)
     if Path(assistant_folder).resolve() == Path(folder).resolve():
         raise SystemExit("--assistant is the target itself; assisted decoding needs a different, smaller model.")
     same = len(tokenizer) == len(assistant_tokenizer) and tokenizer.get_vocab() == assistant_tokenizer.get_vocab()
-    universal = None if same else assistant_tokenizer
-    return BenchMethod("assisted", "assisted", assistant, universal, checkpoint=args.assistant)
-
-
-def _dlite_method(args: argparse.Namespace, name: str, target: Any, drafters: dict[str, Any]) -> Any:
-    """A DLite method: its drafter (loaded once per path into ``drafters``), checked against the target, with the
-    per-call settings of the flags."""
-    from .methods import HYBRID_LOOKUP_TOKENS, BenchMethod, check_drafter_kind, dlite_overrides
-
-    path = getattr(args, CHECKPOINT_FLAGS[name])
-    if path not in drafters:  # dlite and dlite_fixed share --drafter: load it once
-        drafters[path] = _load_drafter(path, target.dtype)
-    drafter = drafters[path]
-    try:
-        check_drafter_kind(name, drafter, where=path)
-        drafter.check_target(target)
-    except ValueError as error:
-        raise SystemExit(f"{_flag(CHECKPOINT_FLAGS[name])} {path}: {error}") from error
-    thresholds = {field: getattr(args, flag) for flag, field in THRESHOLD_FLAGS.items()}
-    overrides = dlite_overrides(name, {field: value for field, value in thresholds.items() if value is not None})
-    hybrid = {}
-    if name == "hybrid":
-        hybrid = {
-            "lookup_tokens": args.lookup_tokens or HYBRID_LOOKUP_TOKENS,
-            "lookup_min_match": args.lookup_min_match,
-        }
-        if args.lookup_fallback_min_match is not None:  # per call, like the thresholds
-            overrides["lookup_fallback_min_match"] = args.lookup_fallback_min_match
-    return BenchMethod(name, "dlite", drafter, checkpoint=path, drafter_overrides=overrides, **hybrid)
+    return assistant, None if same else assistant_tokenizer
 
 
 def _sessions(
@@ -326,14 +292,3 @@ def _sessions(
 
         sessions[USER_PROMPTS_WORKLOAD] = user_prompts
     return sessions
-
-
-def _warn_past_trained_range(args: argparse.Namespace, target: Any, workloads: list[str], lengths: list[int]) -> None:
-    max_positions = getattr(target.config, "max_position_embeddings", None)
-    longest = max([*lengths, args.agentic_max_tokens if "agentic" in workloads else 0]) + args.max_new_tokens
-    if max_positions and longest > max_positions:
-        print(
-            f"warning: contexts up to {longest} tokens exceed the target's max_position_embeddings "
-            f"({max_positions}); its outputs there are out of its trained range.",
-            file=sys.stderr,
-        )

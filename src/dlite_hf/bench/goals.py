@@ -25,8 +25,7 @@ def _goal(name: str, met: bool | None, measured: str) -> dict[str, Any]:
 
 
 def _speedup_goal(rows: Rows, workload: str, strict: bool, method: str, peer: str) -> dict[str, Any]:
-    relation = ">" if strict else ">="
-    name = f"{workload}: {method} speedup {relation} {peer} speedup"
+    name = f"{workload}: {method} speedup {'>' if strict else '>='} {peer} speedup"
     mine, theirs = rows.get((workload, method)), rows.get((workload, peer))
     if mine is None or theirs is None:
         return _goal(name, None, f"not measured (run workload {workload} with methods {method},{peer})")

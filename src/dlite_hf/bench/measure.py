@@ -72,15 +72,6 @@ def _rss_kb(key: str) -> int | None:
     return int(value.split()[0]) if value else None
 
 
-def _reset_peak_rss() -> int | None:
-    """Reset the kernel's peak-RSS mark (Linux ``clear_refs`` 5); return the current RSS in kB, or None."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    return _rss_kb("VmRSS")
-
-
 def environment_info() -> dict[str, Any]:
     """Machine, threads and library versions, for the results file."""
     import transformers
@@ -152,43 +143,6 @@ def _drafting(
     return fields
 
 
-def _metrics(
-    prompt_tokens: int,
-    cached: int,
-    new_tokens: int,
-    forwards: list[tuple[int, float]],
-    wall: float,
-    drafting: dict[str, Any],
-    rss: tuple[int | None, int | None],
-) -> dict[str, Any]:
-    """The record fields of one generate() call (:class:`~dlite_hf.bench.results.Record`), with the drafting's."""
-    prefill_s = forwards[0][1] if forwards else 0.0
-    verify = forwards[1:]
-    verify_s = sum(t for _, t in verify)
-    drafter_s, draft_calls = drafting["drafter_s"], drafting["draft_calls"]
-    decode_s = max(wall - prefill_s, 1e-9)
-    rss_before, peak = rss
-    return {
-        "prompt_tokens": int(prompt_tokens),
-        "cached_prompt_tokens": int(cached),
-        "new_tokens": new_tokens,
-        "target_forwards": len(forwards),
-        "tau": new_tokens / len(forwards) if forwards else 0.0,
-        "wall_s": wall,
-        "prefill_s": prefill_s,
-        "decode_s": decode_s,
-        "tok_s": new_tokens / wall if wall > 0 else 0.0,
-        "decode_tok_s": new_tokens / decode_s,
-        "target_s": prefill_s + verify_s,
-        "overhead_s": wall - prefill_s - verify_s - (drafter_s or 0.0),
-        "target_ms_per_round": 1000 * verify_s / len(verify) if verify else None,
-        "drafter_ms_per_round": 1000 * drafter_s / draft_calls if drafter_s is not None and draft_calls else None,
-        "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
-        "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
-        **drafting,
-    }
-
-
 class _Runner:
     """State of one benchmark run: models, hooks, greedy settings."""
 
@@ -252,7 +206,11 @@ class _Runner:
         `input_ids` kept from the session's previous turn) and return (sequences, metrics)."""
         cached = cache.get_seq_length() if cache is not None else 0
         gc.collect()
-        rss_before = _reset_peak_rss()
+        try:  # reset the kernel's peak-RSS mark (Linux clear_refs 5)
+            Path("/proc/self/clear_refs").write_text("5")
+            rss_before = _rss_kb("VmRSS")
+        except OSError:
+            rss_before = None
         self.timer.reset()
         assistant_timer = self.assistant_timers.get(method.name)
         if assistant_timer is not None:
@@ -263,9 +221,30 @@ class _Runner:
         sequences = self.generate(method, input_ids, session=session, cache=cache)
         wall = time.perf_counter() - started
         peak = _rss_kb("VmHWM") if rss_before is not None else None
-        prompt_tokens = input_ids.shape[1]
+        forwards, prompt_tokens = self.timer.forwards, input_ids.shape[1]
         new_tokens = int(sequences.shape[1] - prompt_tokens)
-        drafting = _drafting(method, self.timer.forwards, new_tokens, assistant_timer)
-        return sequences, _metrics(
-            prompt_tokens, cached, new_tokens, self.timer.forwards, wall, drafting, (rss_before, peak)
-        )
+        drafting = _drafting(method, forwards, new_tokens, assistant_timer)
+        drafter_s, draft_calls = drafting["drafter_s"], drafting["draft_calls"]
+        prefill_s = forwards[0][1] if forwards else 0.0
+        verify = forwards[1:]
+        verify_s = sum(t for _, t in verify)
+        decode_s = max(wall - prefill_s, 1e-9)
+        return sequences, {  # the record's fields (:class:`~dlite_hf.bench.results.Record`)
+            "prompt_tokens": int(prompt_tokens),
+            "cached_prompt_tokens": int(cached),
+            "new_tokens": new_tokens,
+            "target_forwards": len(forwards),
+            "tau": new_tokens / len(forwards) if forwards else 0.0,
+            "wall_s": wall,
+            "prefill_s": prefill_s,
+            "decode_s": decode_s,
+            "tok_s": new_tokens / wall if wall > 0 else 0.0,
+            "decode_tok_s": new_tokens / decode_s,
+            "target_s": prefill_s + verify_s,
+            "overhead_s": wall - prefill_s - verify_s - (drafter_s or 0.0),
+            "target_ms_per_round": 1000 * verify_s / len(verify) if verify else None,
+            "drafter_ms_per_round": 1000 * drafter_s / draft_calls if drafter_s is not None and draft_calls else None,
+            "drafter_share": drafter_s / (drafter_s + verify_s) if drafter_s is not None and verify_s > 0 else None,
+            "peak_rss_delta_mb": (peak - rss_before) / 1024 if peak is not None and rss_before is not None else None,
+            **drafting,
+        }

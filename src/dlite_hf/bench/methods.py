@@ -170,16 +170,17 @@ def check_drafter_kind(name: str, drafter: nn.Module, where: str = "") -> None:
         )
 
 
-def dlite_overrides(name: str, requested: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The drafter config overrides of DLite method `name`: ``dlite_fixed`` always drafts K every round
-    (:data:`FIXED_K_OVERRIDES`); the others take `requested` (e.g. the CLI's threshold flags), or none."""
-    return dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else dict(requested or {})
-
-
-def make_method(name: str, spec: Any = None) -> BenchMethod:
-    """Build a method from a name and what it needs: ``spec`` is a :class:`BenchMethod` (returned as is), None for
-    ``plain`` / ``prompt_lookup``, a DLite drafter for the DLite methods, and an assistant model or
-    ``(model, assistant_tokenizer)`` for ``assisted``."""
+def make_method(
+    name: str,
+    spec: Any = None,
+    checkpoint: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    lookup_tokens: int | None = None,
+    lookup_min_match: int | None = None,
+) -> BenchMethod:
+    """A method from its name and ``spec``: a :class:`BenchMethod` (returned as is), None (``plain``,
+    ``prompt_lookup``), a DLite drafter, or an assistant model or ``(model, assistant_tokenizer)`` (``assisted``).
+    DLite methods take per-call ``overrides`` (``dlite_fixed``: K every round), the hybrid its lookup settings."""
     if isinstance(spec, BenchMethod):
         return spec
     if name in ("plain", "prompt_lookup"):
@@ -189,14 +190,17 @@ def make_method(name: str, spec: Any = None) -> BenchMethod:
     if name in DLITE_METHODS:
         if spec is None or not hasattr(spec, "get_candidate_generator"):
             raise ValueError(f"Method `{name}` needs a DLite drafter (DLiteForSpeculation); got {spec!r}.")
-        check_drafter_kind(name, spec)
-        lookup = HYBRID_LOOKUP_TOKENS if name == "hybrid" else None
-        return BenchMethod(name, "dlite", model=spec, drafter_overrides=dlite_overrides(name), lookup_tokens=lookup)
+        check_drafter_kind(name, spec, where=checkpoint or "")
+        overrides = dict(FIXED_K_OVERRIDES) if name == "dlite_fixed" else dict(overrides or {})
+        lookup = {}
+        if name == "hybrid":
+            lookup = {"lookup_tokens": lookup_tokens or HYBRID_LOOKUP_TOKENS, "lookup_min_match": lookup_min_match}
+        return BenchMethod(name, "dlite", spec, checkpoint=checkpoint, drafter_overrides=overrides, **lookup)
     if name == "assisted":
         model, assistant_tokenizer = spec if isinstance(spec, tuple) else (spec, None)
         if model is None:
             raise ValueError("Method `assisted` needs an assistant model (or a (model, tokenizer) pair).")
-        return BenchMethod(name, "assisted", model=model, assistant_tokenizer=assistant_tokenizer)
+        return BenchMethod(name, "assisted", model, assistant_tokenizer, checkpoint=checkpoint)
     raise ValueError(
         f"Unknown method {name!r}; allowed: {', '.join(METHOD_CHOICES)} (or pass a BenchMethod for a custom one)."
     )

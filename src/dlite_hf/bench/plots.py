@@ -1,134 +1,102 @@
-"""The PNG plots of a benchmark run (``<name>_<plot>.png``), drawn from its typed results (matplotlib, imported
-inside :func:`write_plots`)."""
+"""The PNG plots of a benchmark run (``<name>_<plot>.png``) and of the serving benchmark (``serve_vllm.py --report
+RESULTS --plot PNG``): lines of side-by-side panels, drawn by :func:`draw_panels` (matplotlib, imported there)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from .results import BenchResult, as_result
 
-PLOT_NAMES = ("speedup_tau", "drafter_ms_vs_context", "tau_vs_context", "agentic_turns")
+# each plot's panels: (the rows drawn, x, y, y label, a dashed line at 1); a line per method, or per session
+PANELS = {
+    "speedup_tau": (
+        ("summary", "workload", "speedup", "speedup vs plain (x)", True),
+        ("summary", "workload", "mean_tau", "mean tau", True),
+    ),
+    "drafter_ms_vs_context": (
+        ("records", "prompt_tokens", "drafter_ms_per_round", "drafter ms per round", False),
+        ("records", "prompt_tokens", "target_ms_per_round", "target ms per forward (verification)", False),
+    ),
+    "tau_vs_context": (("records", "prompt_tokens", "tau", "tau (tokens per target forward)", True),),
+    "agentic_turns": (  # multi-turn sessions only
+        ("turns", "turn", "tau", "mean tau over sessions", True),
+        ("sessions", "turn", "prompt_tokens", "context tokens (plain)", False),
+    ),
+}
+PLOT_NAMES = tuple(PANELS)
+XLABELS = {"prompt_tokens": "context tokens (prompt)", "turn": "turn index"}
+Panel = tuple[str, str, Mapping[str, list], bool]  # x label, y label, {line: [(x, y), ...]}, a dashed line at 1
 
 
 def write_plots(result: BenchResult | Mapping[str, Any], stem: Path) -> dict[str, Path]:
     """Write the PNG plots next to ``stem`` (``<stem>_<plot>.png``); returns {plot name: path}."""
+    result = as_result(result)
+    multi = {s.id for s in result.sessions if s.turns_available > 1}
+    turns = [r for r in result.records if r.session_id in multi]
+    rows = {"summary": result.summary, "records": result.records, "turns": turns}
+    rows["sessions"] = [r for r in turns if r.method == "plain"]
+    title = f"{result.meta.value_or('target', '')} (threads={result.meta.threads})"
+    written = {}
+    for name, panels in PANELS.items():
+        if name == "agentic_turns" and not turns:
+            continue  # no multi-turn session
+        drawn = []
+        for source, x, y, label, one in panels:
+            lines = _lines(rows[source], x, y, "session_id" if source == "sessions" else "method")
+            drawn.append((XLABELS.get(x, x), label, lines, one))
+        written[name] = draw_panels(stem.with_name(f"{stem.name}_{name}.png"), title, drawn)
+    return written
+
+
+def plot_serving(results: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """The serving benchmark's plot: each method's tokens/s over plain vLLM's by concurrency, a panel per workload."""
+    rows = [SimpleNamespace(**r) for r in results if r["method"] != "plain"]
+    panels = []
+    for workload in sorted({r.workload for r in rows}):
+        lines = _lines([r for r in rows if r.workload == workload], "concurrency", "speedup")
+        panels.append((f"concurrency ({workload})", "output tokens/s vs plain vLLM", lines, True))
+    return draw_panels(path, "DLite in vLLM", panels, log2=True)
+
+
+def _lines(rows: Iterable[Any], x: str, y: str, by: str = "method") -> dict[str, list[tuple[Any, float]]]:
+    """``{row.<by>: [(x, mean y of its rows at that x), ...]}`` over the rows with a ``y``."""
+    values: dict[tuple[Any, Any], list[float]] = defaultdict(list)
+    for row in rows:
+        if getattr(row, y) is not None:
+            values[(getattr(row, by), getattr(row, x))].append(getattr(row, y))
+    lines = defaultdict(list)
+    for (label, at), ys in values.items():
+        lines[label].append((at, sum(ys) / len(ys)))
+    return lines
+
+
+def draw_panels(path: Path, title: str, panels: Sequence[Panel], log2: bool = False) -> Path:
+    """Save side-by-side ``panels`` at ``path``, each line one color in every panel (``log2``: a log2 x axis)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    result = as_result(result)
-    methods = [m for m in result.methods if m != "plain"]
-    colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(result.methods)}
-    title = f"{result.meta.value_or('target', '')} (threads={result.meta.threads})"
-    written = {}
-    for name, draw in zip(PLOT_NAMES, (_speedup_tau, _drafter_ms_vs_context, _tau_vs_context, _agentic_turns)):
-        fig = draw(plt, result, methods, colors, title)
-        if fig is not None:  # None: the run has nothing to draw there
-            fig.tight_layout()
-            written[name] = stem.with_name(f"{stem.name}_{name}.png")
-            fig.savefig(written[name], dpi=110)
-    plt.close("all")
-    return written
-
-
-def _speedup_tau(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
-    """1. speedup and tau per workload per method."""
-    summary = [r for r in result.summary if r.method != "plain"]
-    workloads = list(dict.fromkeys(r.workload for r in result.summary))
-    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.4 * len(workloads) * 2), 4.2))
-    width = 0.8 / max(1, len(methods))
-    for ax, key, label in ((axes[0], "speedup", "speedup vs plain (x)"), (axes[1], "mean_tau", "mean tau")):
-        for i, method in enumerate(methods):
-            values = {r.workload: getattr(r, key) for r in summary if r.method == method}
-            xs = [j + (i - (len(methods) - 1) / 2) * width for j, w in enumerate(workloads) if w in values]
-            ax.bar(xs, [values[w] for w in workloads if w in values], width, label=method, color=colors[method])
-        ax.axhline(1.0, color="gray", lw=1, ls="--")
-        ax.set_xticks(range(len(workloads)), workloads, rotation=30, ha="right")
-        ax.set_ylabel(label)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    return fig
-
-
-def _drafter_ms_vs_context(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
-    """2. drafter (and target) ms per round against context length."""
-    records = result.records
-    timed = [m for m in methods if any(r.method == m and r.drafter_ms_per_round is not None for r in records)]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in timed:
-        mine = [r for r in records if r.method == method and r.drafter_ms_per_round is not None]
-        xs, drafter, target = zip(
-            *sorted((r.prompt_tokens, r.drafter_ms_per_round, r.target_ms_per_round) for r in mine)
-        )
-        for ax, ys in zip(axes, (drafter, target)):
-            ax.plot(xs, ys, "o-", ms=3, lw=1, label=method, color=colors[method])
-    plain = sorted((r.prompt_tokens, r.target_ms_per_round) for r in records if r.method == "plain")
-    if plain:
-        axes[1].plot(*zip(*plain), "s--", ms=3, lw=1, label="plain (1 token)", color=colors["plain"])
-    axes[0].set_ylabel("drafter ms per round")
-    axes[1].set_ylabel("target ms per forward (verification)")
-    for ax in axes:
-        ax.set_xlabel("context tokens (prompt)")
-        ax.set_ylim(bottom=0)
-        if ax.get_legend_handles_labels()[0]:
+    labels = list(dict.fromkeys(label for *_, lines, _ in panels for label in lines))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    for ax, (xlabel, ylabel, lines, one) in zip(axes[0], panels):
+        for label, points in lines.items():
+            ax.plot(*zip(*sorted(points)), "o-", ms=4, lw=1, label=label, color=f"C{labels.index(label) % 10}")
+        if one:
+            ax.axhline(1.0, color="gray", lw=1, ls="--")
+        if log2:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.tick_params(axis="x", labelrotation=30)
+        if lines:
             ax.legend(fontsize=8)
-    if not timed:
-        axes[0].text(0.5, 0.5, "no method with a drafter model", ha="center", transform=axes[0].transAxes)
     fig.suptitle(title)
-    return fig
-
-
-def _tau_vs_context(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
-    """3. tau against context length, every record."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for method in methods:
-        points = sorted((r.prompt_tokens, r.tau) for r in result.records if r.method == method)
-        if points:
-            ax.plot(*zip(*points), "o", ms=4, alpha=0.7, label=method, color=colors[method])
-    ax.set_xlabel("context tokens (prompt)")
-    ax.set_ylabel("tau (tokens per target forward)")
-    ax.axhline(1.0, color="gray", lw=1, ls="--")
-    if methods:
-        ax.legend(fontsize=8)
-    ax.set_title(title)
-    return fig
-
-
-def _agentic_turns(plt: Any, result: BenchResult, methods: list[str], colors: dict, title: str) -> Any:
-    """4. agentic sessions: tau and context length against the turn index (None: no multi-turn session)."""
-    from matplotlib.ticker import MaxNLocator
-
-    multi = {s.id for s in result.sessions if s.turns_available > 1}
-    turn_records = [r for r in result.records if r.session_id in multi]
-    if not turn_records:
-        return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in methods:
-        by_turn: dict[int, list[float]] = defaultdict(list)
-        for r in turn_records:
-            if r.method == method:
-                by_turn[r.turn].append(r.tau)
-        turns = sorted(by_turn)
-        means = [sum(by_turn[t]) / len(by_turn[t]) for t in turns]
-        axes[0].plot(turns, means, "o-", label=method, color=colors[method])
-    for session in sorted(multi):
-        points = sorted(
-            (r.turn, r.prompt_tokens) for r in turn_records if r.session_id == session and r.method == "plain"
-        )
-        if points:
-            axes[1].plot(*zip(*points), "o-", ms=3, lw=1, label=session)
-    axes[0].set_ylabel("mean tau over sessions")
-    axes[1].set_ylabel("context tokens")
-    for ax in axes:
-        ax.set_xlabel("turn index")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0].axhline(1.0, color="gray", lw=1, ls="--")
-    if methods:
-        axes[0].legend(fontsize=8)
-    axes[1].legend(fontsize=6)
-    fig.suptitle(f"{title}: multi-turn sessions")
-    return fig
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

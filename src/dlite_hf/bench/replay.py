@@ -30,10 +30,8 @@ from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
     """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` (prompt, then
-    its greedy continuation from ``prompt_length`` >= 2) drafting K every round, as ``generate`` runs it (equal to a
-    float32 run token for token; in reduced precision a run can diverge after a near-tie). ``states``: the target's
-    tapped states over ``tokens`` (:func:`teacher_states`); a history drafter also gets the committed positions'.
-    """
+    its greedy continuation from ``prompt_length`` >= 2) drafting K every round, as a float32 ``generate`` runs it.
+    ``states``: the target's tapped states over ``tokens`` (:func:`teacher_states`; a history drafter's too)."""
     import torch
 
     from ..modeling.drafting import history_inputs
@@ -162,8 +160,7 @@ def forward_costs(target: Any, context: int, sizes: Sequence[int], repeats: int 
 
 def cost_tables(target: Any, turns: Sequence[Any], sizes: Sequence[int], repeats: int) -> dict[int, dict[int, float]]:
     """:func:`forward_costs` at the :func:`context_key` of every turn's prompt (``turn.ids``)."""
-    contexts = sorted({context_key(len(turn.ids)) for turn in turns})
-    return {context: forward_costs(target, context, sizes, repeats) for context in contexts}
+    return {c: forward_costs(target, c, sizes, repeats) for c in sorted({context_key(len(t.ids)) for t in turns})}
 
 
 def cost_at(costs: dict[int, float], q: int) -> float:
@@ -235,26 +232,19 @@ def add_replay_parser(sub: argparse._SubParsersAction, kinds: Sequence[Any]) -> 
 
 def run_replay(kind: Any, args: argparse.Namespace) -> int:
     """Replay the rule grid of `kind` (a kind module) on its replay data; print the best rules, write `--out`."""
-    settings = kind.check(args)  # before any model loads
+    if args.max_new_tokens < 2:  # before any model loads
+        raise SystemExit(f"--max-new-tokens {args.max_new_tokens} is invalid: expected an integer >= 2.")
+    settings = kind.check(args)
     started = time.time()
     data = _replay_data(args, kind.DATA_KEYS, kind.collect)
     head, rules = kind.compare(args, data, settings)
-    document = {"command": _command(args), **head, "duration_s": time.time() - started, **rules}
-    write_json(args.out, document, indent=1)
-    return 0
-
-
-def check_counts(args: argparse.Namespace) -> None:
-    if args.max_new_tokens < 2:
-        raise SystemExit(f"--max-new-tokens {args.max_new_tokens} is invalid: expected an integer >= 2.")
-
-
-def _command(args: argparse.Namespace) -> str:
-    parts = ["dlite-hf", "bench", "replay", args.replay_kind]
+    command = ["dlite-hf", "bench", "replay", args.replay_kind]
     for key in args.replay_flags:
         if getattr(args, key) is not None:
-            parts += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    return shlex.join(parts)
+            command += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    document = {"command": shlex.join(command), **head, "duration_s": time.time() - started, **rules}
+    write_json(args.out, document, indent=1)
+    return 0
 
 
 def _replay_data(args: argparse.Namespace, keys: tuple[str, ...], collect: Any) -> dict[str, Any]:

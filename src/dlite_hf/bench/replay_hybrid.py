@@ -1,9 +1,8 @@
-"""`dlite-hf bench replay hybrid`: the hybrid's selection rule, replayed offline (:mod:`.replay`) on a tuning split.
-
-A round costs the measured target forward over `q` new tokens at the turn's context, plus the drafter's time when it
-drafts. The rules are the core's (`drafting.HybridRule`, `select_proposal`, as `generate()` runs them) over a grid
-(:func:`hybrid_grid`) of min match `m`, cap `N`, length factor `f` and fallback match `F`. The tuning split
-(:func:`tuning_workloads`) shares no prompt with any benchmark.
+"""`dlite-hf bench replay hybrid`: the hybrid's selection rule, replayed offline (:mod:`.replay`) on a tuning split
+(:func:`tuning_workloads`, no prompt of any benchmark). A round costs the measured target forward over `q` new tokens
+at the turn's context, plus the drafter's time when it drafts. The rules are the core's (`drafting.HybridRule`,
+`select_proposal`, as `generate()` runs them) over a grid (:func:`hybrid_grid`) of min match `m`, cap `N`, length
+factor `f` and fallback match `F`.
 """
 
 from __future__ import annotations
@@ -173,27 +172,18 @@ def hybrid_grid() -> list[tuple[int | None, Any]]:
 def rule_rows(sessions: dict, tables: dict, drafter_s: float, max_new: int) -> list[dict[str, Any]]:
     """Every rule of :func:`hybrid_grid` replayed per workload and over all of them, fastest (estimated) first."""
     costs_by_turn = {id(t): tables[replay.context_key(len(t.ids))] for s in sessions.values() for ts in s for t in ts}
+    groups = {**sessions, "all": [t for s in sessions.values() for t in s]}
     results = []
     for lookup_tokens, hybrid in hybrid_grid():
-        row: dict[str, Any] = {"rule": _rule_fields(lookup_tokens, hybrid)}
-        for label, turns in sessions.items():
+        fields = (None, None, None, None)  # the drafter alone
+        if hybrid is not None:
+            fields = (hybrid.min_match, lookup_tokens, hybrid.length_factor, hybrid.fallback_min_match or None)
+        row: dict[str, Any] = {"rule": dict(zip(("min_match", "lookup_tokens", "length_factor", "fallback"), fields))}
+        for label, turns in groups.items():
             row[label] = replay_rule(turns, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
-        every = [t for s in sessions.values() for t in s]
-        row["all"] = replay_rule(every, (lookup_tokens, hybrid), costs_by_turn, drafter_s, LOOKUP_S, max_new)
         results.append(row)
     results.sort(key=lambda r: -r["all"]["speedup_est"])
     return results
-
-
-def _rule_fields(lookup_tokens: int | None, hybrid: Any) -> dict[str, Any]:
-    if hybrid is None:
-        return {"min_match": None, "lookup_tokens": None, "length_factor": None, "fallback": None}
-    return {
-        "min_match": hybrid.min_match,
-        "lookup_tokens": lookup_tokens,
-        "length_factor": hybrid.length_factor,
-        "fallback": hybrid.fallback_min_match or None,
-    }
 
 
 def rule_label(rule: dict[str, Any]) -> str:
@@ -218,7 +208,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    replay.check_counts(args)
     if min(args.num_prompts, args.max_turns) < 1 or args.max_tokens < 256:
         raise SystemExit("--num-prompts and --max-turns must be >= 1 and --max-tokens >= 256.")
 
@@ -227,8 +216,14 @@ def compare(args: argparse.Namespace, data: dict[str, Any], _settings: None) -> 
     """Replay the rule grid on the tuning split's data and print the best rules; (the document's head, its rows)."""
     sessions = {k: [[HybridTurn.from_json(t) for t in ts] for ts in v] for k, v in data["sessions"].items()}
     tables, drafter_s = replay.costs_from_json(data["forward_s"]), data["drafter_s"]
-    if args.cost_dtype is not None:
-        tables = _remeasure_costs(args, sorted(tables))
+    if args.cost_dtype is not None:  # the forward costs again, the target in --cost-dtype and --cost-attention
+        import torch
+
+        from ..assets import open_target
+
+        torch.set_num_threads(args.threads)
+        target, _, _ = open_target(args.target, dtype=args.cost_dtype, attention=args.cost_attention)
+        tables = {c: replay.forward_costs(target, c, COST_SIZES) for c in sorted(tables)}
     results = rule_rows(sessions, tables, drafter_s, args.max_new_tokens)
     labels = [*sessions, "all"]
     print(f"drafter {1000 * drafter_s:.1f} ms/call; forward costs (ms) by context:")
@@ -246,14 +241,3 @@ def compare(args: argparse.Namespace, data: dict[str, Any], _settings: None) -> 
         "turns": {label: sum(len(s) for s in ss) for label, ss in sessions.items()},
     }
     return head, {"rules": results}
-
-
-def _remeasure_costs(args: argparse.Namespace, contexts: list[int]) -> dict[int, dict[int, float]]:
-    """The forward cost tables again, with the target in `--cost-dtype` and `--cost-attention`."""
-    import torch
-
-    from ..assets import open_target
-
-    torch.set_num_threads(args.threads)
-    target, _, _ = open_target(args.target, dtype=args.cost_dtype, attention=args.cost_attention)
-    return {c: replay.forward_costs(target, c, COST_SIZES) for c in contexts}

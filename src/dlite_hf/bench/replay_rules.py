@@ -1,9 +1,8 @@
 """`dlite-hf bench replay rules`: a drafter's adaptive-drafting thresholds (`draft_confidence_threshold`,
-`draft_skip_threshold`, `draft_lengths`), replayed offline (:mod:`.replay`) with this machine's costs.
-
-Where a rule stops is a function of what the round reads (`drafting.lengths_under_rules`, as `generate()` calls
-it), so one K-draft round at every position of plain greedy's output replays any rule. Prompts: train-split prompts
-of `--domains` minus every id in `--exclude` (the mix the drafter trained on).
+`draft_skip_threshold`, `draft_lengths`), replayed offline (:mod:`.replay`) with this machine's costs. Where a rule
+stops is a function of what the round reads (`drafting.lengths_under_rules`, as `generate()` calls it), so one
+K-draft round at every position of plain greedy's output replays any rule, on train-split prompts of `--domains`
+minus every id in `--exclude` (the mix the drafter trained on).
 """
 
 from __future__ import annotations
@@ -227,7 +226,7 @@ def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, st
 
     shipped = parse_grid(SHIPPED_GRID)
     probabilities = {id(t): (torch.tensor(t.chosen), torch.tensor(t.first_top)) for t in turns}
-    domains = sorted({t.domain for t in turns})
+    groups = {d: [t for t in turns if t.domain == d] for d in sorted({t.domain for t in turns})} | {"all": turns}
     results = []
     for rules in [*shipped, *(r for r in grid if r not in shipped)]:
         lengths = {key: lengths_under_rules(*probs, rules) for key, probs in probabilities.items()}
@@ -239,9 +238,8 @@ def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, st
             },
             "name": rule_name(rules),
         }
-        for domain in domains:
-            row[domain] = replay_rule([t for t in turns if t.domain == domain], lengths, costs, skip_s, step_s)
-        row["all"] = replay_rule(turns, lengths, costs, skip_s, step_s)
+        for label, group in groups.items():
+            row[label] = replay_rule(group, lengths, costs, skip_s, step_s)
         results.append(row)
     return results
 
@@ -257,7 +255,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check(args: argparse.Namespace) -> list:
     """The rules of ``--grid`` (default :data:`DEFAULT_GRID`), the flags checked."""
-    replay.check_counts(args)
     return parse_grid(args.grid if args.grid is not None else DEFAULT_GRID)
 
 
@@ -269,8 +266,7 @@ def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple
     costs, skip_s, step_s = replay.costs_from_json(data["forward_s"]), data["drafter_skip_s"], data["drafter_step_s"]
     results = rule_rows(turns, grid, costs, skip_s, step_s)
     ranked = sorted(results, key=lambda r: -r["all"]["speedup_est"])
-    domains = sorted({t.domain for t in turns})
-    labels = [*domains, "all"]
+    labels = [*sorted({t.domain for t in turns}), "all"]
     print(
         f"drafter: {1000 * skip_s:.2f} ms a skipped round, {1000 * step_s:.2f} ms a further step; forward ms by "
         f"context: {replay.cost_line(costs)}"
@@ -282,7 +278,7 @@ def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple
     head = {
         "environment": environment_info(),
         "threads": args.threads,
-        "prompts": {d: [t.prompt_id for t in turns if t.domain == d] for d in domains},
+        "prompts": {d: [t.prompt_id for t in turns if t.domain == d] for d in labels[:-1]},
         "decoded_tokens": sum(len(t.plain) - 1 for t in turns),
         "drafter_ms": {"skipped_round": 1000 * skip_s, "further_step": 1000 * step_s},
         "forward_ms": replay.milliseconds(costs),

@@ -149,38 +149,31 @@ def _lossless_cell(row: SummaryRow) -> str:
 def _setup_lines(meta: RunMeta) -> list[str]:
     """The table's heading and the run's setup, one bullet per line."""
     machine = meta.machine if meta.machine is not None else Machine(_keys=())
+    exactness, cache, repeats = " (token-exact)", "", ""
+    gqa = "yes" if meta.sdpa_force_gqa else "no"
+    if meta.near_tie_epsilon:
+        exactness = (
+            " (near-tie-exact: a divergence from plain passes only if float32 re-scoring shows a top-2 margin below "
+            f"epsilon = {meta.near_tie_epsilon} logits, `dlite_hf.neartie`)"
+        )
+    if meta.prefix_cache:
+        cache = "; prefix cache across the turns of a session (each method keeps its KV cache: a turn prefills only"
+        cache += " its new tokens)"
+    if meta.repeats > 1:
+        repeats = f"; every turn measured {meta.repeats} times with every method (interleaved, each from the same "
+        repeats += "state), the fastest repeat kept; method order rotated by one per turn"
     return [
         f"# Benchmark: {meta.value_or('target', '?')}",
         "",
         f"- command: `{meta.value_or('command', '(Python API)')}`",
         f"- machine: {machine.value_or('cpu', '?')}, {machine.value_or('cpu_count', '?')} CPUs, "
         f"{machine.value_or('memory_gb', '?')} GB; load average at start {machine.load_average_at_start}",
-        f"- dtype {meta.dtype}"
-        + (
-            f" (near-tie-exact: a divergence from plain passes only if float32 re-scoring shows a top-2 margin "
-            f"below epsilon = {meta.near_tie_epsilon} logits, `dlite_hf.neartie`)"
-            if meta.near_tie_epsilon
-            else " (token-exact)"
-        ),
-        f"- attention {meta.attention}"
-        + (
-            "; prefix cache across the turns of a session (each method keeps its KV cache: a turn prefills only its "
-            "new tokens)"
-            if meta.prefix_cache
-            else ""
-        ),
-        f"- threads {meta.threads}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) "
-        f"{'yes' if meta.sdpa_force_gqa else 'no'}, torch {meta.torch}, "
-        f"transformers {meta.transformers}, "
-        f"dlite-hf {meta.dlite_hf}, python {meta.python}",
+        f"- dtype {meta.dtype}{exactness}",
+        f"- attention {meta.attention}{cache}",
+        f"- threads {meta.threads}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) {gqa}, torch {meta.torch}, "
+        f"transformers {meta.transformers}, dlite-hf {meta.dlite_hf}, python {meta.python}",
         f"- greedy, max_new_tokens {meta.max_new_tokens}; started {meta.started_utc}, "
-        f"took {_fmt(meta.duration_s, '.0f')} s"
-        + (
-            f"; every turn measured {meta.repeats} times with every method (interleaved, each from the same "
-            "state), the fastest repeat kept; method order rotated by one per turn"
-            if meta.repeats > 1
-            else ""
-        ),
+        f"took {_fmt(meta.duration_s, '.0f')} s{repeats}",
         "- speedup = the method's tokens/s / plain's, over the same prompts in this run (prefill included; with"
         " identical outputs, plain's wall time / the method's); decode speedup excludes the prefill forward;"
         " tau = new tokens / target forwards (plain = 1);"
@@ -259,10 +252,9 @@ def write_outputs(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = name or "bench-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    stem = out / name
     files: dict[str, Path] = {"json": out / f"{name}.json", "markdown": out / f"{name}.md"}
     if plots:
-        files.update({f"plot_{k}": v for k, v in write_plots(result, stem).items()})
+        files.update({f"plot_{k}": v for k, v in write_plots(result, out / name).items()})
     result.files = {k: str(v) for k, v in files.items()}
     _save(result, files["json"])
     return files

@@ -1,9 +1,8 @@
 """The benchmark results document (``NAME.json`` of `dlite-hf bench`), typed: one definition for every reader.
 
-Each JSON object is a :class:`Part`, a dataclass whose fields are its keys (``benchmarks/README.md`` lists them):
-values type-checked and kept as they are, unknown keys kept, keys written back in the order read (a document reads
-and writes back byte for byte), a missing key read as its field's default (None: not recorded). :func:`parse_result`
-migrates older schema versions' values. No torch here: cards and tables read results too.
+Each JSON object is a :class:`Part`, a dataclass whose fields are its keys (``benchmarks/README.md`` lists them),
+values type-checked, unknown keys kept, keys written back in the order read (byte for byte), a missing key read as
+its field's default (None: not recorded). :func:`parse_result` migrates older versions. No torch: cards read it too.
 """
 
 from __future__ import annotations
@@ -34,12 +33,15 @@ class ResultsError(ValueError):
     """A document that is not a `dlite-hf bench` results document, or has a value of the wrong type."""
 
 
-class Invalid(Exception):
+class Invalid(ResultsError):
     """A value of the wrong type at ``where`` (a path such as ``records[3].tau``)."""
 
     def __init__(self, where: str, value: Any, expected: str):
         super().__init__(where)
         self.where, self.value, self.expected = where, value, expected
+
+    def __str__(self) -> str:
+        return f"{self.where} is {shown(self.value)}: expected {self.expected}."
 
 
 def when_set() -> Any:
@@ -56,14 +58,7 @@ class Part:
 
     @classmethod
     def from_dict(cls: type[P], data: Any, where: str = "") -> P:
-        """Read one JSON object (``where``: its place in the document); :class:`ResultsError` when invalid."""
-        try:
-            return cls._read(data, where)
-        except Invalid as error:
-            raise ResultsError(f"{error.where} is {shown(error.value)}: expected {error.expected}.") from None
-
-    @classmethod
-    def _read(cls: type[P], data: Any, where: str) -> P:
+        """Read one JSON object (``where``: its place in the document); :class:`Invalid` when invalid."""
         if not isinstance(data, dict):
             raise Invalid(where or cls.__name__, data, "a JSON object")
         hints, values = _hints(cls), {}
@@ -137,7 +132,7 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
                 raise
             raise Invalid(where, value, _describe(hint)) from None
     if isinstance(hint, type) and issubclass(hint, Part):
-        return hint._read(value, where)
+        return hint.from_dict(value, where)
     if origin in (list, dict) and not isinstance(value, origin):
         raise Invalid(where, value, _describe(hint))
     if origin is list:
@@ -389,7 +384,9 @@ class BenchResult(Part):
         return {(row.workload, row.method): row for row in self.summary}
 
 
-def _check_document(data: Any, source: str) -> None:
+def parse_result(data: Any, source: str = "the results document") -> BenchResult:
+    """A results document (parsed JSON) as a :class:`BenchResult`, checked and migrated to the current version
+    (without ``schema_version``: the current one); :class:`ResultsError` says what is wrong."""
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
         raise ResultsError(
@@ -407,18 +404,10 @@ def _check_document(data: Any, source: str) -> None:
             f"{source}: schema_version is {shown(version)}: expected one of "
             f"{', '.join(map(str, SUPPORTED_VERSIONS))} (this dlite-hf reads versions 1 to {SCHEMA_VERSION}); {fix}."
         )
-
-
-def parse_result(data: Any, source: str = "the results document") -> BenchResult:
-    """A results document (parsed JSON) as a :class:`BenchResult`, checked and migrated to the current version
-    (without ``schema_version``: the current one); :class:`ResultsError` says what is wrong."""
-    _check_document(data, source)
     try:
-        result = BenchResult._read(data, "")
+        result = BenchResult.from_dict(data)
     except Invalid as error:
-        raise ResultsError(
-            f"{source}: {error.where} is {shown(error.value)}: expected {error.expected}. {_HOW_TO_FIX}"
-        ) from None
+        raise ResultsError(f"{source}: {error} {_HOW_TO_FIX}") from None
     for record in result.records:
         if result.schema_version < 2 and record.draft_calls is None:  # 1 divided drafter time by verified rounds
             record.draft_calls = record.rounds
@@ -439,9 +428,9 @@ def load_result(path: str | Path) -> BenchResult:
     return parse_result(data, str(path))
 
 
-def as_result(document: BenchResult | Mapping[str, Any], source: str = "the results document") -> BenchResult:
+def as_result(document: BenchResult | Mapping[str, Any]) -> BenchResult:
     """``document`` itself when it is a :class:`BenchResult`, else its JSON form read with :func:`parse_result`."""
-    return document if isinstance(document, BenchResult) else parse_result(document, source)
+    return document if isinstance(document, BenchResult) else parse_result(document)
 
 
 def as_parts(items: Sequence[P | Mapping[str, Any]], cls: type[P], name: str) -> list[P]:

@@ -48,26 +48,16 @@ def run_bench(
     prefix_cache: bool = False,
     repeats: int = 1,
 ) -> dict[str, Any]:
-    """Benchmark ``methods`` on ``workloads`` with ``target``, greedy, interleaved per prompt.
+    """Benchmark ``methods`` on ``workloads`` with ``target``, greedy, interleaved per prompt (the module docstring
+    says how), and return the results document (``benchmarks/README.md``; ``ok`` False: an output differed from
+    plain greedy other than at a float32-verified near-tie, :mod:`dlite_hf.neartie`).
 
-    Every turn runs every method on the same input ids, in an order rotated by one method per turn; each output is
-    checked against plain's, and in multi-turn sessions plain's reply is the next turn's ``assistant`` message.
-
-    Args:
-        methods: ``{name: spec}`` (:func:`.methods.make_method`) or a list of :class:`BenchMethod`; ``plain`` is
-            added when missing.
-        workloads: ``{label: [session or prompt dict, ...]}`` (:func:`dlite_hf.data.workloads.build_workloads`).
-        warmup: run every method once on a short prompt first (not recorded).
-        meta: extra entries for ``result["meta"]`` (the CLI records the exact command here).
-        out_dir, name, plots: write ``<name>.json``, ``.md`` and (``plots``) the PNGs into ``out_dir``.
-        prefix_cache: every method keeps its KV cache across a session's turns, cropped to the prefix the next
-            prompt shares, so a turn prefills only its new tokens (``cached_prompt_tokens``).
-        repeats: measure every turn this many times with every method, each from the same state, and keep the
-            fastest (``wall_s_repeats`` lists them all); repeats with different outputs fail the check.
-
-    Returns:
-        The results document (``benchmarks/README.md``); ``ok`` is False when an output differed from plain greedy
-        other than at a float32-verified near-tie (reduced precision, :mod:`dlite_hf.neartie`).
+    ``methods``: ``{name: spec}`` (:func:`.methods.make_method`) or :class:`BenchMethod` s, ``plain`` added when
+    missing; ``workloads``: ``{label: [session or prompt, ...]}`` (:func:`dlite_hf.data.workloads.build_workloads`);
+    ``warmup``: every method runs once on a short prompt first, unrecorded; ``meta``: extra ``meta`` entries (the
+    CLI's command); ``out_dir``, ``name``, ``plots``: the files written; ``prefix_cache``: each method keeps its KV
+    cache across a session's turns (``cached_prompt_tokens``); ``repeats``: every turn measured this many times with
+    every method from the same state, the fastest kept (``wall_s_repeats``), repeats with different outputs failing.
     """
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")
@@ -89,10 +79,12 @@ def run_bench(
         measured = run_sessions(runner, sessions, repeats, progress)
     finally:
         runner.close()
-    records, workload_names = measured.records, list(sessions)
+    records, workload_names, finished = measured.records, list(sessions), time.time()
+    info.update(finished_utc=_utc(finished), duration_s=finished - started)
+    info["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     result = BenchResult(
         schema_version=SCHEMA_VERSION,
-        meta=_meta_at_end(info, started),
+        meta=RunMeta.from_dict(info, "meta"),
         methods={m.name: m.describe() for m in bench_methods},
         workloads=workload_names,
         sessions=measured.sessions,
@@ -123,16 +115,6 @@ def _meta_at_start(runner: _Runner, meta: Mapping[str, Any] | None, started: flo
     info["prefix_cache"] = runner.prefix_cache
     info.update(repeats=repeats, method_order="rotated by one method per turn")
     return info
-
-
-def _meta_at_end(info: dict[str, Any], started: float) -> RunMeta:
-    finished = time.time()
-    info.update(
-        finished_utc=_utc(finished),
-        duration_s=finished - started,
-        load_average_at_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    )
-    return RunMeta.from_dict(info, "meta")
 
 
 Run = tuple[torch.Tensor, dict[str, Any]]  # one measured generate(): (sequences, metrics)
@@ -227,17 +209,26 @@ def _run_turn(
     bar: Any,
     repeats: int,
 ) -> torch.Tensor:
-    """Measure one turn with every method (in an order rotated by ``rotation``), record every method's fastest run
-    and check it against plain's; returns plain's output (its reply feeds the next turn)."""
+    """Measure one turn with every method (in an order rotated by ``rotation``, ``repeats`` rounds), record every
+    method's fastest run and check it against plain's; returns plain's output (its reply feeds the next turn). The
+    last round runs on the real caches and suffix indexes: the next turn goes on from them."""
     methods = runner.methods
     shift = rotation % len(methods)
     order = methods[shift:] + methods[:shift]
-    starts = {
-        m.name: _reusable_cache(runner, caches.get(m.name), turn.ids) if runner.prefix_cache and _reuses(m) else None
-        for m in methods
-    }
-    postfix = f"{turn.label} {turn.prompt_id[-28:]} ctx={len(turn.ids)}"
-    runs = _measure_turn(runner, torch.tensor([turn.ids]), order, starts, draft_sessions, repeats, bar, postfix)
+    starts = {m.name: _starting_cache(runner, m, caches.get(m.name), turn.ids) for m in methods}
+    input_ids, postfix = torch.tensor([turn.ids]), f"{turn.label} {turn.prompt_id[-28:]} ctx={len(turn.ids)}"
+    runs: dict[str, list[Run]] = {m.name: [] for m in methods}
+    for repeat in range(repeats):  # every round but the last from copies of each method's cache and suffix index
+        for method in order:
+            bar.set_postfix_str(f"{postfix} {method.name}", refresh=False)
+            cache, draft_session = starts[method.name], draft_sessions[method.name]
+            if repeat < repeats - 1:  # a copy: this repeat must not change what the next one starts from
+                cache = copy.deepcopy(cache)
+                if draft_session is not None:
+                    index, draft_session = draft_session.index, type(draft_session)(min_match=draft_session.min_match)
+                    draft_session.index = copy.deepcopy(index)
+            runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
+            bar.update(1)
     reference = runs["plain"][-1][0]
     for method in methods:  # records in the methods' own order, plain first
         (_, metrics), fields, reason = _check_runs(runner, method, runs[method.name], reference, len(turn.ids))
@@ -306,19 +297,15 @@ def _report_mismatch(record: Record, plain_new_tokens: int, reason: str | None, 
     return Mismatch(**where, new_tokens=record.new_tokens, plain_new_tokens=plain_new_tokens, reason=reason)
 
 
-def _reuses(method: BenchMethod) -> bool:
-    """Whether a method can start a turn on its previous turn's cache. Plain decoding and DLite calls can;
-    transformers' own assisted loop (prompt lookup, another assistant model) runs its first forward over the whole
-    prompt on top of a pre-filled cache, and dlite-hf leaves those calls exactly as upstream, so they prefill each
-    turn afresh."""
-    return method.kind in ("plain", "dlite")
-
-
-def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:
-    """The cache a turn starts from: the previous turn's, cropped to the longest prefix its tokens share with this
-    turn's prompt (at least one prompt token is left to prefill), or a new one."""
+def _starting_cache(runner: _Runner, method: BenchMethod, kept: tuple[Any, list[int]] | None, ids: list[int]) -> Any:
+    """The cache a turn starts from with ``prefix_cache`` (else None): the previous turn's, cropped to the longest
+    prefix its tokens share with this turn's prompt (at least one prompt token is left to prefill), or a new one.
+    Plain and DLite calls only: transformers' own assisted loop (prompt lookup, an assistant model) runs its first
+    forward over the whole prompt on a pre-filled cache, so those (left as upstream) prefill each turn afresh."""
     from transformers import DynamicCache
 
+    if not runner.prefix_cache or method.kind not in ("plain", "dlite"):
+        return None
     if kept is not None:
         cache, cached_ids = kept
         shared = first_difference(cached_ids, ids[:-1])
@@ -329,30 +316,3 @@ def _reusable_cache(runner: _Runner, kept: tuple[Any, list[int]] | None, ids: li
                 cache.crop(-excess)  # transformers 5.24 crops by a negative count of tokens to drop
             return cache
     return DynamicCache(config=runner.target.config)
-
-
-def _measure_turn(
-    runner: _Runner,
-    input_ids: torch.Tensor,
-    order: Sequence[BenchMethod],
-    starts: Mapping[str, Any],
-    draft_sessions: Mapping[str, Any],
-    repeats: int,
-    bar: Any,
-    postfix: str,
-) -> dict[str, list[Run]]:
-    """Every method's runs of one turn, ``repeats`` rounds of ``order``; every round but the last from copies of
-    each method's starting cache and suffix index, the last on the real ones (the next turn goes on from them)."""
-    runs: dict[str, list[Run]] = {m.name: [] for m in order}
-    for repeat in range(repeats):
-        for method in order:
-            bar.set_postfix_str(f"{postfix} {method.name}", refresh=False)
-            cache, draft_session = starts[method.name], draft_sessions[method.name]
-            if repeat < repeats - 1:  # a copy: this repeat must not change what the next one starts from
-                cache = copy.deepcopy(cache)
-                if draft_session is not None:
-                    index, draft_session = draft_session.index, type(draft_session)(min_match=draft_session.min_match)
-                    draft_session.index = copy.deepcopy(index)
-            runs[method.name].append(runner.measure(method, input_ids, session=draft_session, cache=cache))
-            bar.update(1)
-    return runs

@@ -17,7 +17,7 @@ from ..defaults import (
     DTYPE_CHOICES,
 )
 from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS, check_lookup_tokens
-from .common import ATTENTION_HELP, DTYPE_HELP, set_threads
+from .common import ATTENTION_HELP, DTYPE_HELP, positive_int, set_threads
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -71,14 +71,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
-    """Check the flags, then ``{workload: [prompt, ...]}`` from --prompts or the eval split of --workloads."""
-    from ..data.domains import eval_prompts  # imported before the flags are checked, as they always were
+    """Check --lookup-tokens, then ``{workload: [prompt, ...]}`` from --prompts or the eval split of --workloads."""
+    from ..data.domains import eval_prompts
     from ..data.workloads import load_prompt_file
 
-    for flag in ("num_prompts", "max_new_tokens"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise SystemExit(f"--{flag.replace('_', '-')} {value} is invalid: expected a positive integer.")
     if args.lookup_tokens:  # 0: DLite drafts only
         try:
             check_lookup_tokens(args.lookup_tokens, shown=f"--lookup-tokens {args.lookup_tokens}")
@@ -161,10 +157,12 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         "--drafter", help=f"a drafter folder, Hub id or name (default {DEFAULT_DRAFTER}: ./drafters or the checkout's)"
     )
     add("--workloads", default="chat,code,math")
-    add("--num-prompts", type=int, help="eval prompts per workload (default 2; with --prompts: all)")
+    add(
+        "--num-prompts", type=positive_int("--num-prompts"), help="eval prompts a workload (default 2; --prompts: all)"
+    )
     add("--prompts", help="your own prompts instead of --workloads: a JSONL file of `messages` (and `id`) rows")
-    add("--max-new-tokens", type=int, default=96)
-    add("--threads", type=int, default=1)
+    add("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    add("--threads", type=positive_int("--threads"), default=1)
     add("--dtype", default=DEFAULT_DTYPE, choices=DTYPE_CHOICES, help=f"{DTYPE_HELP}; default %(default)s")
     add(
         "--attention",

@@ -5,6 +5,8 @@
     dlite-hf train ... --feature_cache_dir ~/.cache/dlite-hf/work/features --anchor_stride 4 --max_length 1024
 
 Train with the same stride and max length, or the trainer refuses the cache or computes the missing entries itself.
+`--cached-rows OUT` (same flags) computes nothing: it writes the rows whose entries the cache holds, in order, so a
+run can train on them while (or instead of) computing the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     from transformers import AutoConfig
 
     from ..assets import resolve_model
-    from ..data.features.cache import features_vllm
+    from ..data.features import cache
     from ..data.vllm_worker import vllm_dtype
 
     shard = parse_shard(args.shard)
@@ -31,24 +33,28 @@ def cmd_features(args: argparse.Namespace) -> int:
             "asked for is the history-free layout, which a history-aware run cannot read. Add --all-positions (every "
             "position's states, the layout of the teacher, the KL warm-up and sliding-window drafters)."
         )
-    target_dir = resolve_model(args.target)
-    target_name = getattr(AutoConfig.from_pretrained(target_dir), "_name_or_path", "") or str(target_dir)
+    layers = list(drafter.target_layer_ids)
+    sizes = {"anchor_stride": args.anchor_stride, "max_length": args.max_length, "all_positions": args.all_positions}
+    if not args.cached_rows:
+        target_dir = resolve_model(args.target)
+        target_name = getattr(AutoConfig.from_pretrained(target_dir), "_name_or_path", "") or str(target_dir)
     try:
-        result = features_vllm(
-            target_dir,
-            target_name,
-            args.drafter,
-            list(drafter.target_layer_ids),
-            args.rows,
-            args.cache,
-            anchor_stride=args.anchor_stride,
-            max_length=args.max_length,
-            dtype=vllm_dtype(args.dtype),
-            max_num_seqs=args.max_num_seqs,
-            enforce_eager=args.enforce_eager,
-            shard=shard,
-            all_positions=args.all_positions,
-        )
+        if args.cached_rows:
+            result = cache.cached_rows(args.rows, args.cache, args.cached_rows, layers, **sizes)
+        else:
+            result = cache.features_vllm(
+                target_dir,
+                target_name,
+                args.drafter,
+                layers,
+                args.rows,
+                args.cache,
+                dtype=vllm_dtype(args.dtype),
+                max_num_seqs=args.max_num_seqs,
+                enforce_eager=args.enforce_eager,
+                shard=shard,
+                **sizes,
+            )
     except (FileNotFoundError, ValueError, RuntimeError) as error:
         raise SystemExit(f"dlite-hf features: {error}") from None
     print(json.dumps(result))
@@ -79,4 +85,5 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--shard", default="0/1", help="I/N: every N-th row from the I-th (N workers, one cache)")
     parser.add_argument("--all-positions", action="store_true", help="every position (history-aware stages)")
     parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
+    parser.add_argument("--cached-rows", metavar="OUT", help="compute nothing: write the rows the cache holds to OUT")
     parser.set_defaults(func=cmd_features)

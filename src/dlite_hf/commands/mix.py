@@ -1,12 +1,17 @@
-"""`dlite-hf mix` (build the broad training mix, tabulate training rows) and `dlite-hf label-text`.
+"""`dlite-hf mix` (build the broad training mix, tabulate or rebalance training rows) and `dlite-hf label-text`.
 
     dlite-hf mix build --out data/mix --prompts-per-domain 500 --texts-per-domain 500
     dlite-hf regenerate --prompts data/mix/prompts.jsonl --out data/mix/regen.jsonl --dtype bfloat16
     dlite-hf label-text --texts data/mix/texts.jsonl --out data/mix/text_rows.jsonl
     dlite-hf mix table data/mix/regen.jsonl data/mix/text_rows.jsonl
+    dlite-hf mix rebalance data/mix/regen.jsonl --power 0.5 --out data/mix/rebalanced.jsonl
     dlite-hf train --stage stable --data data/mix/regen.jsonl,data/mix/text_rows.jsonl ...
 
 See `dlite_hf.data.domains` for the domains and their splits, `dlite_hf.data.sources` for their sources.
+
+`rebalance` repeats whole rows so that each domain's share of response tokens follows tokens ** power (temperature
+sampling over domains; the largest domain once, none dropped), so a feature cache filled for the rows serves the
+result too; `--order-after DONE` instead orders the rows not in DONE so that every prefix is balanced with it.
 """
 
 from __future__ import annotations
@@ -34,9 +39,15 @@ def cmd_mix(args: argparse.Namespace) -> int:
             print(json.dumps(summary, indent=2))
             return 0
         if not args.rows:
-            raise ValueError("mix table needs one or more row files (written by regenerate or label-text).")
+            raise ValueError(f"mix {args.action} needs one or more row files (written by regenerate or label-text).")
         rows = [row for path in args.rows for row in read_jsonl(path)]
-        print(broad_mix.data_table(rows))
+        if args.action == "table":
+            print(broad_mix.data_table(rows))
+            return 0
+        if not args.out:
+            raise ValueError("mix rebalance needs --out FILE (the rows to write).")
+        done = read_jsonl(args.order_after) if args.order_after else None
+        print(broad_mix.rebalance_rows(rows, args.out, args.power, args.seed, done))
     except (ValueError, FileNotFoundError) as exc:
         raise SystemExit(f"dlite-hf mix {args.action}: {exc}") from exc
     return 0
@@ -81,14 +92,16 @@ def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    mix.add_argument("action", choices=["build", "table"])
-    mix.add_argument("rows", nargs="*", help="table: row files written by regenerate / label-text")
-    mix.add_argument("--out", default=None, help="build: output folder")
+    mix.add_argument("action", choices=["build", "table", "rebalance"])
+    mix.add_argument("rows", nargs="*", help="table, rebalance: row files written by regenerate / label-text")
+    mix.add_argument("--out", default=None, help="build: output folder; rebalance: the rows file to write")
     mix.add_argument("--prompts-per-domain", type=int, default=500, help="build: prompts sampled per prompt domain")
     mix.add_argument("--texts-per-domain", type=int, default=500, help="build: items sampled per text domain")
     mix.add_argument("--domains", default=None, help="build: comma-separated domains (default: all)")
     mix.add_argument("--weights", help="build: per-domain factors on the caps, e.g. code=3,coding_agent=2")
     mix.add_argument("--seed", type=int, default=0)
+    mix.add_argument("--power", type=float, default=0.5, help="rebalance: shares follow tokens ** power (0 to 1)")
+    mix.add_argument("--order-after", metavar="DONE", help="rebalance: order the rows not in DONE (a rows file)")
     mix.set_defaults(func=cmd_mix)
 
     text = sub.add_parser(

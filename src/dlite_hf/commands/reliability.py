@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, resolve_dtype
-from .common import set_threads
+from .common import positive_int, set_threads
 
 
 def cmd_reliability(args: argparse.Namespace) -> int:
@@ -23,10 +23,6 @@ def cmd_reliability(args: argparse.Namespace) -> int:
         return _report(args)
     if not args.out:
         raise SystemExit("dlite-hf reliability run needs --out FILE.jsonl (the verdicts, one line a case; resumable).")
-    for name in ("cases", "max_new_tokens", "per_workload", "long_tokens"):
-        if getattr(args, name) < 1:
-            flag = "--" + name.replace("_", "-")
-            raise SystemExit(f"{flag} {getattr(args, name)} is invalid: expected a positive number.")
     if not 0 <= args.sampled <= 1:
         raise SystemExit(f"--sampled {args.sampled} is invalid: expected the share of sampled cases, in [0, 1].")
     set_threads(args.threads)
@@ -84,18 +80,19 @@ def add_reliability_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    rel.add_argument("action", choices=["run", "report"])
-    rel.add_argument("files", nargs="*", help="report: verdict files written by run")
-    rel.add_argument("--target", default=DEFAULT_TARGET)
-    rel.add_argument("--drafter", default="dlite-smollm2-135m")
-    rel.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES)
-    rel.add_argument("--cases", type=int, default=200)
-    rel.add_argument("--seed", type=int, default=0)
-    rel.add_argument("--max-new-tokens", type=int, default=24, help="the longest case (cases draw 1 to this)")
-    rel.add_argument("--sampled", type=float, default=0.25, help="share of sampled cases")
-    rel.add_argument("--per-workload", type=int, default=3, help="evaluation prompts per workload")
-    rel.add_argument("--long-tokens", type=int, default=1024, help="length of the long-context prompts")
-    rel.add_argument("--label", default=None, help="the run's name in the report (default: target and dtype)")
-    rel.add_argument("--threads", type=int, default=1)
-    rel.add_argument("--out", default=None, help="run: verdicts JSONL (appended); report: the markdown file")
+    add = rel.add_argument
+    add("action", choices=["run", "report"])
+    add("files", nargs="*", help="report: verdict files written by run")
+    add("--target", default=DEFAULT_TARGET)
+    add("--drafter", default="dlite-smollm2-135m")
+    add("--dtype", default="float32", choices=DTYPE_CHOICES)
+    add("--cases", type=positive_int("--cases"), default=200)
+    add("--seed", type=int, default=0)
+    add("--max-new-tokens", type=positive_int("--max-new-tokens"), default=24, help="cases draw 1 to this many")
+    add("--sampled", type=float, default=0.25, help="share of sampled cases")
+    add("--per-workload", type=positive_int("--per-workload"), default=3, help="evaluation prompts per workload")
+    add("--long-tokens", type=positive_int("--long-tokens"), default=1024, help="length of the long-context prompts")
+    add("--label", default=None, help="the run's name in the report (default: target and dtype)")
+    add("--threads", type=positive_int("--threads"), default=1)
+    add("--out", default=None, help="run: verdicts JSONL (appended); report: the markdown file")
     rel.set_defaults(func=cmd_reliability)

@@ -65,6 +65,11 @@ def _check_flags(script, args) -> None:
         )
     if args.lora and not script.init:
         raise SystemExit("--lora adapts a released drafter: pass --init <drafter folder>.")
+    if script.init_only and (script.init or args.stage == "warmup"):
+        raise SystemExit(
+            f"--init_only saves a new drafter (stage teacher or stable, no --init); got stage {args.stage!r}"
+            f"{', --init' if script.init else ''}. Drop --init_only to train from that start."
+        )
 
 
 def _parse_train_args(argv: list[str]):
@@ -150,22 +155,32 @@ def _training_rows(script, args, model, teacher):
 
 def run_train(argv: list[str]) -> Path:
     import torch
+    from transformers import AutoConfig
     from transformers.trainer_utils import get_last_checkpoint
 
     from .. import DLiteForSpeculation
-    from ..assets import open_target
+    from ..assets import open_target, resolve_model
     from ..training.trainer import DLiteTrainer
 
     script, args = _parse_train_args(argv)
-    target, _, folder = open_target(
-        script.target, script.target_adapter, dtype=script.target_dtype, device_map=script.target_device_map
-    )
+    if script.init_only:  # the target's config is enough
+        target, folder = None, resolve_model(script.target)
+        target_config = AutoConfig.from_pretrained(folder)
+    else:
+        target, _, folder = open_target(
+            script.target, script.target_adapter, dtype=script.target_dtype, device_map=script.target_device_map
+        )
+        target_config = target.config
     target_name = script.target if not Path(script.target).exists() else str(folder)
     teacher = None
     if args.stage == "warmup":
         teacher = DLiteForSpeculation.from_pretrained(args.teacher_path, dtype=torch.float32)
-    model = _adapted_drafter(script, args, _starting_drafter(script, args, target.config, target_name, teacher))
+    torch.manual_seed(args.seed)  # a new drafter's random weights follow --seed
+    model = _adapted_drafter(script, args, _starting_drafter(script, args, target_config, target_name, teacher))
     dataset, eval_dataset = _training_rows(script, args, model, teacher)
+    if script.init_only:
+        model.save_pretrained(args.output_dir)
+        return Path(args.output_dir)
     card_info = {"base_model": target_name, "training": {"data": script.data, "target": target_name}}
     trainer = DLiteTrainer(
         model=model,

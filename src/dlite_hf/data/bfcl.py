@@ -127,17 +127,6 @@ def _system_prompt(entry: dict[str, Any]) -> str:
     return tool_system_prompt(functions, preamble=[_AGENT_PREAMBLE])
 
 
-def _turns(environment: BFCLEnvironment, entry: dict[str, Any], index: int, messages: list, calls: list[str]):
-    users = [{"role": m["role"], "content": m["content"]} for m in messages]
-    if index == 0:
-        users.insert(0, {"role": "system", "content": _system_prompt(entry)})
-    results = []
-    for call in calls:
-        result = json.dumps({"call": call, "result": environment.execute(call)}, ensure_ascii=False, default=str)
-        results.append({"role": "tool", "content": result})
-    return [turn for turn in (users, results) if turn]
-
-
 def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_tokens: int | None):
     if len(calls) != len(entry["question"]):
         raise ValueError(
@@ -149,7 +138,13 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_t
     try:
         environment = BFCLEnvironment(entry, long_context=category.endswith("long_context"))
         for index, (messages, turn_calls) in enumerate(zip(entry["question"], calls, strict=True)):
-            turns += _turns(environment, entry, index, messages, turn_calls)
+            users = [{"role": "system", "content": _system_prompt(entry)}] if index == 0 else []
+            users += [{"role": m["role"], "content": m["content"]} for m in messages]
+            results = [
+                json.dumps({"call": call, "result": environment.execute(call)}, ensure_ascii=False, default=str)
+                for call in turn_calls
+            ]
+            turns += [turn for turn in (users, [{"role": "tool", "content": r} for r in results]) if turn]
     finally:
         random.setstate(state)
     return {

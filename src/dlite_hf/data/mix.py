@@ -1,13 +1,15 @@
 """Training mixes sampled from the train splits (eval items are never written; the same arguments give the same
 files): the broad mix of :mod:`dlite_hf.data.domains` (``dlite-hf mix build``), the workloads' mix (``dlite-hf
-regenerate`` without ``--prompts``) and the table of training rows by domain (``dlite-hf mix table``).
+regenerate`` without ``--prompts``), the table of training rows by domain (``dlite-hf mix table``) and their
+rebalancing across domains (``dlite-hf mix rebalance``).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +19,26 @@ from .domains import DOMAINS, domain_prompts
 from .prompts import TRAINING_WORKLOADS, load_prompts
 
 
-def training_mix(limit_per_workload: int, seed: int = 0, exclude_id_prefixes: tuple[str, ...] = ()) -> list[Prompt]:
-    """A shuffled, seeded sample of up to ``limit_per_workload`` train prompts of each training workload, but ids
-    starting with one of ``exclude_id_prefixes``."""
-    if limit_per_workload <= 0:
+def training_mix(
+    limit_per_workload: int | dict[str, int],
+    seed: int = 0,
+    exclude_id_prefixes: tuple[str, ...] = (),
+    exclude_ids: Container[str] = (),
+) -> list[Prompt]:
+    """A shuffled, seeded sample of up to ``limit_per_workload`` train prompts of each training workload (or of each
+    workload of a ``{workload: limit}`` dict, in its order), but ids in ``exclude_ids`` or starting with one of
+    ``exclude_id_prefixes``."""
+    limits = limit_per_workload
+    if isinstance(limits, int):
+        limits = dict.fromkeys(TRAINING_WORKLOADS, limits)
+    if min(limits.values()) <= 0:
         raise ValueError(f"limit_per_workload must be positive, got {limit_per_workload}.")
     rng = random.Random(seed)
     mix: list[Prompt] = []
-    for workload in TRAINING_WORKLOADS:
-        prompts = [p for p in load_prompts(workload, "train") if not p["id"].startswith(exclude_id_prefixes)]
-        mix += rng.sample(prompts, min(limit_per_workload, len(prompts)))
+    for workload, limit in limits.items():
+        prompts = load_prompts(workload, "train")
+        prompts = [p for p in prompts if not p["id"].startswith(exclude_id_prefixes) and p["id"] not in exclude_ids]
+        mix += rng.sample(prompts, min(limit, len(prompts)))
     rng.shuffle(mix)
     return mix
 
@@ -111,4 +123,91 @@ def data_table(rows: Iterable[dict[str, Any]]) -> str:
         totals[kind][1] += stats[name][1]
     for kind, label in (("prompt", "regenerated"), ("text", "target-labelled")):
         lines.append(f"| **all {label}** | | | {totals[kind][0]:,} | {totals[kind][1]:,} |")
+    return "\n".join(lines)
+
+
+def multipliers(tokens: dict[str, int], power: float) -> dict[str, float]:
+    """Per-domain repeat factor giving shares proportional to ``tokens ** power``, the smallest factor being 1."""
+    if not tokens or any(t <= 0 for t in tokens.values()):
+        raise ValueError(f"every domain needs response tokens > 0, got {tokens}.")
+    if not 0 <= power <= 1:
+        raise ValueError(f"power must be in [0, 1] (1: as is, 0: equal shares), got {power}.")
+    raw = {w: t**power / t for w, t in tokens.items()}  # target share / current share, up to one constant
+    low = min(raw.values())
+    return {w: r / low for w, r in raw.items()}
+
+
+def domain_tokens(rows: Iterable[dict]) -> Counter:
+    """Response tokens per domain (a row's ``workload``)."""
+    tokens = Counter()
+    for row in rows:
+        tokens[row["workload"]] += sum(row["loss_mask"])
+    return tokens
+
+
+def rebalance(rows: list[dict], power: float, seed: int = 0) -> list[dict]:
+    """Every row repeated by its domain's multiplier m (floor(m) copies and one more with probability frac(m),
+    seeded), then shuffled: no row is dropped, and a feature cache filled for the rows serves the result too."""
+    factor = multipliers(dict(domain_tokens(rows)), power)
+    generator = random.Random(seed)
+    out = []
+    for row in rows:
+        m = factor[row["workload"]]
+        copies = int(m) + (generator.random() < m - int(m))
+        out += [row] * copies
+    generator.shuffle(out)
+    return out
+
+
+def balanced_order(rows: list[dict], power: float, done: list[dict] = ()) -> list[dict]:
+    """`rows` once each, ordered so that every prefix's response tokens, added to those of `done` (rows already
+    served, e.g. already in a feature cache), split across domains as ``tokens ** power`` of the whole: a feature pass
+    over the result that is stopped at any point has filled the cache as evenly as the domains allow. Within a domain
+    the rows keep their order."""
+    used = domain_tokens(done)
+    total = used.copy()
+    total.update(domain_tokens(rows))  # update, not +: a domain of 0 tokens stays, to be refused below
+    if any(t <= 0 for t in total.values()):
+        raise ValueError(f"every domain needs response tokens > 0, got {dict(total)}.")
+    share = {w: t**power for w, t in total.items()}
+    keyed = []
+    for index, row in enumerate(rows):
+        domain = row["workload"]
+        keyed.append((used[domain] / share[domain], index, row))  # where this row's domain is, measured in its share
+        used[domain] += sum(row["loss_mask"])
+    return [row for _, _, row in sorted(keyed, key=lambda item: item[:2])]
+
+
+def rebalance_rows(
+    rows: list[dict], out_path: str | Path, power: float, seed: int = 0, done: list[dict] | None = None
+):
+    """Write :func:`rebalance`'s rows to ``out_path`` (with ``done``: the rows not in ``done``, in
+    :func:`balanced_order`) and return a markdown table of the domains' response tokens and shares."""
+    missing = [i for i, row in enumerate(rows) if "workload" not in row or "loss_mask" not in row]
+    if missing:
+        raise ValueError(f"rows {missing[:5]} have no workload/loss_mask (rows of dlite-hf regenerate).")
+    if done is None:
+        out = rebalance(rows, power, seed)
+        before, after = domain_tokens(rows), domain_tokens(out)
+        lines = ["| domain | response tokens | share | share after | repeats |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            f"| {domain} | {count:,} | {count / before.total():.1%} | {after[domain] / after.total():.1%} "
+            f"| {after[domain] / count:.2f} |"
+            for domain, count in before.most_common()
+        ]
+        lines.append(f"{len(rows)} rows -> {len(out)} ({after.total():,} response tokens)")
+    else:
+        done_ids = {row["id"] for row in done}
+        out = balanced_order([row for row in rows if row["id"] not in done_ids], power, done)
+        served, added = domain_tokens(done), domain_tokens(out)
+        whole = served + added
+        weight = {w: t**power for w, t in whole.items()}
+        lines = [f"| domain | done | to add | share of all | tokens^{power} share |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            f"| {domain} | {served[domain]:,} | {added[domain]:,} | {count / whole.total():.1%} "
+            f"| {weight[domain] / sum(weight.values()):.1%} |"
+            for domain, count in whole.most_common()
+        ]
+        lines.append(f"{len(done)} rows done, {len(out)} ordered ({added.total():,} response tokens)")
+    write_jsonl(out, out_path)
     return "\n".join(lines)

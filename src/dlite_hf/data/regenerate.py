@@ -1,14 +1,9 @@
-"""Regeneration (``dlite-hf regenerate``): the target answers the training prompts, so the drafter learns the
-target's own distribution, with transformers' ``generate()`` (:func:`regenerate`) or vLLM in its own environment
-(:func:`regenerate_vllm`, through :mod:`dlite_hf.data.vllm_worker`); both write the same rows.
+"""Training rows: the target's answers to the training prompts (``dlite-hf regenerate``), with transformers'
+``generate()`` (:func:`regenerate`) or vLLM in its own environment (:func:`regenerate_vllm`), and request + reference
+reply rows labelled by the target in training (``dlite-hf label-text``, :func:`label_text`).
 
-Rows: ``{"id", "workload", "input_ids", "loss_mask", "prompt_tokens", "finished"}``, the chat-templated prompt then
-the response, the loss mask on the response. They are appended and fsync'ed as they come; a restart skips the ids
-already written and cuts a torn last line, so a kill never duplicates or loses a sample.
-
-Rows from existing text (``dlite-hf label-text``, :func:`label_text`) cost no decoding: a request and a reference
-reply, labelled by the target in training (``"label_source": "target"``: the target's argmax is the label, never the
-text's next token; :class:`~dlite_hf.training.data.RegeneratedDataset`)."""
+Rows (:func:`response_row`) are appended and fsync'ed as they come; a restart skips the ids already written and cuts
+a torn last line, so a kill never duplicates or loses a sample."""
 
 from __future__ import annotations
 

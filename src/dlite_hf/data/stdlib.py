@@ -92,14 +92,6 @@ _CODE_TASKS = (
 )
 
 
-def _function_stub(node: ast.FunctionDef) -> str:
-    """The function's signature and docstring with the body removed (what HumanEval's prompts look like)."""
-    stub = copy.deepcopy(node)
-    stub.decorator_list = []
-    stub.body = [stub.body[0]]  # the docstring expression
-    return ast.unparse(stub)
-
-
 def code_stub_prompts() -> Iterator[Prompt]:
     """The ``code`` workload's train-only prompts: documented functions of :data:`STDLIB_CODE_MODULES`."""
     root = Path(SOURCES["stdlib_functions"].path)
@@ -114,7 +106,10 @@ def code_stub_prompts() -> Iterator[Prompt]:
             body_lines = node.end_lineno - node.body[0].end_lineno
             if not _STDLIB_MIN_BODY_LINES <= body_lines <= _STDLIB_MAX_BODY_LINES:
                 continue
-            content = f"{CODE_INSTRUCTION}\n\n```python\n{_function_stub(node)}\n```"
+            stub = copy.deepcopy(node)  # the signature and docstring, body removed: what HumanEval's prompts look like
+            stub.decorator_list = []
+            stub.body = stub.body[:1]
+            content = f"{CODE_INSTRUCTION}\n\n```python\n{ast.unparse(stub)}\n```"
             name = module.removesuffix("/__init__").replace("/", ".")
             source = f"python=={PYTHON_VERSION}:Lib/{module}.py"
             yield prompt(f"stdlib/{name}.{node.name}", "code", source, [user(content)])

@@ -28,8 +28,7 @@ Session = dict[str, Any]
 Message = dict[str, str]
 
 AGENTIC_WORKLOAD = "agentic"
-WORKLOAD_CHOICES = WORKLOADS  # every workload of dlite_hf.data.prompts, as sessions
-SINGLE_TURN_WORKLOADS: tuple[str, ...] = tuple(w for w in WORKLOADS if w not in (AGENTIC_WORKLOAD, "long"))
+WORKLOAD_CHOICES = WORKLOADS  # every workload of dlite_hf.data.prompts, as sessions (`dlite-hf bench --workloads`)
 LONG_MAX_TOKENS = 16384  # the longest long-context prompt `--long-lengths` accepts
 USER_PROMPTS_WORKLOAD = "prompts"  # the workload label of a user's prompt file
 _ROLES = ("system", "user", "assistant", "tool")
@@ -232,11 +231,11 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
 def parse_workloads(spec: str | Iterable[str]) -> list[str]:
     """Split and validate a workload list (``"chat,code"``); unknown names list the allowed ones."""
     names = [w.strip() for w in (spec.split(",") if isinstance(spec, str) else spec) if w.strip()]
-    unknown = [w for w in names if w not in WORKLOAD_CHOICES]
+    unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
-        raise ValueError(f"Unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOAD_CHOICES)}.")
+        raise ValueError(f"Unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}.")
     if not names:
-        raise ValueError(f"No workload given; allowed: {', '.join(WORKLOAD_CHOICES)}.")
+        raise ValueError(f"No workload given; allowed: {', '.join(WORKLOADS)}.")
     return list(dict.fromkeys(names))
 
 
@@ -264,13 +263,11 @@ def build_workloads(
             raise ValueError(f"long lengths must be in 64..{LONG_MAX_TOKENS} tokens, got {length}.")
     workloads: dict[str, list[Session]] = {}
     for name in parse_workloads(names):
-        if name in SINGLE_TURN_WORKLOADS:
-            workloads[name] = [as_session(p, name) for p in load_prompts(name, "eval", num_prompts)]
-        elif name == "long":
+        if name == "long":
             for length in long_lengths:
                 label = f"long-{length}"
                 workloads[label] = [as_session(p, label) for p in load_long(length, tokenizer, "eval", num_prompts)]
-        else:
+        elif name == AGENTIC_WORKLOAD:
             sessions = tooltalk_sessions(num_prompts, agentic_max_tokens)
             sessions += load_bfcl_sessions(bfcl_sessions, agentic_max_tokens, bfcl_category)
             budget = file_tokens or max(128, agentic_max_tokens // 4)
@@ -279,4 +276,6 @@ def build_workloads(
             for session in sessions:
                 session["max_turns"] = agentic_max_turns
             workloads[AGENTIC_WORKLOAD] = sessions
+        else:
+            workloads[name] = [as_session(p, name) for p in load_prompts(name, "eval", num_prompts)]
     return workloads

@@ -10,9 +10,8 @@ from typing import Any
 
 from ..defaults import DEFAULT_ATTENTION, DEFAULT_DTYPE, DEFAULT_TARGET
 from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
-from .models import DemoModels, describe_models, load_examples, load_models
+from .models import GREEDY, SAMPLING, DemoModels, describe_models, load_examples, load_models
 from .runner import DEFAULT_PROMPT, DemoRunner
-from .settings import GREEDY, SAMPLING
 
 INTRO = """\
 Speculative decoding with a **DLite** drafter: every round the drafter reads the target's latest hidden states,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from .settings import SAMPLING
+from .models import SAMPLING
 
 if TYPE_CHECKING:
     from .runner import ColumnRun

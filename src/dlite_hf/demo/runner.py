@@ -11,6 +11,7 @@ import time
 from collections import namedtuple
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from queue import Empty, Queue
 from typing import Any
 
@@ -20,9 +21,8 @@ from transformers.generation.streamers import BaseStreamer
 
 from ..bench.methods import PROMPT_LOOKUP_TOKENS
 from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
-from .models import DemoModels
+from .models import GREEDY, SAMPLING, DemoModels
 from .render import context_note, render_stats, render_tokens, verdict
-from .settings import GREEDY, SAMPLING
 
 DEFAULT_PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
 POLL_S = 0.25  # how often the elapsed time refreshes while no token arrives (e.g. during a long prefill)
@@ -118,10 +118,8 @@ class ColumnRun:
         if sum(sizes) != len(self.ids) or not sizes:
             return
         ids, self.ids, self.sizes, self.texts, self._shown = self.ids, [], [], [], 0
-        start = 0
-        for size in sizes:
+        for start, size in zip(accumulate(sizes, initial=0), sizes):
             self.add_chunk(tokenizer, ids[start : start + size])
-            start += size
 
 
 def stream_run(

@@ -32,8 +32,7 @@ class Case:
 
     ``generation``: keyword arguments of both calls (``max_new_tokens`` always among them); ``drafter``: per-call
     drafter options, drafted call only; ``session``: the drafted call's ``DraftSession`` arguments (None: none);
-    ``streamer``: both calls stream their tokens; ``seed``: torch's seed before each call (sampled cases).
-    """
+    ``streamer``: both calls stream their tokens; ``seed``: torch's seed before each call (sampled cases)."""
 
     index: int
     families: list[str] = field(default_factory=list)
@@ -58,12 +57,13 @@ def _ids(rng: random.Random, ctx: Context, count: int) -> list[int]:
     return [rng.choice(pool) if rng.random() < 0.8 else rng.randrange(ctx.vocab_size) for _ in range(count)]
 
 
-def _repetition(rng, ctx, case):
-    case.generation["repetition_penalty"] = rng.choice([0.9, 1.05, 1.2, 1.5, 2.0])
+def _option(key: str, *values: Any) -> Callable[[random.Random, Context, Case], None]:
+    """A family that sets the generation option ``key`` to one of ``values`` (drawn only when there are several)."""
 
+    def draw(rng: random.Random, ctx: Context, case: Case) -> None:
+        case.generation[key] = rng.choice(values) if len(values) > 1 else values[0]
 
-def _no_repeat(rng, ctx, case):
-    case.generation["no_repeat_ngram_size"] = rng.choice([1, 2, 3, 4])
+    return draw
 
 
 def _min_length(rng, ctx, case):
@@ -105,16 +105,8 @@ def _outputs(rng, ctx, case):
     case.generation["output_logits"] = rng.random() < 0.5
 
 
-def _static_cache(rng, ctx, case):
-    case.generation["cache_implementation"] = "static"
-
-
 def _length_penalty(rng, ctx, case):
     case.generation["exponential_decay_length_penalty"] = (rng.randint(1, 8), rng.choice([1.01, 1.1, 1.5]))
-
-
-def _renormalize(rng, ctx, case):
-    case.generation["renormalize_logits"] = True
 
 
 def _streamer(rng, ctx, case):
@@ -144,26 +136,28 @@ def _session(rng, ctx, case):
 
 def _assistant(rng, ctx, case):
     """transformers' own assisted-decoding knobs: lowering K is honoured, the rest must be refused or harmless."""
-    choice = rng.choice(["num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold"])
-    values = {
-        "num_assistant_tokens": [1, 3, 5, 7, 20],
-        "num_assistant_tokens_schedule": ["constant", "heuristic", "heuristic_transient"],
-        "assistant_confidence_threshold": [0.0, 0.2, 0.4],
-    }
-    case.generation[choice] = rng.choice(values[choice])
+    name, values = rng.choice(
+        [
+            ("num_assistant_tokens", [1, 3, 5, 7, 20]),
+            ("num_assistant_tokens_schedule", ["constant", "heuristic", "heuristic_transient"]),
+            ("assistant_confidence_threshold", [0.0, 0.2, 0.4]),
+        ]
+    )
+    case.generation[name] = rng.choice(values)
 
 
 def _other_modes(rng, ctx, case):
     """Modes assisted decoding cannot run (beams, contrastive search, several sequences, CFG): plain runs them, the
     drafted call must refuse them by name."""
-    choice = rng.choice(["num_beams", "penalty_alpha", "num_return_sequences", "guidance_scale", "low_memory"])
-    mode = {
-        "num_beams": {"num_beams": 2},
-        "penalty_alpha": {"penalty_alpha": 0.6, "top_k": 4},
-        "num_return_sequences": {"num_return_sequences": 2, "do_sample": True},
-        "guidance_scale": {"guidance_scale": 1.5},
-        "low_memory": {"low_memory": True},
-    }[choice]
+    mode = rng.choice(
+        [
+            {"num_beams": 2},
+            {"penalty_alpha": 0.6, "top_k": 4},
+            {"num_return_sequences": 2, "do_sample": True},
+            {"guidance_scale": 1.5},
+            {"low_memory": True},
+        ]
+    )
     case.generation.update(mode)
     case.sampled = case.sampled or mode.get("do_sample", False)
 
@@ -186,8 +180,8 @@ def _bad_drafter_option(rng, ctx, case):
 
 
 FAMILIES: dict[str, Callable[[random.Random, Context, Case], None]] = {
-    "repetition_penalty": _repetition,
-    "no_repeat_ngram": _no_repeat,
+    "repetition_penalty": _option("repetition_penalty", 0.9, 1.05, 1.2, 1.5, 2.0),
+    "no_repeat_ngram": _option("no_repeat_ngram_size", 1, 2, 3, 4),
     "min_length": _min_length,
     "stop_strings": _stop_strings,
     "bad_words": _bad_words,
@@ -196,9 +190,9 @@ FAMILIES: dict[str, Callable[[random.Random, Context, Case], None]] = {
     "sequence_bias": _sequence_bias,
     "forced_eos": _forced_eos,
     "output_scores": _outputs,
-    "static_cache": _static_cache,
+    "static_cache": _option("cache_implementation", "static"),
     "length_penalty": _length_penalty,
-    "renormalize": _renormalize,
+    "renormalize": _option("renormalize_logits", True),
     "streamer": _streamer,
     "thresholds": _thresholds,
     "hybrid": _hybrid,

@@ -19,14 +19,14 @@ from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
 from ..modeling.suffix_index import DraftSession
-from ..neartie import epsilon_for, first_difference, float32_reference, logit_gaps
+from ..neartie import NearTieChecker, first_difference
 from .cases import Case
 
 __all__ = ["PASSING", "Outcome", "classify", "run_case"]
 
 PASSING = ("identical", "near_tie", "refused_alike", "refused_named", "sampled_ok")
 _REFUSALS = (ValueError, NotImplementedError, TypeError)
-_REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> its float32 copy
+_CHECKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> its NearTieChecker (id reuse-safe)
 
 
 @dataclass
@@ -120,18 +120,13 @@ def _bans_broken(gen: dict[str, Any], prompt_length: int, full: list[int], new: 
     return found
 
 
-def _processed_gaps(target, case: Case, seq: torch.Tensor, start: int) -> torch.Tensor:
-    """float32 re-scoring of ``seq`` from ``start`` with the case's logits processors: per position, how far each
-    committed token sits below the processed maximum (inf where the processors banned it)."""
-    reference = _REFERENCES.get(target)
-    if reference is None:  # one float32 copy per live target (an id could be reused by a later one), made once
-        reference = _REFERENCES[target] = float32_reference(target)
+def _processors(target, case: Case, start: int) -> Any:
+    """The logits processors generate() builds for the case's options and a prompt of ``start`` tokens."""
     config, _ = target._prepare_generation_config(None, **dict(case.generation))
     target._prepare_special_tokens(config, kwargs_has_attention_mask=True, device="cpu")
     if config.max_new_tokens is not None:  # as generate() sets it: the forced EOS sits at max_length - 1
         config.max_length = start + config.max_new_tokens
-    processors = target._get_logits_processor(generation_config=config, input_ids_seq_length=start, device="cpu")
-    return logit_gaps(reference, seq, start, processors)[0]
+    return target._get_logits_processor(generation_config=config, input_ids_seq_length=start, device="cpu")
 
 
 def classify(case: Case, plain: Any, drafted: Any) -> tuple[str, str]:
@@ -179,20 +174,17 @@ def run_case(target, drafter, tokenizer, prompt: torch.Tensor, case: Case, workl
     if divergence is None:
         outcome.kind = "identical"
         return outcome
-    dtype = str(target.get_output_embeddings().weight.dtype).removeprefix("torch.")
-    epsilon = epsilon_for(dtype)
-    if dtype == "float32" or divergence == min(len(a), len(b)):
+    checker = _CHECKERS.setdefault(target, NearTieChecker(target))  # cheap: its float32 copy is made on first use
+    if checker.exact or divergence == min(len(a), len(b)):
         outcome.kind = "failure"
-        outcome.reason = f"greedy {dtype} outputs differ at new token {divergence} ({a[divergence : divergence + 3]} "
-        outcome.reason += f"plain, {b[divergence : divergence + 3]} drafted)"
+        outcome.reason = f"greedy {checker.dtype} outputs differ at new token {divergence} "
+        outcome.reason += f"({a[divergence : divergence + 3]} plain, {b[divergence : divergence + 3]} drafted)"
         return outcome
-    common = _sequences(drafted)[:, : start + divergence]
-    plain_gap = _processed_gaps(target, case, torch.cat([common, torch.tensor([[a[divergence]]])], 1), start)
-    drafted_gaps = _processed_gaps(target, case, _sequences(drafted), start)
-    worst = max(float(plain_gap[-1]), float(drafted_gaps[divergence:].max()))
-    if worst <= epsilon:
-        outcome.kind, outcome.reason = "near_tie", f"new token {divergence}: within {worst:.3f} of the float32 max"
+    # the near-ties of the processed float32 logits
+    report = checker.check(start, _sequences(plain), _sequences(drafted), _processors(target, case, start))
+    if report.ok:
+        outcome.kind = "near_tie"
+        outcome.reason = f"new token {divergence}: within {checker.epsilon} of the float32 max"
     else:
-        outcome.kind = "failure"
-        outcome.reason = f"{dtype} divergence at new token {divergence} is {worst:.3f} logits off (epsilon {epsilon})"
+        outcome.kind, outcome.reason = "failure", f"{checker.dtype} divergence: {report.reason}"
     return outcome

@@ -146,6 +146,11 @@ class ScriptArguments:
     target: str = _field(DEFAULT_TARGET, "Target: a local folder, a Hub id or a registry name.")
     data: str = _field("", "JSONL written by `dlite-hf regenerate` or `label-text`; several: comma-separated.")
     init: str | None = _field(None, "Start from this drafter checkpoint folder.")
+    init_only: bool = _field(
+        False,
+        "Save the new drafter a run would start from (weights seeded by --seed, draft vocabulary from --data) to "
+        "--output_dir and exit, e.g. for `dlite-hf features --drafter`.",
+    )
     target_adapter: str | None = _field(None, "PEFT adapter to apply to the target.")
     target_dtype: str = _field(
         "float32",

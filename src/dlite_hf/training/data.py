@@ -7,7 +7,7 @@ Shapes: ``B`` sequences of length ``T``, ``A`` anchors per sequence, ``K`` draft
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +38,15 @@ def _as_batched_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 def sample_anchors(
-    loss_mask: torch.Tensor,
-    num_anchors: int,
-    num_draft_tokens: int,
-    generator: torch.Generator | None = None,
-    stride: int = 1,
+    loss_mask: torch.Tensor, num_anchors: int, generator: torch.Generator | None = None, stride: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to ``num_anchors`` anchor positions per sequence, uniformly without replacement, among the ``a >= 1`` with
     ``a + 1 < T`` and ``loss_mask[a + 1]``, divisible by ``stride`` (a feature cache keeps the states there alone).
 
     Returns ``anchors`` ``[B, A]`` long (each row's valid anchors ascending, then padding holding ``min(1, T - 1)``,
-    an index safe to gather with) and ``anchor_valid`` ``[B, A]`` bool, False for padding. ``num_draft_tokens`` is
-    validated only.
-    """
+    an index safe to gather with) and ``anchor_valid`` ``[B, A]`` bool, False for padding."""
     mask = _as_batched_mask(loss_mask)
     _check_positive_int("num_anchors", num_anchors)
-    _check_positive_int("num_draft_tokens", num_draft_tokens)
     _check_positive_int("stride", stride)
     batch, seq_len = mask.shape
     device = mask.device
@@ -93,8 +86,7 @@ def block_labels(
     """Labels of every draft position of every block: ``labels[b, a, i - 1] = input_ids[b, anchors[b, a] + i]``.
 
     Returns ``labels`` ``[B, A, K]`` long (``IGNORE_INDEX`` where not valid) and ``valid`` ``[B, A, K]`` bool:
-    ``anchor + i < T``, ``loss_mask[anchor + i]`` and the anchor valid (``anchor_valid``, optional).
-    """
+    ``anchor + i < T``, ``loss_mask[anchor + i]`` and the anchor valid (``anchor_valid``, optional)."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         raise ValueError(f"input_ids must be a [B, T] tensor, got {getattr(input_ids, 'shape', type(input_ids))}.")
     batch, seq_len = input_ids.shape
@@ -157,8 +149,7 @@ class DLiteCollator:
     """Right-pads a batch and samples `num_anchors` anchor blocks per sequence, at positions divisible by
     `anchor_stride`: `input_ids`, `attention_mask` `[B, T]`, `anchors`, `anchor_valid` `[B, A]`, `labels`
     `[B, A, K]` (-100 where invalid: the Trainer counts `num_items_in_batch` from them), `target_labels` `[B]` (rows
-    labelled by the target's argmax) and `response_start` `[B]` (each row's first label position, for the cache).
-    """
+    labelled by the target's argmax) and `response_start` `[B]` (each row's first label position, for the cache)."""
 
     pad_token_id: int
     num_anchors: int
@@ -168,10 +159,6 @@ class DLiteCollator:
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.seed)
-
-    def fresh(self) -> DLiteCollator:
-        """The same collator with its anchor sampler reseeded (evaluation: the same anchors every time)."""
-        return replace(self)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         width = max(len(f["input_ids"]) for f in features)
@@ -183,9 +170,7 @@ class DLiteCollator:
             input_ids[row, :n] = torch.tensor(feature["input_ids"])
             attention[row, :n] = 1
             loss_mask[row, :n] = torch.tensor(feature["loss_mask"], dtype=torch.bool)
-        anchors, anchor_valid = sample_anchors(
-            loss_mask, self.num_anchors, self.num_draft_tokens, self.generator, stride=self.anchor_stride
-        )
+        anchors, anchor_valid = sample_anchors(loss_mask, self.num_anchors, self.generator, self.anchor_stride)
         has_label = loss_mask.any(1)
         first_label = loss_mask.int().argmax(1)  # argmax of a 0/1 row: its first 1 (0 for a row without labels)
         response_start = torch.where(has_label, first_label, torch.full_like(first_label, width))

@@ -51,8 +51,7 @@ class SharedHistory:
 
     One backbone pass per sequence over `[S history rows, A blocks of M rows]`: history row j sits at position j and
     attends to rows 0..j; block a (context position c) sits at c + its usual positions and attends to history rows
-    < c and to its own rows. Every offset RoPE sees is the per-block layout's (history at j - c, block at 0..K).
-    """
+    < c and to its own rows. Every offset RoPE sees is the per-block layout's (history at j - c, block at 0..K)."""
 
     def __init__(self, sequence_states: torch.Tensor, context_positions: torch.Tensor):
         self.sequence_states = sequence_states

@@ -7,8 +7,7 @@ Shapes: ``N`` anchor blocks, ``K`` draft positions, ``V`` vocabulary. ``q_logits
 padding anchor); ``weights`` ``[K]``. Per position: cross-entropy, forward KL, or the L1 distance
 :math:`\sum_v |p - q| \in [0, 2]` (the paper's :math:`L_{TV}`), reduced as :math:`L = \frac{1}{Z} \sum_{valid} w_i
 \ell_{n,i}` with ``Z = max(1, num_items_in_batch)`` (else the valid count), so micro-batch losses with the global
-``num_items_in_batch`` sum to the full-batch loss. Divergences run ``chunk_size`` blocks at a time in float32,
-checkpointed under autograd (the same value, one chunk's ``[chunk, K, V]`` alive at a time); ``p_logits`` is detached.
+``num_items_in_batch`` sum to the full-batch loss. Divergences run ``chunk_size`` blocks at a time (:func:`_chunked`).
 """
 
 from __future__ import annotations
@@ -155,57 +154,34 @@ def weighted_cross_entropy(
     return _reduce(per_position, valid, weights, num_items_in_batch)
 
 
-def _divergence(
-    rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    p: torch.Tensor,
-    q_logits: torch.Tensor,
-    valid: torch.Tensor,
-    weights: torch.Tensor,
-    num_items_in_batch: NumItems,
-    chunk_size: int | None,
-) -> torch.Tensor:
-    _check_inputs(q_logits, valid, weights=weights, p_logits=p)
-    return _reduce(_chunked(rows, (p.detach(), q_logits), chunk_size), valid, weights, num_items_in_batch)
+def _weighted_divergence(rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], doc: str) -> Callable:
+    """The position-weighted loss ``(p, q_logits, valid, weights, num_items_in_batch=None, chunk_size=8)`` (0-dim)
+    of the row-wise divergence ``rows``; ``p`` is detached, the other arguments as :func:`weighted_cross_entropy`."""
+
+    def loss(p, q_logits, valid, weights, num_items_in_batch=None, chunk_size=DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+        _check_inputs(q_logits, valid, weights=weights, p_logits=p)
+        return _reduce(_chunked(rows, (p.detach(), q_logits), chunk_size), valid, weights, num_items_in_batch)
+
+    loss.__doc__ = doc
+    return loss
 
 
-def weighted_forward_kl(
-    p_logits: torch.Tensor,
-    q_logits: torch.Tensor,
-    valid: torch.Tensor,
-    weights: torch.Tensor,
-    num_items_in_batch: NumItems = None,
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
-) -> torch.Tensor:
-    r"""Position-weighted forward KL :math:`\frac{1}{Z}\sum_{valid} w_i \,\mathrm{KL}(p_{n,i} \| q_{n,i})` (0-dim,
-    >= 0): the warm-up stage's loss, ``p`` the history-aware teacher. Arguments as :func:`weighted_cross_entropy`."""
-    return _divergence(_forward_kl_rows, p_logits, q_logits, valid, weights, num_items_in_batch, chunk_size)
-
-
-def weighted_l1(
-    p_logits: torch.Tensor,
-    q_logits: torch.Tensor,
-    valid: torch.Tensor,
-    weights: torch.Tensor,
-    num_items_in_batch: NumItems = None,
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
-) -> torch.Tensor:
-    r"""Position-weighted L1 distance :math:`\frac{1}{Z}\sum_{valid} w_i \| p_{n,i} - q_{n,i} \|_1` (0-dim): the
-    stable stage's TV term, ``p`` the target's own distribution. Arguments as :func:`weighted_cross_entropy`."""
-    return _divergence(_l1_rows, p_logits, q_logits, valid, weights, num_items_in_batch, chunk_size)
-
-
-def weighted_l1_on_support(
-    p_log_probs: torch.Tensor,
-    q_logits: torch.Tensor,
-    valid: torch.Tensor,
-    weights: torch.Tensor,
-    num_items_in_batch: NumItems = None,
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE,
-) -> torch.Tensor:
+weighted_forward_kl = _weighted_divergence(
+    _forward_kl_rows,
+    r"""Position-weighted forward KL :math:`\frac{1}{Z}\sum_{valid} w_i \,\mathrm{KL}(p_{n,i} \| q_{n,i})` (>= 0): the
+    warm-up stage's loss, ``p`` the history-aware teacher's logits.""",
+)
+weighted_l1 = _weighted_divergence(
+    _l1_rows,
+    r"""Position-weighted L1 distance :math:`\frac{1}{Z}\sum_{valid} w_i \| p_{n,i} - q_{n,i} \|_1`: the stable
+    stage's TV term, ``p`` the target's own logits.""",
+)
+weighted_l1_on_support = _weighted_divergence(
+    _l1_support_rows,
     r""":func:`weighted_l1` over the whole vocabulary for a student on a token subset S (the draft vocabulary), with
-    every tensor ``[N, K, |S|]`` (~6x less work for SmolLM2 with an 8,192-token S): ``p_log_probs`` are the target's
-    *full-vocabulary* log-probabilities of S's tokens, ``q_logits`` in the same order."""
-    return _divergence(_l1_support_rows, p_log_probs, q_logits, valid, weights, num_items_in_batch, chunk_size)
+    every tensor ``[N, K, |S|]`` (~6x less work for SmolLM2 with an 8,192-token S): ``p`` are the target's
+    *full-vocabulary* log-probabilities of S's tokens, ``q_logits`` in the same order.""",
+)
 
 
 def _masked_mean_over_blocks(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -222,8 +198,7 @@ def _masked_mean_over_blocks(values: torch.Tensor, valid: torch.Tensor) -> torch
 
 @torch.no_grad()
 def top1_agreement(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``[K]`` fraction of valid blocks where ``argmax q == argmax p`` (the greedy acceptance proxy); NaN for a
-    position with no valid block."""
+    """``[K]`` share of valid blocks with ``argmax q == argmax p`` (greedy acceptance); NaN where none is valid."""
     _check_inputs(q_logits, valid, p_logits=p_logits)
     return _masked_mean_over_blocks(p_logits.argmax(dim=-1) == q_logits.argmax(dim=-1), valid)
 
@@ -237,27 +212,28 @@ def top1_agreement_from_ids(p_top1: torch.Tensor, q_top1: torch.Tensor, valid: t
     return _masked_mean_over_blocks(p_top1 == q_top1, valid)
 
 
-def _acceptance(rows: Callable, p: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, chunk_size: int | None):
-    _check_inputs(q_logits, valid, p_logits=p)
-    return _masked_mean_over_blocks(1.0 - 0.5 * _chunked(rows, (p, q_logits), chunk_size), valid)
+def _acceptance_proxy(rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], doc: str) -> Callable:
+    """The ``[K]`` acceptance proxy ``(p, q_logits, valid, chunk_size=8)``: the mean over the valid blocks of
+    ``1 - rows / 2`` (NaN for a position with no valid block)."""
+
+    @torch.no_grad()
+    def proxy(p, q_logits, valid, chunk_size=DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+        _check_inputs(q_logits, valid, p_logits=p)
+        return _masked_mean_over_blocks(1.0 - 0.5 * _chunked(rows, (p, q_logits), chunk_size), valid)
+
+    proxy.__doc__ = doc
+    return proxy
 
 
-@torch.no_grad()
-def one_minus_tv(
-    p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, chunk_size: int | None = DEFAULT_CHUNK_SIZE
-) -> torch.Tensor:
-    r"""``[K]`` mean over the valid blocks of :math:`1 - \tfrac12 \|p - q\|_1 = \sum_v \min(p(v), q(v))`: the
-    probability that speculative sampling accepts a token drawn from ``q`` when the verifier's distribution is ``p``
-    (NaN for a position with no valid block)."""
-    return _acceptance(_l1_rows, p_logits, q_logits, valid, chunk_size)
-
-
-@torch.no_grad()
-def one_minus_tv_on_support(
-    p_log_probs: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor, chunk_size: int | None = DEFAULT_CHUNK_SIZE
-) -> torch.Tensor:
-    """:func:`one_minus_tv` for a student on a token subset S; arguments as :func:`weighted_l1_on_support`."""
-    return _acceptance(_l1_support_rows, p_log_probs, q_logits, valid, chunk_size)
+one_minus_tv = _acceptance_proxy(
+    _l1_rows,
+    r""":math:`1 - \tfrac12 \|p - q\|_1 = \sum_v \min(p(v), q(v))` per position: the probability that speculative
+    sampling accepts a token drawn from ``q`` when the verifier's distribution is ``p`` (logits both).""",
+)
+one_minus_tv_on_support = _acceptance_proxy(
+    _l1_support_rows,
+    ":func:`one_minus_tv` for a student on a token subset S; ``p`` as :func:`weighted_l1_on_support`.",
+)
 
 
 def expected_acceptance_length(per_position_accept: torch.Tensor | Sequence[float]) -> float:
@@ -265,8 +241,7 @@ def expected_acceptance_length(per_position_accept: torch.Tensor | Sequence[floa
     ``[1, K + 1]`` (NaN if a rate is NaN): the target's own token plus draft k, kept if drafts 1..k are accepted.
 
     A proxy, not an unbiased estimate: ``a_j`` (measured with the target's own tokens as the prefix) is read as the
-    conditional rate given positions ``< j`` accepted, and rates are averaged over blocks before the product.
-    """
+    conditional rate given positions ``< j`` accepted, and rates are averaged over blocks before the product."""
     rates = torch.as_tensor(per_position_accept, dtype=torch.float64).detach().cpu()
     if rates.dim() != 1 or rates.numel() == 0:
         raise ValueError(f"per_position_accept must be a non-empty 1-D sequence, got shape {tuple(rates.shape)}.")

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import Trainer
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import Trainer, TrainerCallback
 
 from ..data.features.cache import FeatureCache
 from ..data.features.transformers import target_features
@@ -23,7 +28,6 @@ from . import losses
 from .arguments import DLiteTrainingArguments
 from .data import IGNORE_INDEX, DLiteCollator
 from .history import history_arguments
-from .time_budget import TimeBudget, time_cosine_schedule
 
 
 def _unwrap(model: nn.Module) -> DLiteForSpeculation:
@@ -80,6 +84,51 @@ def _feature_cache(
     )
 
 
+class TimeBudget(TrainerCallback):
+    """A wall-clock training budget (``max_train_seconds``), for runs whose step rate is not known ahead (several
+    sharing one lent GPU), where a step-count cosine would stop before its decay or leave the accelerator idle.
+    Seconds count from :meth:`start` (the first call wins; a resumed run starts a new budget); as a callback it
+    starts with training and stops it (saving a checkpoint) at the first step end after it is spent."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+            raise ValueError(f"TimeBudget seconds must be a finite number > 0, got {seconds!r}.")
+        self.seconds = float(seconds)
+        self._clock = clock
+        self._start: float | None = None
+
+    def start(self) -> None:
+        if self._start is None:
+            self._start = self._clock()
+
+    def fraction(self) -> float:
+        """Elapsed share of the budget in [0, 1]; 0 before :meth:`start`."""
+        if self._start is None:
+            return 0.0
+        return min(1.0, max(0.0, (self._clock() - self._start) / self.seconds))
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start()
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.fraction() >= 1.0:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def time_cosine_schedule(optimizer: Optimizer, budget: TimeBudget, warmup_steps: int = 0) -> LambdaLR:
+    """Linear warmup over ``warmup_steps`` steps, times ``0.5 * (1 + cos(pi * the budget's elapsed fraction))``."""
+    budget.start()
+
+    def factor(step: int) -> float:
+        warm = min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
+        return warm * 0.5 * (1.0 + math.cos(math.pi * budget.fraction()))
+
+    return LambdaLR(optimizer, factor)
+
+
 class DLiteTrainer(Trainer):
     """Trainer for a DLite drafter `model` (optionally PEFT-wrapped) against the frozen `target` LM; `teacher`: the
     frozen history-aware teacher of stage `warmup`; `card_info`: extra fields of the model card written on save;
@@ -122,7 +171,7 @@ class DLiteTrainer(Trainer):
             self.add_callback(self.time_budget)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        """With ``max_train_seconds``: a cosine over the budget's elapsed time (see `time_budget.py`)."""
+        """With ``max_train_seconds``: a cosine over the budget's elapsed time (:func:`time_cosine_schedule`)."""
         if self.time_budget is None:
             return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
@@ -156,16 +205,16 @@ class DLiteTrainer(Trainer):
     def _target_distribution(
         self, drafter: DLiteForSpeculation, final_hidden: torch.Tensor, positions: tuple, stats: Any, compact: bool
     ) -> dict[str, torch.Tensor]:
-        """p^T at `positions`: full logits (`target_logits` `[N, K, V]`), or with `compact` the full-vocabulary
-        log-probabilities of the draft vocabulary's tokens (`target_log_probs` `[N, K, S]`) and the argmax."""
+        """p^T at `positions` and its argmax (`target_top1`): full logits (`target_logits` `[N, K, V]`), or with
+        `compact` the full-vocabulary log-probabilities of the draft vocabulary's tokens (`target_log_probs`)."""
         lm_head = self.target.get_output_embeddings()
         with torch.autocast(device_type=positions[0].device.type, enabled=False):  # the batch's device
             rows = final_hidden[positions].flatten(0, 1).to(lm_head.weight.dtype)  # cached features are float32
-            if not compact:
-                return {"target_logits": lm_head(rows).float()}
-            if stats is None:  # no cache: one full projection gives the logsumexp, the argmax and the slice
+            if stats is None or not compact:  # one full projection gives the logsumexp, the argmax and the slice
                 full = lm_head(rows).float()
                 lse, top1 = full.logsumexp(-1), full.argmax(-1)
+                if not compact:
+                    return {"target_logits": full, "target_top1": top1}
                 sub = full.index_select(-1, drafter.draft_vocab_ids.to(full.device))
             else:  # cached logsumexp and argmax: only the draft vocabulary's rows of the lm_head are read
                 lse, top1 = stats["lse"][positions].flatten(0, 1), stats["top1"][positions].flatten(0, 1)
@@ -199,9 +248,8 @@ class DLiteTrainer(Trainer):
         target_rows = inputs.get("target_labels")
         if target_rows is not None and bool(target_rows.any()):
             # label-text rows: the label at every position is the target's argmax, never the text's next token
-            top1 = gathered["target_top1"] if compact else gathered["target_logits"].argmax(-1)
             use = target_rows.to(anchors.device)[:, None].expand_as(anchors).flatten()[:, None] & gathered["valid"]
-            gathered["labels"] = torch.where(use, top1, gathered["labels"])
+            gathered["labels"] = torch.where(use, gathered["target_top1"], gathered["labels"])
         # the drafter's own history, or the warmup teacher's
         window = config.history_window or (self.teacher.config.history_window if self.teacher is not None else 0)
         gathered["history"] = history_arguments(states, anchors - 1, window) if window else {}
@@ -254,13 +302,9 @@ class DLiteTrainer(Trainer):
                 )
                 loss = loss + args.lambda_tv * l1
         q = q_logits.detach()
-        if compact:
-            q_top1 = drafter.draft_vocab_ids[q.argmax(dim=-1)]
-            top1 = losses.top1_agreement_from_ids(gathered["target_top1"], q_top1, valid)
-            accept = losses.one_minus_tv_on_support(p_target, q, valid, chunk)
-        else:
-            top1 = losses.top1_agreement(p_target, q, valid)
-            accept = losses.one_minus_tv(p_target, q, valid, chunk)
+        q_top1 = drafter.draft_vocab_ids[q.argmax(dim=-1)] if compact else q.argmax(dim=-1)
+        top1 = losses.top1_agreement_from_ids(gathered["target_top1"], q_top1, valid)
+        accept = (losses.one_minus_tv_on_support if compact else losses.one_minus_tv)(p_target, q, valid, chunk)
         self._record_metrics(top1, accept, mode)
         return (loss, {"logits": q_logits}) if return_outputs else loss
 
@@ -268,7 +312,7 @@ class DLiteTrainer(Trainer):
         """Every evaluation samples the same anchor blocks (a reseeded collator), so eval losses are comparable."""
         collator = self.data_collator
         if isinstance(collator, DLiteCollator):
-            self.data_collator = collator.fresh()
+            self.data_collator = replace(collator)  # the same collator, its anchor sampler reseeded
         try:
             return super().get_eval_dataloader(eval_dataset)
         finally:

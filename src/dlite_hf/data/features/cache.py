@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...jsonl import write_jsonl
+from ...jsonl import read_jsonl, write_jsonl
 from ..vllm_worker import require_python, run_worker, worker_command
 from .transformers import target_features, vocab_stats
 
@@ -171,6 +171,36 @@ class FeatureCache:
         device = input_ids.device
         stats = {"lse": lse.to(device), "top1": top1.to(device), "kept": kept.to(device)}
         return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32), stats
+
+
+def cached_rows(
+    rows: str | Path,
+    cache_dir: str | Path,
+    out: str | Path,
+    layer_ids: list[int],
+    anchor_stride: int = 1,
+    max_length: int = 1024,
+    all_positions: bool = False,
+) -> dict[str, Any]:
+    """Write to `out` the rows of the file `rows` whose entries `cache_dir` holds, in order, looked up as the trainer
+    reads them (its truncation, the manifest's layout and keys); returns the counts."""
+    from ...training.data import RegeneratedDataset  # here: the trainer imports this module
+
+    manifest = Path(cache_dir) / "manifest.json"
+    if not manifest.is_file():
+        raise ValueError(f"--cache {cache_dir} has no manifest.json: expected a folder `dlite-hf features` filled.")
+    target = json.loads(manifest.read_text())["target"]
+    cache = FeatureCache(
+        str(cache_dir), target, layer_ids, history_free=not all_positions, anchor_stride=anchor_stride
+    )
+    raw = read_jsonl(rows)
+    dataset = RegeneratedDataset(raw, max_length=max_length)
+    if len(dataset.rows) != len(raw):
+        raise ValueError(f"{rows}: {len(raw)} rows, {len(dataset.rows)} pass the trainer's filter; expected all.")
+    keys = [cache.row_entry(row["input_ids"], row["loss_mask"].index(1))[0] for row in dataset.rows]
+    kept = [source for source, key in zip(raw, keys) if cache.has(key)]
+    Path(out).write_text("".join(json.dumps(row, separators=(",", ":")) + "\n" for row in kept), encoding="utf-8")
+    return {"rows": len(raw), "cached": len(kept), "out": str(out)}
 
 
 def features_vllm(

@@ -1,1 +1,0 @@
-../../modeling/generation_stats.py
