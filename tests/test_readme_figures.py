@@ -439,3 +439,24 @@ def test_the_reliability_page_quotes_the_server_run():
         f"{outcomes['malformed answered 4xx']} malformed requests answered 4xx"
     )
     assert text in page, text
+
+
+def test_the_qwen_figures_are_the_result_files() -> None:
+    """The training log's Qwen tau table and the README's Qwen paragraph (issue 43)."""
+    drafters = _check_log_table(
+        "qwen2.5-coder-0.5b-ood-tau-second.json",
+        {"step 694": "step694", "step 1,638 (2 + 2 epochs)": "step1638"},
+        lambda entry, tau: (
+            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
+            + [f"{entry['mean_tau_in_domain']:.2f}", f"{tau['legal']:.2f}"]
+            + [f"{100 * entry['first_accepted_in_domain']:.1f}%"]
+        ),
+        skip=1,
+    )
+    rows = json.loads((RESULTS / "qwen2.5-coder-0.5b-first-drafter.json").read_text())["summary"]
+    speed = {row["method"]: f"{row['speedup']:.2f}x" for row in rows if row["workload"] == "all"}
+    readme = " ".join((REPO / "README.md").read_text().split())
+    tau = f"{drafters['step1638']['mean_tau_in_domain']:.2f}"
+    assert f"held-out greedy tau at K is {tau} in domain" in readme
+    assert f"it is {speed['dlite']} plain alone and {speed['hybrid']} in the hybrid" in readme
+    assert f"(prompt lookup {speed['prompt_lookup']})" in readme

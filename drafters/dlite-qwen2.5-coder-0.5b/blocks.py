@@ -1,0 +1,1 @@
+../../modeling/blocks.py

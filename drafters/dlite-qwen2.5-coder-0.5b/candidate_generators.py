@@ -1,0 +1,1 @@
+../../modeling/candidate_generators.py

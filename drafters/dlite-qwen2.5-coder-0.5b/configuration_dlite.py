@@ -1,0 +1,1 @@
+../../modeling/configuration_dlite.py

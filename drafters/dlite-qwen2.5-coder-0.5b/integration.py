@@ -1,0 +1,1 @@
+../../modeling/integration.py

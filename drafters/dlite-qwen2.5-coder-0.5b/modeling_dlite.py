@@ -1,0 +1,1 @@
+../../modeling/modeling_dlite.py

@@ -1,0 +1,1 @@
+../../modeling/suffix_index.py

@@ -1,0 +1,1 @@
+../../modeling/target_binding.py
