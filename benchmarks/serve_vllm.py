@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUFFIX_PATH = Path.home() / ".cache" / "dlite-hf" / "suffix-decoding"  # build_suffix_decoding.sh's $OUT
-DRAFTER = str(ROOT / "drafters" / "dlite-smollm2-135m")
+DRAFTER = "<the prompts file's drafter>"  # replaced by _methods with the one vllm_prompts.py --drafter recorded
 METHODS = {
     "plain": None,
     "ngram": {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
@@ -214,9 +214,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _methods(args: argparse.Namespace) -> tuple[dict, list[str]]:
-    """The speculative configs by method name (the drafter variants added), and the methods to run."""
-    specs = dict(METHODS)
+def _methods(args: argparse.Namespace, drafter: str) -> tuple[dict, list[str]]:
+    """The speculative configs by method name, DLite's with `drafter` (the drafter variants added), and the methods
+    to run."""
+    specs = {name: {**spec, "model": drafter} if spec and "model" in spec else spec for name, spec in METHODS.items()}
     for variant in args.drafter_variant:
         name, _, folder = variant.partition("=")
         if not name or not folder or name in specs or not Path(folder, "config.json").is_file():
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str] | None) -> list[dict]:
     """Measure every cell (concurrency, workload), the results written to --out after each one."""
     data = json.loads(args.prompts.read_text())
-    specs, methods = _methods(args)
+    specs, methods = _methods(args, str(Path(data["meta"]["drafter"]).resolve()))
     levels = _levels(args.concurrency)
     per_level = level_map("--requests", args.requests, levels)
     repeats = level_map("--repeats", args.repeats, levels)
