@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUFFIX_PATH = Path.home() / ".cache" / "dlite-hf" / "suffix-decoding"  # build_suffix_decoding.sh's $OUT
-DRAFTER = "<the prompts file's drafter>"  # replaced by _methods with the one vllm_prompts.py --drafter recorded
+DRAFTER = str(ROOT / "drafters" / "dlite-smollm2-135m")  # _methods: the prompts file's (vllm_prompts.py --drafter)
 METHODS = {
     "plain": None,
     "ngram": {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str] | None) -> list[dict]:
     """Measure every cell (concurrency, workload), the results written to --out after each one."""
     data = json.loads(args.prompts.read_text())
-    specs, methods = _methods(args, str(Path(data["meta"]["drafter"]).resolve()))
+    specs, methods = _methods(args, str(Path(data["meta"].get("drafter", DRAFTER)).resolve()))
     levels = _levels(args.concurrency)
     per_level = level_map("--requests", args.requests, levels)
     repeats = level_map("--repeats", args.repeats, levels)
