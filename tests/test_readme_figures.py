@@ -460,3 +460,9 @@ def test_the_qwen_figures_are_the_result_files() -> None:
     assert f"held-out greedy tau at K is {tau} in domain" in readme
     assert f"it is {speed['dlite']} plain alone and {speed['hybrid']} in the hybrid" in readme
     assert f"(prompt lookup {speed['prompt_lookup']})" in readme
+    serving = json.loads((RESULTS / "serve-vllm-qwen2.5-coder-0.5b.json").read_text())["results"]
+    one = {(r["workload"], r["method"]): f"{r['speedup']:.2f}x" for r in serving if r["concurrency"] == 1}
+    dlite = [one[(w, "dlite")] for w in ("agentic", "math", "chat")]
+    ngram = [one[(w, "ngram")] for w in ("agentic", "math", "chat")]
+    assert "DLite is {} plain on agentic first turns, {} on math and {} on chat".format(*dlite) in readme
+    assert "ngram {}, {}, {};".format(*ngram) in readme
