@@ -230,6 +230,11 @@ def _methods(args: argparse.Namespace, drafter: str) -> tuple[dict, list[str]]:
     unknown = [m for m in methods if m not in specs]
     if unknown or "plain" not in methods:
         raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(specs)}.")
+    if any((specs[m] or {}).get("model") == drafter for m in methods) and not Path(drafter, "config.json").is_file():
+        raise SystemExit(
+            f"--prompts names the drafter {drafter}, which has no config.json: expected a drafter folder; make the "
+            "prompts again with `benchmarks/vllm_prompts.py --drafter FOLDER`."
+        )
     return specs, methods
 
 

@@ -77,3 +77,10 @@ def test_the_suffix_method_needs_suffix_decoding_on_the_path_before_any_engine_l
     argv += ["--requests", "1:1", "--repeats", "1:1"]
     with pytest.raises(SystemExit, match=r"arctic_inference.suffix_decoding is not importable.*PYTHONPATH="):
         serve_vllm.main(argv)
+
+
+def test_the_prompts_files_drafter_must_be_a_drafter_folder_before_any_engine_loads(tmp_path):
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps({"meta": {"target": "t", "drafter": str(tmp_path / "gone")}, "prompts": []}))
+    with pytest.raises(SystemExit, match=r"names the drafter .*gone, which has no config.json"):
+        serve_vllm.main(["--prompts", str(prompts), "--methods", "plain,dlite", "--concurrency", "1"])
