@@ -17,6 +17,7 @@ from dlite_hf.bench.methods import BenchMethod, make_methods
 from dlite_hf.bench.plots import PLOT_NAMES
 from dlite_hf.bench.report import markdown_table
 from dlite_hf.bench.runner import run_bench
+from dlite_hf.bench.summary import context_rows
 from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.cli import main
 from dlite_hf.data import prompts as P
@@ -168,8 +169,11 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
         tmp_path / "tiny.json"
     )
     table = (tmp_path / "tiny.md").read_text()
-    # rows + header; sessions: header + 3 rows (the goals are benchmark policy: `dlite-hf bench goals` adds them)
-    assert "goals" not in result and table.count("\n| ") == len(result["summary"]) + 1 + 4
+    # rows + header; sessions: header + 3 rows (the goals are benchmark policy: `dlite-hf bench goals` adds them);
+    # then the turns by context length, a header and a row per bucket x method
+    main, by_context = table.split("By context length")
+    assert "goals" not in result and main.count("\n| ") == len(result["summary"]) + 1 + 4
+    assert by_context.count("\n| ctx ") == len(context_rows(result["records"], list(result["methods"])))
     for plot in PLOT_NAMES:
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -448,6 +452,10 @@ def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monke
         (["--methods", "plain", "--workloads", "long", "--long-lengths", "1024,20000"], "each length must be in"),
         (["--methods", "plain", "--bfcl-sessions", "-1"], "--bfcl-sessions and --coding-sessions must be >= 0"),
         (["--methods", "plain", "--repeats", "0"], "--repeats 0 is invalid: expected >= 1"),
+        (
+            ["--methods", "plain", "--coding-files", "9"],
+            "--coding-files 9 is invalid: a coding session reads at most 8",
+        ),
         (
             ["--methods", "dlite", "--confidence-threshold", "1.5"],
             "--confidence-threshold sets draft_confidence_threshold=1.5 is invalid",

@@ -93,6 +93,18 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--coding-sessions", type=int, default=1, help="coding sessions (stdlib files) in agentic")
     parser.add_argument(
+        "--coding-files",
+        type=positive_int("--coding-files"),
+        default=3,
+        help="files a coding session reads (up to 8: with 8 files of 2048 tokens, contexts pass 16k)",
+    )
+    parser.add_argument(
+        "--coding-file-tokens",
+        type=positive_int("--coding-file-tokens"),
+        default=None,
+        help="tokens of each file a coding session reads (default: --agentic-max-tokens / 4)",
+    )
+    parser.add_argument(
         "--prefix-cache",
         action="store_true",
         help="multi-turn sessions: every method keeps its KV cache across turns (cropped to the shared prefix), so a "

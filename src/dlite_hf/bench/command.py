@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.workloads import LONG_MAX_TOKENS, parse_workloads
+from ..data.workloads import CODING_TASKS, LONG_MAX_TOKENS, parse_workloads
 from . import replay_hybrid, replay_rules
 from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
 from .methods import parse_methods
@@ -81,7 +81,8 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
     shown += ["num_prompts", "max_new_tokens", *(["repeats"] if args.repeats != 1 else [])]
     shown += ["long_lengths"] if "long" in workloads else []
     if "agentic" in workloads:
-        shown += ["agentic_max_tokens", "agentic_max_turns", "coding_sessions", "bfcl_sessions"]
+        shown += ["agentic_max_tokens", "agentic_max_turns", "coding_sessions", "coding_files"]
+        shown += ["coding_file_tokens", "bfcl_sessions"]
         shown += ["bfcl_category"] if args.bfcl_sessions else []
     shown += ["threads", "dtype", "attention", "out", "sdpa_gqa", "name"]
     shown += ["prefix_cache", "allow_mismatch", "plot", "no_warmup"]
@@ -176,6 +177,9 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
             f"--bfcl-sessions and --coding-sessions must be >= 0 (0 leaves them out of agentic); got "
             f"{args.bfcl_sessions} and {args.coding_sessions}."
         )
+    longest = min(len(task.modules) for task in CODING_TASKS)
+    if args.coding_files > longest:
+        raise SystemExit(f"--coding-files {args.coding_files} is invalid: a coding session reads at most {longest}.")
     if "long" not in workloads:
         return methods, workloads, user_prompts, []
     try:
@@ -280,9 +284,11 @@ def _sessions(
     """The workloads' sessions (``{label: [session, ...]}``), then the --prompts rows as one more workload."""
     from ..data.workloads import build_workloads
 
-    flags = "num_prompts agentic_max_tokens agentic_max_turns coding_sessions bfcl_sessions bfcl_category".split()
+    flags = "num_prompts agentic_max_tokens agentic_max_turns coding_sessions coding_files bfcl_sessions bfcl_category"
+    flags = flags.split()
     settings = {flag: getattr(args, flag) for flag in flags}  # build_workloads' keywords, as the flags name them
     settings["long_lengths"] = lengths or (1024,)
+    settings["file_tokens"] = args.coding_file_tokens
     try:
         sessions = build_workloads(workloads, tokenizer, **settings) if workloads else {}
     except ValueError as error:

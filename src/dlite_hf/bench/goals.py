@@ -15,6 +15,8 @@ SPEEDUP_WORKLOADS = ("chat", "code", "math")  # DLite's speedup must beat prompt
 MAX_AGENTIC_TAU_DROP = 0.25  # agentic tau within 25% of general tau
 MAX_DRAFTER_MS_SPREAD = 0.15  # drafter ms per round varies by less than 15% across context lengths
 HYBRID_AGENTIC_FACTOR = 1.25  # the hybrid's agentic speedup is at least 1.25x prompt lookup's
+MAX_LONG_SESSION_TAU_DROP = 0.15  # issue 43: tau at 12k-16k of session context within 15% of its tau under 2k
+SHORT_CONTEXT, LONG_CONTEXT = "ctx <2k", "ctx 12k-16k"  # buckets of dlite_hf.bench.summary.context_rows
 
 
 Rows = dict[tuple[str, str], SummaryRow]
@@ -86,6 +88,19 @@ def _drafter_ms_goal(rows: Rows, method: str, history: str) -> dict[str, Any]:
     return _goal(name, spread < MAX_DRAFTER_MS_SPREAD, text)
 
 
+def _long_session_goal(rows: Rows, method: str) -> dict[str, Any] | None:
+    """``method``'s tau at 12k-16k tokens of session context against its tau under 2k (None: no such buckets)."""
+    short, long = rows.get((SHORT_CONTEXT, method)), rows.get((LONG_CONTEXT, method))
+    if short is None or long is None:
+        return None
+    drop = 1.0 - long.mean_tau / short.mean_tau
+    name = f"long sessions: {method} tau at 12k-16k context within {MAX_LONG_SESSION_TAU_DROP:.0%} of its tau under 2k"
+    measured = (
+        f"{short.mean_tau:.2f} ({short.prompts} turns) -> {long.mean_tau:.2f} ({long.prompts} turns), {-drop:+.0%}"
+    )
+    return _goal(name, drop <= MAX_LONG_SESSION_TAU_DROP, measured)
+
+
 def _hybrid_goals(rows: Rows, hybrid: str, method: str, peer: str) -> list[dict[str, Any]]:
     """The hybrid issue's goals, for every workload of the run that has the hybrid."""
     goals = []
@@ -110,10 +125,14 @@ def _hybrid_goals(rows: Rows, hybrid: str, method: str, peer: str) -> list[dict[
     return goals
 
 
-def evaluate_goals(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> list[dict[str, Any]]:
+def evaluate_goals(
+    summary: Sequence[SummaryRow | Mapping[str, Any]], context: Sequence[SummaryRow] = ()
+) -> list[dict[str, Any]]:
     """The performance goals, one ``{"goal", "met", "measured"}`` dict each, checked on one run's summary rows (the
-    hybrid's only when the run has it)."""
+    hybrid's only when the run has it; the long-session one only with ``context`` rows that measure it:
+    :func:`~.summary.context_rows`)."""
     rows = {(r.workload, r.method): r for r in as_parts(summary, SummaryRow, "summary")}
+    by_context = {(r.workload, r.method): r for r in context}
     goals = [_speedup_goal(rows, w, True, "dlite", "prompt_lookup") for w in SPEEDUP_WORKLOADS]
     goals.append(_speedup_goal(rows, "agentic", False, "dlite", "prompt_lookup"))
     goals.append(_agentic_tau_goal(rows, "dlite", "history"))
@@ -121,4 +140,5 @@ def evaluate_goals(summary: Sequence[SummaryRow | Mapping[str, Any]]) -> list[di
     fixed_goal = _drafter_ms_goal(rows, "dlite_fixed", "history")  # fixed K: the drafting cost against context alone
     if fixed_goal["met"] is not None:  # only runs with the fixed-K method at two or more lengths
         goals.append(fixed_goal)
+    goals += [goal for goal in (_long_session_goal(by_context, m) for m in ("dlite", "hybrid")) if goal is not None]
     return goals + _hybrid_goals(rows, "hybrid", "dlite", "prompt_lookup")

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .results import BenchResult, as_result
+from .summary import CONTEXT_STARTS, context_rows
 
 # each plot's panels: (the rows drawn, x, y, y label, a dashed line at 1); a line per method, or per session
 PANELS = {
@@ -22,13 +23,21 @@ PANELS = {
         ("records", "prompt_tokens", "target_ms_per_round", "target ms per forward (verification)", False),
     ),
     "tau_vs_context": (("records", "prompt_tokens", "tau", "tau (tokens per target forward)", True),),
+    "context": (  # multi-turn sessions spanning two or more context buckets only (summary.context_rows)
+        ("context", "context_from", "mean_tau", "mean tau", True),
+        ("context", "context_from", "decode_speedup", "decode speedup vs plain (x)", True),
+    ),
     "agentic_turns": (  # multi-turn sessions only
         ("turns", "turn", "tau", "mean tau over sessions", True),
         ("sessions", "turn", "prompt_tokens", "context tokens (plain)", False),
     ),
 }
 PLOT_NAMES = tuple(PANELS)
-XLABELS = {"prompt_tokens": "context tokens (prompt)", "turn": "turn index"}
+XLABELS = {
+    "prompt_tokens": "context tokens (prompt)",
+    "turn": "turn index",
+    "context_from": "context tokens (bucket start)",
+}
 Panel = tuple[str, str, Mapping[str, list], bool]  # x label, y label, {line: [(x, y), ...]}, a dashed line at 1
 
 
@@ -39,11 +48,17 @@ def write_plots(result: BenchResult | Mapping[str, Any], stem: Path) -> dict[str
     turns = [r for r in result.records if r.session_id in multi]
     rows = {"summary": result.summary, "records": result.records, "turns": turns}
     rows["sessions"] = [r for r in turns if r.method == "plain"]
+    rows["context"] = [
+        SimpleNamespace(**row.to_dict(), context_from=CONTEXT_STARTS[row.workload])
+        for row in context_rows(result.records, list(result.methods))
+    ]
     title = f"{result.meta.value_or('target', '')} (threads={result.meta.threads})"
     written = {}
     for name, panels in PANELS.items():
-        if name == "agentic_turns" and not turns:
-            continue  # no multi-turn session
+        if (name == "agentic_turns" and not turns) or (
+            name == "context" and len({r.workload for r in rows["context"]}) < 2
+        ):
+            continue  # no multi-turn session, or too few context buckets
         drawn = []
         for source, x, y, label, one in panels:
             lines = _lines(rows[source], x, y, "session_id" if source == "sessions" else "method")

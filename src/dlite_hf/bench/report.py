@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from .results import (
     BenchResult,
     Goal,
     Machine,
-    Record,
     ResultsError,
     RunMeta,
     SummaryRow,
@@ -28,8 +26,8 @@ from .results import (
     as_result,
     load_result,
 )
+from .summary import context_rows, summarize
 
-ALL_WORKLOADS = "all"
 RESULTS = Path("benchmarks") / "results"  # where `dlite-hf bench` writes by default (--out)
 README_METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")
 README_HEADER = (
@@ -55,82 +53,6 @@ README_LABELS: dict[str, dict[str, str]] = {
         "all": "all ({n})",
     },
 }
-
-
-def _sum(rows: Sequence[Record], key: str) -> float:
-    return float(sum(getattr(r, key) for r in rows if getattr(r, key) is not None))
-
-
-def _summary_row(workload: str, method: str, rows: list[Record], plain: list[Record]) -> SummaryRow:
-    """Aggregate the records of one method on one workload; speedups against plain on the same prompts."""
-    wall, decode = _sum(rows, "wall_s"), _sum(rows, "decode_s")
-    new_tokens, forwards = _sum(rows, "new_tokens"), _sum(rows, "target_forwards")
-    timed = [r for r in rows if r.drafter_s is not None]
-    drafter_s, draft_calls = _sum(timed, "drafter_s"), _sum(timed, "draft_calls")
-    verify_s = _sum(rows, "target_s") - _sum(rows, "prefill_s")
-    verify_forwards = forwards - len(rows)
-    keys = {r.prompt_id for r in rows}
-    paired = [r for r in plain if r.prompt_id in keys]
-    plain_wall, plain_decode = _sum(paired, "wall_s"), _sum(paired, "decode_s")
-    plain_tokens = _sum(paired, "new_tokens")
-    # speedup = tokens/s over plain's tokens/s on the same prompts: the wall-time ratio when the outputs are the
-    # same (float32), and still a throughput when a near-tie divergence (bfloat16) changes an output's length
-    plain_tok_s = plain_tokens / plain_wall if plain_wall else 0.0
-    plain_decode_tok_s = plain_tokens / plain_decode if plain_decode else 0.0
-    mismatches = sum(1 for r in rows if not r.identical_to_plain)
-    failures = sum(1 for r in rows if not r.value_or("lossless_ok", r.identical_to_plain))
-    rss = [r.peak_rss_delta_mb for r in rows if r.peak_rss_delta_mb is not None]
-    drafted = _sum(rows, "drafted")
-    return SummaryRow(
-        workload=workload,
-        method=method,
-        prompts=len(rows),
-        mean_prompt_tokens=_sum(rows, "prompt_tokens") / len(rows),
-        new_tokens=int(new_tokens),
-        target_forwards=int(forwards),
-        wall_s=wall,
-        prefill_s=_sum(rows, "prefill_s"),
-        tok_s=new_tokens / wall if wall else 0.0,
-        mean_tau=sum(r.tau for r in rows) / len(rows),
-        tau_pooled=new_tokens / forwards if forwards else 0.0,
-        speedup=new_tokens / wall / plain_tok_s if wall and plain_tok_s else 0.0,
-        decode_speedup=new_tokens / decode / plain_decode_tok_s if decode and plain_decode_tok_s else 0.0,
-        wall_ratio=plain_wall / wall if wall else 0.0,
-        acceptance_rate=_sum(rows, "accepted") / drafted if drafted else None,
-        drafter_ms_per_round=1000 * drafter_s / draft_calls if timed and draft_calls else None,
-        target_ms_per_round=1000 * verify_s / verify_forwards if verify_forwards > 0 else None,
-        drafter_share=drafter_s / (drafter_s + verify_s) if timed and verify_s > 0 else None,
-        rounds=int(_sum(rows, "rounds")),
-        peak_rss_delta_mb_max=max(rss) if rss else None,
-        mismatches=mismatches,
-        exact_match_rate=1 - mismatches / len(rows),
-        near_ties=mismatches - failures,
-        lossless_failures=failures,
-        lossless=failures == 0,
-    )
-
-
-def summary_rows(records: Sequence[Record], methods: Sequence[str], workloads: Sequence[str]) -> list[SummaryRow]:
-    """One row per (workload, method) that has records, then one ``all`` row per method over every workload."""
-    groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
-    for record in records:
-        groups[(record.workload, record.method)].append(record)
-        groups[(ALL_WORKLOADS, record.method)].append(record)
-    rows = []
-    labels = [*workloads, ALL_WORKLOADS] if len(workloads) > 1 else list(workloads)
-    for workload in labels:
-        plain = groups.get((workload, "plain"), [])
-        for method in methods:
-            if groups.get((workload, method)):
-                rows.append(_summary_row(workload, method, groups[(workload, method)], plain))
-    return rows
-
-
-def summarize(
-    records: Sequence[Record | Mapping[str, Any]], methods: Sequence[str], workloads: Sequence[str]
-) -> list[dict[str, Any]]:
-    """:func:`summary_rows` as JSON rows (the document's ``summary``); records may be typed or JSON."""
-    return [row.to_dict() for row in summary_rows(as_parts(records, Record, "records"), methods, workloads)]
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
@@ -232,6 +154,16 @@ def _session_lines(result: BenchResult) -> list[str]:
     return lines
 
 
+def _context_lines(result: BenchResult) -> list[str]:
+    """The multi-turn sessions' turns by context length (:func:`~.summary.context_rows`), when they span two or
+    more buckets."""
+    rows = context_rows(result.records, list(result.methods))
+    if len({row.workload for row in rows}) < 2:
+        return []
+    heading = "By context length (the turns of the multi-turn sessions, bucketed by their prompt tokens):"
+    return ["", heading, "", *_summary_lines(rows)]
+
+
 def markdown_table(result: BenchResult | Mapping[str, Any]) -> str:
     """The run as markdown: setup lines, then one row per workload x method, the checks, goals and sessions."""
     result = as_result(result)
@@ -239,7 +171,7 @@ def markdown_table(result: BenchResult | Mapping[str, Any]) -> str:
     if result.goals:
         lines += ["", "Performance goals (from this run's rows; `dlite-hf bench goals`):", ""]
         lines += goals_markdown(result.goals)
-    lines += _session_lines(result)
+    lines += _session_lines(result) + _context_lines(result)
     return "\n".join(lines) + "\n"
 
 
@@ -303,7 +235,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise SystemExit(f"{path}: not a `dlite-hf bench` results document (it has no records or workloads).")
         document["summary"] = summarize(document["records"], list(document["methods"]), list(document["workloads"]))
         if "goals" in document:
-            document["goals"] = evaluate_goals(document["summary"])
+            context = context_rows(document["records"], list(document["methods"]))
+            document["goals"] = evaluate_goals(document["summary"], context)
         write_outputs(document, path.parent, path.stem, plots=args.plot)
         print(f"{name}: summary recomputed")
     return 0
@@ -321,7 +254,7 @@ def cmd_goals(args: argparse.Namespace) -> int:
             raise SystemExit(
                 f"{path}: not a `dlite-hf bench` results document ({error!r}); pass NAME.json of a run."
             ) from None
-        goals = evaluate_goals(result.summary)
+        goals = evaluate_goals(result.summary, context_rows(result.records, list(result.methods)))
         result.goals = [Goal.from_dict(goal, "goals") for goal in goals]
         _save(result, path)
         print(f"{name}:", *goals_markdown(goals), sep="\n")

@@ -287,7 +287,7 @@ class Record(Part):
 
 @dataclass(kw_only=True)
 class SummaryRow(Part):
-    """One workload x method of the run (workload ``all``: over every workload; :func:`~.report.summarize`)."""
+    """One workload x method of the run (workload ``all``: over every workload; :func:`~.summary.summarize`)."""
 
     workload: str
     method: str

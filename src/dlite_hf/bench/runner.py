@@ -26,8 +26,9 @@ from ..data.workloads import as_session
 from ..neartie import first_difference
 from .measure import _Runner, environment_info
 from .methods import BenchMethod, make_methods
-from .report import summary_rows, write_outputs
+from .report import write_outputs
 from .results import SCHEMA_VERSION, BenchResult, Divergence, Mismatch, NearTie, Record, RunMeta, SessionLog
+from .summary import summary_rows
 
 _WARMUP_MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
 

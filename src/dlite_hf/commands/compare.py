@@ -26,8 +26,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import torch
 
     from ..bench.methods import BenchMethod
-    from ..bench.report import ALL_WORKLOADS
     from ..bench.runner import run_bench
+    from ..bench.summary import ALL_WORKLOADS
 
     workloads = _workloads(args)  # the flags and prompts are checked before any model loads
     set_threads(args.threads)

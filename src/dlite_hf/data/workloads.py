@@ -36,8 +36,9 @@ _ROLES = ("system", "user", "assistant", "tool")
 
 @dataclass(frozen=True)
 class CodingTask:
-    """A coding session: ``modules`` are read in order, ``frames`` (module, qualified name) form the failing test's
-    traceback, which ends with ``error``."""
+    """A coding session: ``modules`` are read in order (a session reads the first ``files`` of them; the first three
+    are the default session's), ``frames`` (module, qualified name) form the failing test's traceback, which ends
+    with ``error``. Every module is held out of training (:data:`dlite_hf.data.stdlib.EVAL_STDLIB_MODULES`)."""
 
     id: str
     request: str
@@ -54,7 +55,7 @@ CODING_TASKS: tuple[CodingTask, ...] = (
             "Our service's JSON round-trip tests started failing after we vendored the standard json package "
             "into `json/`. Read the decoder and encoder, run the tests, find the cause and propose a minimal fix."
         ),
-        modules=("json.decoder", "json.encoder", "json"),
+        modules=("json.decoder", "json.encoder", "json", "json.scanner", "json.tool", "codecs", "io", "string"),
         frames=(("json", "loads"), ("json.decoder", "JSONDecoder.decode"), ("json.decoder", "JSONDecoder.raw_decode")),
         error="json.decoder.JSONDecodeError: Expecting ',' delimiter: line 1 column 47 (char 46)",
         follow_up="The tests still fail after your change. Write the complete patch as a unified diff.",
@@ -65,7 +66,7 @@ CODING_TASKS: tuple[CodingTask, ...] = (
             "`textwrap.fill` produces lines longer than `width` for our CLI help texts in the vendored copy of "
             "textwrap. Read the module, run the tests and fix it."
         ),
-        modules=("textwrap", "shlex", "string"),
+        modules=("textwrap", "shlex", "string", "csv", "io", "codecs", "json.decoder", "json.scanner"),
         frames=(("textwrap", "fill"), ("textwrap", "TextWrapper.fill"), ("textwrap", "TextWrapper.wrap")),
         error="AssertionError: assert 83 <= 80",
         follow_up="Good. Now add a regression test for the long-word case and show the full test file.",
@@ -76,7 +77,7 @@ CODING_TASKS: tuple[CodingTask, ...] = (
             "Exports written with our vendored `csv` module cannot be read back when a field contains a newline. "
             "Read the relevant code, run the tests and propose a fix."
         ),
-        modules=("csv", "io", "codecs"),
+        modules=("csv", "io", "codecs", "string", "textwrap", "shlex", "json.encoder", "json.tool"),
         frames=(("csv", "DictWriter.writerow"), ("csv", "DictWriter._dict_to_list")),
         error="_csv.Error: new-line character seen in unquoted field - do you need to open the file with newline=''?",
         follow_up="Explain the root cause in two sentences, then give the patch as a unified diff.",
@@ -177,21 +178,36 @@ def _test_output(task: CodingTask, attempt: int) -> str:
     return pytest_failure(test_file, test, progress, frames, task.error, passed, failed, 37 + attempt, body, True)
 
 
-def coding_session(task: CodingTask, tokenizer: Any, max_tokens: int | None, file_tokens: int) -> Session:
-    """A coding-agent session: the request, then real stdlib files (each cut to ``file_tokens`` of ``tokenizer``'s
-    tokens) and test output as tool results, then a follow-up."""
-    files = [[{"role": "tool", "content": _read_file_result(m, tokenizer, file_tokens)}] for m in task.modules]
+def coding_session(
+    task: CodingTask, tokenizer: Any, max_tokens: int | None, file_tokens: int, files: int = 3
+) -> Session:
+    """A coding-agent session: the request, then the first ``files`` of the task's standard-library files (each cut
+    to ``file_tokens`` of ``tokenizer``'s tokens) as tool results, test output after the first file and after each
+    one from the fourth on (read a file, propose an edit, read the test output, repeat), then a follow-up and the
+    last test output. ``files=3`` is the default session; more make the context grow (to 16k tokens and beyond)."""
+    if not 1 <= files <= len(task.modules):
+        raise ValueError(f"files must be in 1..{len(task.modules)} (task {task.id!r} has that many), got {files}.")
+    read = [[{"role": "tool", "content": _read_file_result(m, tokenizer, file_tokens)}] for m in task.modules[:files]]
+    tests = [[{"role": "tool", "content": _test_output(task, attempt)}] for attempt in range(max(2, files - 1))]
+    cycles = [turn for k in range(3, files) for turn in (read[k], tests[k - 2])]
     turns = [
         [{"role": "system", "content": SESSION_SYSTEM}, {"role": "user", "content": task.request}],
-        files[0],
-        [{"role": "tool", "content": _test_output(task, 0)}],
-        *files[1:],
+        read[0],
+        tests[0],
+        *read[1:3],
+        *cycles,
         [{"role": "user", "content": task.follow_up}],
-        [{"role": "tool", "content": _test_output(task, 1)}],
+        tests[-1],
     ]
-    source = f"python-stdlib {PYTHON_VERSION}: " + ", ".join(task.modules)
+    modules = ", ".join(task.modules[:files])
     return as_session(
-        {"id": f"coding/{task.id}", "source": source, "turns": turns, "max_tokens": max_tokens}, AGENTIC_WORKLOAD
+        {
+            "id": f"coding/{task.id}" + (f"-{files}" if files != 3 else ""),
+            "source": f"python-stdlib {PYTHON_VERSION}: {modules}",
+            "turns": turns,
+            "max_tokens": max_tokens,
+        },
+        AGENTIC_WORKLOAD,
     )
 
 
@@ -247,13 +263,15 @@ def build_workloads(
     agentic_max_tokens: int = 8192,
     agentic_max_turns: int | None = 8,
     coding_sessions: int = 1,
+    coding_files: int = 3,
     file_tokens: int | None = None,
     bfcl_sessions: int = 1,
     bfcl_category: str = "multi_turn_base",
 ) -> dict[str, list[Session]]:
     """The sessions of every workload of ``names``, keyed by label (``long`` becomes ``long-1024``, ...).
     ``num_prompts`` is per workload, per long length and of ToolTalk for ``agentic``, which adds ``coding_sessions``
-    and ``bfcl_sessions``; ``file_tokens`` caps a ``read_file`` excerpt (default ``agentic_max_tokens // 4``)."""
+    and ``bfcl_sessions``; a coding session reads ``coding_files`` files, each cut to ``file_tokens`` (default
+    ``agentic_max_tokens // 4``)."""
     if not 1 <= num_prompts <= EVAL_SIZE:
         raise ValueError(f"num_prompts must be in 1..{EVAL_SIZE} (the eval split's size), got {num_prompts}.")
     if not 0 <= coding_sessions <= len(CODING_TASKS):
@@ -272,7 +290,7 @@ def build_workloads(
             sessions += load_bfcl_sessions(bfcl_sessions, agentic_max_tokens, bfcl_category)
             budget = file_tokens or max(128, agentic_max_tokens // 4)
             tasks = CODING_TASKS[:coding_sessions]
-            sessions += [coding_session(t, tokenizer, agentic_max_tokens, budget) for t in tasks]
+            sessions += [coding_session(t, tokenizer, agentic_max_tokens, budget, coding_files) for t in tasks]
             for session in sessions:
                 session["max_turns"] = agentic_max_turns
             workloads[AGENTIC_WORKLOAD] = sessions
