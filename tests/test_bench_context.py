@@ -114,3 +114,24 @@ def test_long_coding_sessions_read_more_held_out_files_in_edit_test_cycles(token
     assert kinds[:5] == ["read", "tool", "read", "read", "read"] and kinds[-3:] == ["tool", "user", "tool"]
     with pytest.raises(ValueError, match=r"files must be in 1\.\.8"):
         coding_session(task, tokenizer, max_tokens=None, file_tokens=60, files=9)
+
+
+def test_the_readme_context_table_shows_tau_and_decode_speedup_per_bucket():
+    from dlite_hf.bench import report
+
+    records = []
+    for session in ("a", "b"):
+        for turn, context in enumerate((500, 14000)):
+            records.append(_record(session, turn, "plain", context, 1.0, 4.0))
+            for i, method in enumerate(report.QWEN_METHODS):
+                records.append(_record(session, turn, method, context, 1.5 + i / 2, 4.0 / (1.5 + i / 2)))
+    methods = {m: {} for m in ("plain", *report.QWEN_METHODS)}
+    document = {"meta": {}, "methods": methods, "workloads": ["agentic"], "records": records}
+    rows = report.readme_rows(document | {"summary": []}, "context")
+    assert list(rows) == ["ctx <2k", "ctx 12k-16k"]
+    # decode speedup: plain decodes in 3.5 s, the hybrid (tau 3.0) in 4/3 - 0.5 s
+    assert (
+        rows["ctx 12k-16k"].startswith("| 12k-16k (2) | ")
+        and f"3.00 / **{3.5 / (4 / 3 - 0.5):.2f}x** |" in rows["ctx 12k-16k"]
+    )
+    assert "assisted (SmolLM2-135M)" in report.readme_header("context")

@@ -32,7 +32,7 @@ def test_the_renderer_bolds_the_fastest_and_refuses_other_documents(tmp_path) ->
     row = report.readme_rows({"summary": summary}, "ood")
     expected = "| legal (MultiLexSum) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x |"
     assert row == {"legal": expected}
-    with pytest.raises(ValueError, match="has no dlite_fixed, hybrid rows"):
+    with pytest.raises(ValueError, match="has no dlite_fixed, hybrid rows; table ood compares"):
         report.readme_rows({"summary": summary[:3]}, "ood")
     with pytest.raises(ValueError, match="table='card': expected one of"):
         report.readme_rows({"summary": summary}, "card")
@@ -55,3 +55,14 @@ def test_the_tables_command_prints_the_header_and_the_rows(tmp_path, capsys) -> 
     )
     with pytest.raises(SystemExit, match="No bench result"):
         main(["bench", "tables", "main", "missing", "--results", str(tmp_path)])
+
+
+def test_the_qwen_table_compares_assisted_decoding_instead_of_dlite_at_k(tmp_path, capsys) -> None:
+    summary = [row | {"workload": "chat"} for row in _summary(("plain", *report.QWEN_METHODS))]
+    (tmp_path / "run.json").write_text(json.dumps({"summary": summary}))
+    assert main(["bench", "tables", "qwen", "run", "--results", str(tmp_path)]) == 0
+    header, row = capsys.readouterr().out.splitlines()[::2]
+    assert "assisted (SmolLM2-135M)" in header and "K every round" not in header
+    assert row == "| chat (MT-bench) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x |"
+    with pytest.raises(ValueError, match="has no assisted rows; table qwen compares prompt_lookup, assisted"):
+        report.readme_rows({"summary": [r for r in summary if r["method"] != "assisted"]}, "qwen")

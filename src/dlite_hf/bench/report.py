@@ -26,12 +26,23 @@ from .results import (
     as_result,
     load_result,
 )
-from .summary import context_rows, summarize
+from .summary import CONTEXT_STARTS, context_rows, summarize
 
 RESULTS = Path("benchmarks") / "results"  # where `dlite-hf bench` writes by default (--out)
-README_METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")
+README_METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")  # the SmolLM2 tables' columns
 README_HEADER = (
     "| workload | plain tok/s | prompt lookup | DLite (shipped) | DLite, K every round | **hybrid** |\n"
+    "|---|---:|---:|---:|---:|---:|"
+)
+QWEN_METHODS = ("prompt_lookup", "assisted", "dlite", "hybrid")  # the Qwen table: K every round is its shipped DLite
+QWEN_HEADER = (
+    "| workload | plain tok/s | prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |\n"
+    "|---|---:|---:|---:|---:|---:|"
+)
+# the long-session table: the turns by context bucket (summary.context_rows), each cell tau / decode speedup (with a
+# prefix cache plain and DLite prefill a turn's new tokens only, prompt lookup and assisted the whole context)
+CONTEXT_HEADER = (
+    "| context (turns) | plain ms/token | prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |\n"
     "|---|---:|---:|---:|---:|---:|"
 )
 # README label of each workload (a `{n}` is the row's prompt count)
@@ -46,6 +57,17 @@ README_LABELS: dict[str, dict[str, str]] = {
         "long-4096": "long 4k",
         "all": "all ({n})",
     },
+    "qwen": {
+        "chat": "chat (MT-bench)",
+        "code": "code (HumanEval)",
+        "math": "math (ASDiv)",
+        "tool": "tool (BFCL)",
+        "agentic": "agentic (ToolTalk, coding session; {n} turns)",
+        "long-1024": "long 1k (essays)",
+        "long-4096": "long 4k",
+        "all": "all ({n})",
+    },
+    "context": {label: label.removeprefix("ctx ") + " ({n})" for label in CONTEXT_STARTS},
     "ood": {
         "legal": "legal (MultiLexSum)",
         "clinical": "clinical (MTS-Dialog)",
@@ -216,7 +238,7 @@ def add_postprocess_parsers(sub: argparse._SubParsersAction) -> None:
     goals.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
     goals.set_defaults(func=cmd_goals)
     tables = sub.add_parser("tables", help="print a README speed table from a results document")
-    tables.add_argument("table", choices=("main", "ood"))
+    tables.add_argument("table", choices=tuple(README_LABELS))
     tables.add_argument("run", help="a run name in --results (or a path to its JSON)")
     tables.add_argument("--results", default=str(RESULTS), help="the folder of the run names")
     tables.set_defaults(func=cmd_tables)
@@ -266,7 +288,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
         rendered = readme_rows(load_run(args.run, args.results), args.table)
     except (OSError, ValueError) as error:
         raise SystemExit(str(error)) from None
-    print(README_HEADER)
+    print(readme_header(args.table))
     print("\n".join(rendered.values()))
     return 0
 
@@ -279,27 +301,38 @@ def load_run(run: str, results: str | Path = RESULTS) -> BenchResult:
     return load_result(path)
 
 
+def readme_header(table: str) -> str:
+    """The header of README table ``table``."""
+    return {"qwen": QWEN_HEADER, "context": CONTEXT_HEADER}.get(table, README_HEADER)
+
+
 def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str, str]:
-    """`{workload: README row}` of `table` ("main" or "ood") for the workloads the run measured."""
+    """`{workload: README row}` of `table` ("main", "ood", "qwen" or "context") for the workloads (context buckets)
+    the run measured."""
     if table not in README_LABELS:
         raise ValueError(f"table={table!r}: expected one of {sorted(README_LABELS)}.")
-    summary = as_result(result).rows_by_key()
+    result = as_result(result)
+    if table == "context":
+        summary = {(r.workload, r.method): r for r in context_rows(result.records, list(result.methods))}
+    else:
+        summary = result.rows_by_key()
     measured = {method for _, method in summary}
-    missing = [m for m in README_METHODS if m not in measured]
+    columns = QWEN_METHODS if table in ("qwen", "context") else README_METHODS
+    missing = [m for m in columns if m not in measured]
     if missing:
-        raise ValueError(
-            f"The run has no {', '.join(missing)} rows; the README tables compare {', '.join(README_METHODS)}."
-        )
+        raise ValueError(f"The run has no {', '.join(missing)} rows; table {table} compares {', '.join(columns)}.")
+    speed = "decode_speedup" if table == "context" else "speedup"
     out = {}
     for workload, label in README_LABELS[table].items():
         if (workload, "plain") not in summary:
             continue
-        methods = [summary[(workload, m)] for m in README_METHODS]
-        fastest = max(range(len(methods)), key=lambda index: methods[index].speedup)
+        methods = [summary[(workload, m)] for m in columns]
+        fastest = max(range(len(methods)), key=lambda index: getattr(methods[index], speed))
         cells = [
-            f"{s.mean_tau:.2f} / " + (f"**{s.speedup:.2f}x**" if index == fastest else f"{s.speedup:.2f}x")
+            f"{s.mean_tau:.2f} / " + ("**{:.2f}x**" if index == fastest else "{:.2f}x").format(getattr(s, speed))
             for index, s in enumerate(methods)
         ]
         plain = summary[(workload, "plain")]
-        out[workload] = f"| {label.format(n=plain.prompts)} | {plain.tok_s:.2f} | " + " | ".join(cells) + " |"
+        first = f"{plain.target_ms_per_round:.0f}" if table == "context" else f"{plain.tok_s:.2f}"
+        out[workload] = f"| {label.format(n=plain.prompts)} | {first} | " + " | ".join(cells) + " |"
     return out
