@@ -441,26 +441,26 @@ def test_the_reliability_page_quotes_the_server_run():
     assert text in page, text
 
 
+def _qwen_tau_cells(entry: dict, tau: dict) -> list[str]:
+    return (
+        [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
+        + [f"{entry['mean_tau_in_domain']:.2f}", f"{tau['legal']:.2f}"]
+        + [f"{100 * entry['first_accepted_in_domain']:.1f}%"]
+    )
+
+
 def test_the_qwen_figures_are_the_result_files() -> None:
     """The training log's Qwen tau table and the README's Qwen paragraph (issue 43)."""
     drafters = _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-second.json",
         {"step 694": "step694", "step 1,638 (2 + 2 epochs)": "step1638"},
-        lambda entry, tau: (
-            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
-            + [f"{entry['mean_tau_in_domain']:.2f}", f"{tau['legal']:.2f}"]
-            + [f"{100 * entry['first_accepted_in_domain']:.1f}%"]
-        ),
+        _qwen_tau_cells,
         skip=1,
     )
     _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-third.json",
         {"step 1,638, replayed again": "step1638", "step 2,582 (2 + 2 + 2 epochs; shipped)": "step2582"},
-        lambda entry, tau: (
-            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
-            + [f"{entry['mean_tau_in_domain']:.2f}", f"{tau['legal']:.2f}"]
-            + [f"{100 * entry['first_accepted_in_domain']:.1f}%"]
-        ),
+        _qwen_tau_cells,
         skip=1,
     )
     rows = json.loads((RESULTS / "qwen2.5-coder-0.5b-first-drafter.json").read_text())["summary"]

@@ -57,16 +57,6 @@ README_LABELS: dict[str, dict[str, str]] = {
         "long-4096": "long 4k",
         "all": "all ({n})",
     },
-    "qwen": {
-        "chat": "chat (MT-bench)",
-        "code": "code (HumanEval)",
-        "math": "math (ASDiv)",
-        "tool": "tool (BFCL)",
-        "agentic": "agentic (ToolTalk, coding session; {n} turns)",
-        "long-1024": "long 1k (essays)",
-        "long-4096": "long 4k",
-        "all": "all ({n})",
-    },
     "context": {label: label.removeprefix("ctx ") + " ({n})" for label in CONTEXT_STARTS},
     "ood": {
         "legal": "legal (MultiLexSum)",
@@ -75,6 +65,7 @@ README_LABELS: dict[str, dict[str, str]] = {
         "all": "all ({n})",
     },
 }
+README_LABELS["qwen"] = README_LABELS["main"]
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
