@@ -4,6 +4,7 @@ under the `docs` marker (`make test-docs`), outside the default run."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from pathlib import Path
@@ -146,6 +147,7 @@ def test_the_training_logs_every_row_table_is_the_result_file() -> None:
 
 MAIN_RUN = "smollm2-135m-main-bf16-packed-r4"  # the README's main table
 OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/README.md)
+QWEN_RUN = "qwen2.5-coder-0.5b-generate"  # the README's Qwen table, measured with the shipped Qwen drafter
 
 
 def _check_speed_table(table: str, run: str, document: str = "README.md") -> dict:
@@ -451,7 +453,7 @@ def _qwen_tau_cells(entry: dict, tau: dict) -> list[str]:
 
 def test_the_qwen_figures_are_the_result_files() -> None:
     """The training log's Qwen tau table and the README's Qwen paragraph (issue 43)."""
-    drafters = _check_log_table(
+    _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-second.json",
         {"step 694": "step694", "step 1,638 (2 + 2 epochs)": "step1638"},
         _qwen_tau_cells,
@@ -463,13 +465,15 @@ def test_the_qwen_figures_are_the_result_files() -> None:
         _qwen_tau_cells,
         skip=1,
     )
-    rows = json.loads((RESULTS / "qwen2.5-coder-0.5b-first-drafter.json").read_text())["summary"]
-    speed = {row["method"]: f"{row['speedup']:.2f}x" for row in rows if row["workload"] == "all"}
+    shipped = json.loads((RESULTS / "qwen2.5-coder-0.5b-ood-tau-third.json").read_text())["drafters"]["step2582"]
     readme = " ".join((REPO / "README.md").read_text().split())
-    tau = f"{drafters['step1638']['mean_tau_in_domain']:.2f}"
-    assert f"held-out greedy tau at K is {tau} in domain" in readme
-    assert f"it is {speed['dlite']} plain alone and {speed['hybrid']} in the hybrid" in readme
-    assert f"(prompt lookup {speed['prompt_lookup']})" in readme
+    tau, ood = f"{shipped['mean_tau_in_domain']:.2f}", f"{shipped['mean_tau_ood']:.2f}"
+    assert f"held-out greedy tau at K is {tau} in domain and {ood} out of domain" in readme
+    result = _check_speed_table("qwen", QWEN_RUN)
+    sha = result.methods["dlite"]["drafter"]["weights_sha256"]
+    assert (
+        sha == hashlib.sha256((REPO / "drafters/dlite-qwen2.5-coder-0.5b/model.safetensors").read_bytes()).hexdigest()
+    )
     serving = json.loads((RESULTS / "serve-vllm-qwen2.5-coder-0.5b.json").read_text())["results"]
     one = {(r["workload"], r["method"]): f"{r['speedup']:.2f}x" for r in serving if r["concurrency"] == 1}
     dlite = [one[(w, "dlite")] for w in ("agentic", "math", "chat")]
