@@ -236,6 +236,44 @@ def test_prefix_cache_reuses_each_methods_previous_turn_and_changes_no_output(ti
     assert later and sum(r["cached_prompt_tokens"] for r in later) > 0.5 * sum(r["prompt_tokens"] for r in later)
 
 
+def test_a_killed_run_goes_on_from_its_journal_and_loses_no_finished_session(
+    tiny, tokenizer, agentic_turns, tmp_path, monkeypatch
+):
+    from dlite_hf.bench import runner as bench_runner
+
+    target, drafters = tiny
+    methods = {"plain": None, "dlite": drafters["dlite"]}
+    journal = tmp_path / "run.partial.jsonl"
+    common = dict(max_new_tokens=8, progress=False, warmup=False, meta={"command": "dlite-hf bench x"})
+    sessions = [s["id"] for s in agentic_turns["agentic"]]
+    assert len(sessions) == 2
+    real, calls = bench_runner._run_session, []
+
+    def killed_in_the_second(runner, label, session, *args):
+        calls.append(session["id"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # a kill mid-run
+        return real(runner, label, session, *args)
+
+    monkeypatch.setattr(bench_runner, "_run_session", killed_in_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(target, tokenizer, methods, agentic_turns, journal=journal, **common)
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["session"] == sessions[0]  # the header, the finished session
+    with pytest.raises(ValueError, match="the journal of another run"):
+        run_bench(target, tokenizer, methods, agentic_turns, journal=journal, **(common | {"max_new_tokens": 9}))
+    journal.write_text(journal.read_text() + '{"workload": "agentic", "sess')  # a line cut short by the kill
+    calls.clear()
+    resumed = run_bench(target, tokenizer, methods, agentic_turns, journal=journal, **common)
+    assert calls == [sessions[1]] and resumed["meta"]["resumed_sessions"] == 1 and not journal.exists()
+    assert "sessions measured by an earlier one, killed, from the journal: 1" in markdown_table(resumed)
+    monkeypatch.setattr(bench_runner, "_run_session", real)
+    whole = run_bench(target, tokenizer, methods, agentic_turns, **common)
+    key = ("prompt_id", "method", "prompt_tokens", "new_tokens", "identical_to_plain")
+    assert [[r[k] for k in key] for r in resumed["records"]] == [[r[k] for k in key] for r in whole["records"]]
+    assert resumed["sessions"] == whole["sessions"] and "resumed_sessions" not in whole["meta"]
+
+
 def test_repeats_keep_the_fastest_run_from_the_same_state_and_rotate_the_method_order(
     tiny, tokenizer, agentic_turns, monkeypatch
 ):

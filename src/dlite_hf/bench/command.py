@@ -136,6 +136,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plots=args.plot,
         prefix_cache=args.prefix_cache,
         repeats=args.repeats,
+        journal=Path(args.out) / f"{args.name}.partial.jsonl" if args.name else None,  # --name: resumable
     )
     result = as_result(result)
     print(markdown_table(result))

@@ -81,6 +81,15 @@ def _lossless_cell(row: SummaryRow) -> str:
     return f"near-ties ({row.mismatches}/{row.prompts} differ)"
 
 
+def _resumed(meta: RunMeta) -> str:
+    reused = meta.extra.get("resumed_sessions")
+    return (
+        f" (this invocation; sessions measured by an earlier one, killed, from the journal: {reused})"
+        if reused
+        else ""
+    )
+
+
 def _setup_lines(meta: RunMeta) -> list[str]:
     """The table's heading and the run's setup, one bullet per line."""
     machine = meta.machine if meta.machine is not None else Machine(_keys=())
@@ -108,7 +117,7 @@ def _setup_lines(meta: RunMeta) -> list[str]:
         f"- threads {meta.threads}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) {gqa}, torch {meta.torch}, "
         f"transformers {meta.transformers}, dlite-hf {meta.dlite_hf}, python {meta.python}",
         f"- greedy, max_new_tokens {meta.max_new_tokens}; started {meta.started_utc}, "
-        f"took {_fmt(meta.duration_s, '.0f')} s{repeats}",
+        f"took {_fmt(meta.duration_s, '.0f')} s{repeats}{_resumed(meta)}",
         "- speedup = the method's tokens/s / plain's, over the same prompts in this run (prefill included; with"
         " identical outputs, plain's wall time / the method's); decode speedup excludes the prefill forward;"
         " tau = new tokens / target forwards (plain = 1);"

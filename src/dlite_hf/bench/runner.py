@@ -24,6 +24,7 @@ from torch import nn
 from ..chat_template import chat_prompt_ids
 from ..data.workloads import as_session
 from ..neartie import first_difference
+from .journal import Journal
 from .measure import _Runner, environment_info
 from .methods import BenchMethod, make_methods
 from .report import write_outputs
@@ -48,6 +49,7 @@ def run_bench(
     plots: bool = False,
     prefix_cache: bool = False,
     repeats: int = 1,
+    journal: str | Path | None = None,
 ) -> dict[str, Any]:
     """Benchmark ``methods`` on ``workloads`` with ``target``, greedy, interleaved per prompt (the module docstring
     says how), and return the results document (``benchmarks/README.md``; ``ok`` False: an output differed from
@@ -58,7 +60,8 @@ def run_bench(
     ``warmup``: every method runs once on a short prompt first, unrecorded; ``meta``: extra ``meta`` entries (the
     CLI's command); ``out_dir``, ``name``, ``plots``: the files written; ``prefix_cache``: each method keeps its KV
     cache across a session's turns (``cached_prompt_tokens``); ``repeats``: every turn measured this many times with
-    every method from the same state, the fastest kept (``wall_s_repeats``), repeats with different outputs failing.
+    every method from the same state, the fastest kept (``wall_s_repeats``), repeats with different outputs failing;
+    ``journal``: a file that keeps every finished session (:mod:`.journal`), so the same call goes on after a kill.
     """
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}.")
@@ -72,21 +75,29 @@ def run_bench(
     runner = _Runner(target, tokenizer, bench_methods, max_new_tokens, prefix_cache=prefix_cache)
     started = time.time()
     info = _meta_at_start(runner, meta, started, repeats)
+    methods_info = {m.name: m.describe() for m in bench_methods}
+    kept = None
+    if journal is not None:
+        run = {key: info.get(key) for key in ("command", "max_new_tokens", "dtype", "attention", "prefix_cache")}
+        ids = {label: [s["id"] for s in items] for label, items in sessions.items()}
+        kept = Journal(journal, {**run, "repeats": repeats, "methods": methods_info, "sessions": ids})
     try:
         if warmup:  # first calls pay one-off costs
             warm_ids = torch.tensor([chat_prompt_ids(tokenizer, _WARMUP_MESSAGES)])
             for method in runner.methods:
                 runner.generate(method, warm_ids, max_new_tokens=min(8, max_new_tokens))
-        measured = run_sessions(runner, sessions, repeats, progress)
+        measured = run_sessions(runner, sessions, repeats, progress, kept)
     finally:
         runner.close()
     records, workload_names, finished = measured.records, list(sessions), time.time()
     info.update(finished_utc=_utc(finished), duration_s=finished - started)
     info["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    if kept is not None and kept.reused:
+        info["resumed_sessions"] = kept.reused
     result = BenchResult(
         schema_version=SCHEMA_VERSION,
         meta=RunMeta.from_dict(info, "meta"),
-        methods={m.name: m.describe() for m in bench_methods},
+        methods=methods_info,
         workloads=workload_names,
         sessions=measured.sessions,
         records=records,
@@ -97,6 +108,8 @@ def run_bench(
     )
     if out_dir is not None:
         write_outputs(result, out_dir, name, plots=plots)  # records the files in the result
+    if kept is not None:
+        kept.remove()
     return result.to_dict()
 
 
@@ -142,9 +155,14 @@ class _Turn:
 
 
 def run_sessions(
-    runner: _Runner, sessions: Mapping[str, Sequence[Mapping[str, Any]]], repeats: int, progress: bool
+    runner: _Runner,
+    sessions: Mapping[str, Sequence[Mapping[str, Any]]],
+    repeats: int,
+    progress: bool,
+    journal: Journal | None = None,
 ) -> Measured:
-    """Measure every session of every workload; the method order rotates by one per turn over the whole run."""
+    """Measure every session of every workload; the method order rotates by one per turn over the whole run. With a
+    ``journal``, sessions an earlier invocation finished are read from it, and each one measured is appended."""
     from tqdm.auto import tqdm
 
     total = sum(len(_turns(s)) for items in sessions.values() for s in items) * len(runner.methods) * repeats
@@ -153,7 +171,18 @@ def run_sessions(
     with tqdm(total=total, disable=not progress, unit="gen", dynamic_ncols=True, file=sys.stderr) as bar:
         for label, items in sessions.items():
             for session in items:
-                entry = _run_session(runner, label, session, measured, bar, repeats, turns_done)
+                earlier = journal.take(label, session["id"]) if journal is not None else None
+                if earlier is not None:  # finished by an earlier invocation of the same run
+                    entry, records, mismatches = earlier
+                    measured.records += records
+                    measured.mismatches += mismatches
+                    bar.update(len(_turns(session)) * len(runner.methods) * repeats)
+                else:
+                    first = (len(measured.records), len(measured.mismatches))
+                    entry = _run_session(runner, label, session, measured, bar, repeats, turns_done)
+                    if journal is not None:
+                        parts = (measured.records[first[0] :], measured.mismatches[first[1] :])
+                        journal.append(label, session["id"], (entry, *parts))
                 turns_done += entry.turns_measured
                 measured.sessions.append(entry)
     return measured
