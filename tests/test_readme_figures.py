@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlite_hf.bench import report
+from dlite_hf.bench.summary import context_rows
 
 pytestmark = pytest.mark.docs
 REPO = Path(__file__).resolve().parents[1]
@@ -473,6 +474,10 @@ def test_the_qwen_figures_are_the_result_files() -> None:
     tau, ood = f"{shipped['mean_tau_in_domain']:.2f}", f"{shipped['mean_tau_ood']:.2f}"
     assert f"held-out greedy tau at K is {tau} in domain and {ood} out of domain" in readme
     result = _check_speed_table("qwen", QWEN_RUN)
+    sessions = _check_speed_table("context", "qwen2.5-coder-0.5b-long-sessions")  # issue 43 part 3
+    dlite = {r.workload: r for r in context_rows(sessions.records, ["dlite"])}
+    drop = 1 - dlite["ctx 12k-16k"].mean_tau / dlite["ctx <2k"].mean_tau
+    assert f"its bucket mean falls {drop:.0%} from under 2k" in readme
     sha = result.methods["dlite"]["drafter"]["weights_sha256"]
     assert (
         sha == hashlib.sha256((REPO / "drafters/dlite-qwen2.5-coder-0.5b/model.safetensors").read_bytes()).hexdigest()
