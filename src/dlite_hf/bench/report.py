@@ -66,6 +66,13 @@ README_LABELS: dict[str, dict[str, str]] = {
     },
 }
 README_LABELS["qwen"] = README_LABELS["main"]
+# each README table: (header, the methods of its columns, the speedup field of its cells)
+README_TABLES = {
+    "main": (README_HEADER, README_METHODS, "speedup"),
+    "ood": (README_HEADER, README_METHODS, "speedup"),
+    "qwen": (QWEN_HEADER, QWEN_METHODS, "speedup"),
+    "context": (CONTEXT_HEADER, QWEN_METHODS, "decode_speedup"),
+}
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
@@ -303,7 +310,7 @@ def load_run(run: str, results: str | Path = RESULTS) -> BenchResult:
 
 def readme_header(table: str) -> str:
     """The header of README table ``table``."""
-    return {"qwen": QWEN_HEADER, "context": CONTEXT_HEADER}.get(table, README_HEADER)
+    return README_TABLES[table][0]
 
 
 def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str, str]:
@@ -317,11 +324,10 @@ def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str
     else:
         summary = result.rows_by_key()
     measured = {method for _, method in summary}
-    columns = QWEN_METHODS if table in ("qwen", "context") else README_METHODS
+    _, columns, speed = README_TABLES[table]
     missing = [m for m in columns if m not in measured]
     if missing:
         raise ValueError(f"The run has no {', '.join(missing)} rows; table {table} compares {', '.join(columns)}.")
-    speed = "decode_speedup" if table == "context" else "speedup"
     out = {}
     for workload, label in README_LABELS[table].items():
         if (workload, "plain") not in summary:
