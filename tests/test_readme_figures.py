@@ -178,7 +178,7 @@ def test_the_main_table_is_the_bench_run() -> None:
 
 
 def test_the_serving_table_is_the_vllm_bench_run() -> None:
-    """README "Serving with vLLM": the table is benchmarks/results/serve-vllm.json, rendered by serve_vllm.py."""
+    """benchmarks/README.md's serving table is benchmarks/results/serve-vllm.json, rendered by serve_vllm.py."""
     path = REPO / "benchmarks" / "serve_vllm.py"
     spec = importlib.util.spec_from_file_location("serve_vllm", path)
     module = importlib.util.module_from_spec(spec)
@@ -186,7 +186,7 @@ def test_the_serving_table_is_the_vllm_bench_run() -> None:
     results = json.loads((REPO / "benchmarks" / "results" / "serve-vllm.json").read_text())["results"]
     table = module.readme_table(results)
     assert table.count("\n") == 8 and "| code, c = 1 |" in table and ", c = 64 |" in table
-    assert table in (REPO / "README.md").read_text()
+    assert table in (REPO / "benchmarks" / "README.md").read_text()
 
 
 def _check_study_rows(result: str, rows: dict[str, str]) -> dict:
@@ -281,8 +281,9 @@ def test_the_round_comparison_in_vllm_is_the_bench_run() -> None:
 
 
 def test_the_readme_figures_for_a_cpu_without_native_bfloat16_are_the_result_files() -> None:
-    """The paragraph on a CPU without native bfloat16 quotes the two side-by-side runs there and the matmul check."""
-    readme = " ".join((REPO / "README.md").read_text().split())
+    """benchmarks/README.md's paragraph on a CPU without native bfloat16 quotes the two side-by-side runs there and the
+    matmul check."""
+    readme = " ".join((REPO / "benchmarks" / "README.md").read_text().split())
     runs = {}
     for dtype in ("fp32", "bf16"):
         result = json.loads((RESULTS / f"smollm2-135m-dtype-{dtype}-packed-avx2.json").read_text())
@@ -406,14 +407,14 @@ def test_the_machines_hybrid_fallback_table_is_the_result_files() -> None:
 
 
 def test_the_serving_run_on_a_cpu_without_native_bfloat16_is_the_result_file(repo_script) -> None:
-    """docs/benchmark-machines.md holds `serve_vllm.py --report` of the AVX2 float32 run; the README quotes its
-    ranges."""
+    """docs/benchmark-machines.md holds `serve_vllm.py --report` of the AVX2 float32 run; benchmarks/README.md quotes
+    its ranges."""
     serve = repo_script("benchmarks/serve_vllm.py")
     result = json.loads((RESULTS / "serve-vllm-c1-fp32-avx2.json").read_text())
     assert result["meta"]["dtype"] == "float32"
     assert serve.report(result["results"]) in (REPO / "docs" / "benchmark-machines.md").read_text()
     speedups = {m: [r["speedup"] for r in result["results"] if r["method"] == m] for m in ("dlite", "hybrid")}
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join((REPO / "benchmarks" / "README.md").read_text().split())
     text = "DLite is {:.2f}-{:.2f}x plain vLLM and the hybrid {:.2f}-{:.2f}x".format(
         min(speedups["dlite"]), max(speedups["dlite"]), min(speedups["hybrid"]), max(speedups["hybrid"])
     )
