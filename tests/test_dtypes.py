@@ -16,7 +16,14 @@ from tiny_models import make_drafter, make_tiny_target, write_tiny_training_run
 
 from dlite_hf import DLiteForSpeculation
 from dlite_hf.defaults import DEFAULT_DTYPE, DTYPE_CHOICES, check_dtype
-from dlite_hf.neartie import NEAR_TIE_EPSILON, check_near_ties, epsilon_for, float32_reference, logit_gaps
+from dlite_hf.neartie import (
+    NEAR_TIE_EPSILON,
+    ScoredContext,
+    check_near_ties,
+    epsilon_for,
+    float32_reference,
+    logit_gaps,
+)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
@@ -177,6 +184,22 @@ def test_outputs_that_stop_at_different_points_are_not_near_ties(target):
         check_near_ties(target, 4, plain, torch.cat([plain[:, :1] + 1, plain[:, 1:]], 1), epsilon=1.0)
     with pytest.raises(ValueError, match="epsilon=-1"):
         check_near_ties(target, 4, plain, plain, epsilon=-1)
+
+
+def test_a_scored_context_reuses_the_prompt_and_scores_as_a_whole_forward(target):
+    """ScoredContext keeps the context's KV cache: a second output on the same prompt, then a longer prompt that
+    extends it, then one that shares only its start, each prefill what is new and score as a forward from scratch."""
+    plain = _greedy_from(target, torch.tensor([[4, 8, 15, 16, 23, 42]]), 14)
+    second, margin = _ranked(target, plain[:, :8], rank=1)
+    speculative = _greedy_from(target, torch.cat([plain[:, :8], torch.tensor([[second]])], 1), plain.shape[1])
+    context = ScoredContext(target)
+    for sequence, start in [(plain, 6), (speculative, 6), (speculative, 9), (plain, 3)]:
+        with torch.no_grad():
+            whole = target(sequence).logits[0, start - 1 : -1]
+        torch.testing.assert_close(context.logits(sequence, start), whole, atol=1e-4, rtol=1e-4)
+        assert context.ids == sequence[0, : start - 1].tolist() and context.cache.get_seq_length() == start - 1
+    report = check_near_ties(context, 6, plain, speculative, epsilon=margin + 1e-4)
+    assert report.ok and report.first_divergence == 2, report.reason
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -59,18 +59,51 @@ def float32_reference(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).float().eval()
 
 
+class ScoredContext:
+    """The float32 reference with the KV cache of the context it scored last. The methods compared on one turn share
+    its prompt, and a session's turns extend it, so each re-scoring prefills only the tokens no earlier one saw (a
+    whole forward over a 16k-token context took 10 minutes on one core, once per divergent output)."""
+
+    def __init__(self, reference: nn.Module):
+        self.reference = reference
+        self.ids: list[int] = []  # the tokens self.cache holds
+        self.cache: Any = None
+
+    @torch.no_grad()
+    def logits(self, sequence: torch.Tensor, start: int) -> torch.Tensor:
+        """The reference's logits `[T - start, V]` at positions ``start - 1 .. T - 2`` of ``sequence`` `[1, T]`."""
+        from transformers import DynamicCache
+
+        ids, keep = sequence[0].tolist(), start - 1
+        shared = first_difference(self.ids, ids[:keep])
+        shared = len(self.ids) if shared is None else shared
+        if self.cache is None:
+            self.cache = DynamicCache(config=self.reference.config)
+        if self.cache.get_seq_length() > shared:
+            self.cache.crop(shared - self.cache.get_seq_length())  # transformers 5.24 crops by a negative count
+        device = next(self.reference.parameters()).device
+        out = self.reference(sequence[:, shared:].to(device), past_key_values=self.cache, use_cache=True)
+        self.cache.crop(keep - len(ids))  # keep the context, not the continuation
+        self.ids = ids[:keep]
+        return out.logits[0, keep - shared : -1].float().cpu()
+
+
 @torch.no_grad()
 def _rescored(
-    reference: nn.Module, sequence: torch.Tensor, start: int, processors: Callable | None = None
+    reference: nn.Module | ScoredContext, sequence: torch.Tensor, start: int, processors: Callable | None = None
 ) -> torch.Tensor:
     """Teacher-forced float32 logits `[n, V]` at the positions that chose ``sequence[0, start:]``, each row passed
-    through ``processors`` as generate() would (on the CPU; a banned token's logit is -inf)."""
+    through ``processors`` as generate() would (on the CPU; a banned token's logit is -inf). ``reference``: the
+    float32 model, or a :class:`ScoredContext` of it that reuses the context it scored before."""
     if sequence.dim() != 2 or sequence.shape[0] != 1:
         raise ValueError(f"expected one sequence of shape [1, T], got {tuple(sequence.shape)}.")
     if not 1 <= start <= sequence.shape[1]:
         raise ValueError(f"start={start} must be in 1..{sequence.shape[1]} (the prompt is at least one token).")
-    device = next(reference.parameters()).device
-    logits = reference(sequence.to(device)).logits[0, start - 1 : -1].float().cpu()
+    if isinstance(reference, ScoredContext):
+        logits = reference.logits(sequence, start)
+    else:
+        device = next(reference.parameters()).device
+        logits = reference(sequence.to(device)).logits[0, start - 1 : -1].float().cpu()
     if processors is None:
         return logits
     sequence = sequence.cpu()
@@ -91,7 +124,7 @@ def logit_gaps(
 
 
 def check_near_ties(
-    reference: nn.Module,
+    reference: nn.Module | ScoredContext,
     prompt_length: int,
     plain: torch.Tensor,
     speculative: torch.Tensor,
@@ -99,7 +132,8 @@ def check_near_ties(
     processors: Callable | None = None,
 ) -> NearTieReport:
     """Check that ``speculative`` differs from ``plain`` (both ``[1, prompt + new]``, greedy outputs of one target)
-    only through near-ties of the float32 ``reference`` (its logits through ``processors``), within ``epsilon``."""
+    only through near-ties of the float32 ``reference`` (its logits through ``processors``), within ``epsilon``.
+    ``reference``: the float32 model or a :class:`ScoredContext` of it."""
     if epsilon < 0:
         raise ValueError(f"epsilon={epsilon} must be >= 0 (logit units).")
     if not torch.equal(plain[:, :prompt_length].cpu(), speculative[:, :prompt_length].cpu()):
@@ -169,7 +203,7 @@ class NearTieChecker:
         self.target = target
         self.dtype = str(target.get_output_embeddings().weight.dtype).removeprefix("torch.")
         self.epsilon = epsilon_for(self.dtype)
-        self._reference: nn.Module | None = None
+        self._reference: ScoredContext | None = None
 
     @property
     def exact(self) -> bool:
@@ -182,5 +216,5 @@ class NearTieChecker:
         if self.exact:
             return None
         if self._reference is None:
-            self._reference = float32_reference(self.target)
+            self._reference = ScoredContext(float32_reference(self.target))
         return check_near_ties(self._reference, prompt_length, plain, other, self.epsilon, processors)
