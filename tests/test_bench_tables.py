@@ -34,6 +34,10 @@ def test_the_renderer_bolds_the_fastest_and_refuses_other_documents(tmp_path) ->
     assert row == {"legal": expected}
     with pytest.raises(ValueError, match="has no dlite_fixed, hybrid rows; table ood compares"):
         report.readme_rows({"summary": summary[:3]}, "ood")
+    with pytest.raises(ValueError, match="has none of table main's rows .*: it measured no such workloads"):
+        report.readme_rows({"summary": summary}, "main")  # every method, but only a workload the table never shows
+    with pytest.raises(ValueError, match="has no multi-turn session: table context buckets"):
+        report.readme_rows({"summary": summary, "records": []}, "context")
     with pytest.raises(ValueError, match="table='card': expected one of"):
         report.readme_rows({"summary": summary}, "card")
     (tmp_path / "x.json").write_text("[]")

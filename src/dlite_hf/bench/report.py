@@ -321,6 +321,11 @@ def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str
     result = as_result(result)
     if table == "context":
         summary = {(r.workload, r.method): r for r in context_rows(result.records, list(result.methods))}
+        if not summary:
+            raise ValueError(
+                "The run has no multi-turn session: table context buckets their turns by context length; pass a run "
+                "with --workloads agentic (--coding-files 8 grows a session past 16k tokens)."
+            )
     else:
         summary = result.rows_by_key()
     measured = {method for _, method in summary}
@@ -341,4 +346,9 @@ def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str
         plain = summary[(workload, "plain")]
         first = f"{plain.target_ms_per_round:.0f}" if table == "context" else f"{plain.tok_s:.2f}"
         out[workload] = f"| {label.format(n=plain.prompts)} | {first} | " + " | ".join(cells) + " |"
+    if not out:
+        raise ValueError(
+            f"The run has none of table {table}'s rows ({', '.join(README_LABELS[table])}): it measured no such "
+            "workloads. Pass a run that did."
+        )
     return out
