@@ -139,13 +139,16 @@ def test_the_card_and_the_readme_show_the_shipped_shards_tables():
         assert dataset.render_into(card, dataset.read_shards(folder), with_sources=True) == card, (
             f"run `dlite-hf dataset card {folder.relative_to(repo)}`"
         )
-    readme = " ".join((repo / "README.md").read_text().split())  # the README gives the SmolLM2 dataset's totals
+    readme = " ".join((repo / "README.md").read_text().split())  # the README gives both datasets' totals
     stats = dataset.dataset_stats(dataset.read_shards(repo / "datasets" / "dlite-smollm2-135m-regen"))
     greedy, sampled = (sum(stats[kind].values()) for kind in ("greedy", "sampled"))
     tokens = [sum(stats[f"{kind}_tokens"].values()) for kind in ("greedy", "sampled")]
     domains = len(set(stats["greedy"]) | set(stats["sampled"]))
     totals = f"{greedy:,} greedy responses ({tokens[0]:,} tokens) and {sampled:,} sampled ones ({tokens[1]:,})"
     assert f"{totals} over {domains} domains" in readme
+    qwen = dataset.dataset_stats(dataset.read_shards(repo / "datasets" / "dlite-qwen2.5-coder-0.5b-regen"))
+    totals = f"{sum(qwen['greedy'].values()):,} responses, {sum(qwen['greedy_tokens'].values()):,} response tokens"
+    assert f"{totals} over {len(qwen['greedy'])} domains" in readme, "the README gives the Qwen dataset's totals"
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
