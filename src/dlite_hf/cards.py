@@ -5,6 +5,7 @@ sections, and that every number of its results tables is the paper's (labelled s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -34,8 +35,7 @@ def _template() -> str:
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    body = "".join("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |\n" for row in rows)
-    return head + body
+    return head + "".join("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |\n" for row in rows)
 
 
 def _adaptive_text(config: Any) -> str:
@@ -251,18 +251,14 @@ def _check_table(index: int, header: list[str], rows: list[list[str]], source: P
     everything = [float(x) for x in _FILE_NUMBER.findall(text)]
     keyed = None
     if "workload" in header and "method" in header:
-        try:
+        with contextlib.suppress(ValueError):  # not JSON: the numbers of the whole file
             keyed = _keyed_rows(json.loads(text))
-        except ValueError:
-            keyed = None
     problems = []
     for row in rows:
         cells = dict(zip(header, row))
         pool = everything
         if keyed is not None:
-            same = [
-                r for r in keyed if str(r["workload"]) == cells["workload"] and str(r["method"]) == cells["method"]
-            ]
+            same = [r for r in keyed if (str(r["workload"]), str(r["method"])) == (cells["workload"], cells["method"])]
             if not same:
                 problems.append(
                     f"results table {index}: no object with workload {cells['workload']!r} and method "
@@ -294,9 +290,7 @@ def check_card(text: str, base_dir: str | Path | None = None) -> list[str]:
     for key in ("base_model", "pipeline_tag", "license", "tags"):
         if not data.get(key):
             problems.append(f"front matter lacks {key}")
-    for heading in REQUIRED_SECTIONS:
-        if heading + "\n" not in text:
-            problems.append(f"missing section {heading!r}")
+    problems += [f"missing section {heading!r}" for heading in REQUIRED_SECTIONS if heading + "\n" not in text]
     bases = [Path(base_dir)] if base_dir is not None else [repo_root(), Path.cwd()]
     for index, (before, header, rows) in enumerate(results_tables(text), 1):
         if PAPER_LABEL in before:

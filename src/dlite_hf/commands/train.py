@@ -36,8 +36,15 @@ def _new_drafter_config(script, target_config, history_window: int, name: str):
     )
 
 
-def _check_flags(script, args) -> None:
-    """Refuse, before the target loads, flags the run would ignore."""
+def _parse_train_args(argv: list[str]):
+    """`dlite-hf train`'s arguments, checked before the target loads (flags the run would ignore are refused);
+    sets the thread count."""
+    # `--teacher DIR` (the issue's spelling) is DLiteTrainingArguments.teacher_path
+    argv = ["--teacher_path" if a == "--teacher" else a.replace("--teacher=", "--teacher_path=", 1) for a in argv]
+    script, args = build_train_parser().parse_args_into_dataclasses(args=argv)
+    set_threads(script.threads)
+    if not script.data:
+        raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
     grow, window = script.grow_layers, script.sliding_window
     if grow < 0:
         raise SystemExit(f"--grow_layers must be >= 0 (layers to add), got {grow}.")
@@ -70,23 +77,11 @@ def _check_flags(script, args) -> None:
             f"--init_only saves a new drafter (stage teacher or stable, no --init); got stage {args.stage!r}"
             f"{', --init' if script.init else ''}. Drop --init_only to train from that start."
         )
-
-
-def _parse_train_args(argv: list[str]):
-    """`dlite-hf train`'s arguments, checked before the target loads; sets the thread count."""
-    parser = build_train_parser()
-    # `--teacher DIR` (the issue's spelling) is DLiteTrainingArguments.teacher_path
-    argv = ["--teacher_path" if a == "--teacher" else a.replace("--teacher=", "--teacher_path=", 1) for a in argv]
-    script, args = parser.parse_args_into_dataclasses(args=argv)
-    set_threads(script.threads)
-    if not script.data:
-        raise SystemExit("--data is required: the JSONL written by `dlite-hf regenerate`.")
-    _check_flags(script, args)
     return script, args
 
 
 def _starting_drafter(script, args, target_config, target_name: str, teacher):
-    """What the stage trains: --init, else a new teacher, else the warmup teacher's warm start, else a new drafter."""
+    """What the stage trains: --init, else the warmup teacher's warm start, else a new drafter (or teacher)."""
     import torch
 
     from .. import DLiteForSpeculation
@@ -103,11 +98,10 @@ def _starting_drafter(script, args, target_config, target_name: str, teacher):
                 "stages warmup/stable train the history-free drafter. Pass it as --teacher for warmup."
             )
         return model
-    if args.stage == "teacher":
-        return DLiteForSpeculation(_new_drafter_config(script, target_config, args.history_window, target_name))
     if teacher is not None:  # warm start: the teacher's architecture and weights, minus its history projection
         return derive_drafter(teacher, "history_proj", history_window=0)
-    return DLiteForSpeculation(_new_drafter_config(script, target_config, script.sliding_window, target_name))
+    window = args.history_window if args.stage == "teacher" else script.sliding_window
+    return DLiteForSpeculation(_new_drafter_config(script, target_config, window, target_name))
 
 
 def _adapted_drafter(script, args, model):
@@ -148,8 +142,7 @@ def _training_rows(script, args, model, teacher):
     if script.eval_fraction <= 0:
         return dataset, None
     n_eval = max(1, int(len(dataset) * script.eval_fraction))
-    generator = torch.Generator().manual_seed(args.seed)
-    order = torch.randperm(len(dataset), generator=generator).tolist()
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(args.seed)).tolist()
     return torch.utils.data.Subset(dataset, order[n_eval:]), torch.utils.data.Subset(dataset, order[:n_eval])
 
 

@@ -173,8 +173,7 @@ def load_examples(tokenizer: Any = None) -> tuple[dict[str, list[dict[str, str]]
         except (AssetError, OSError, ValueError) as error:
             problems.append(f"{label}: {error}")
             continue
-        for prompt in prompts:
-            examples[f"{label} · {prompt['id']}"] = prompt["messages"]
+        examples.update({f"{label} · {prompt['id']}": prompt["messages"] for prompt in prompts})
     note = "Some example prompts could not be loaded (" + "; ".join(problems) + ")." if problems else None
     return examples, note
 

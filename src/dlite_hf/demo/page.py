@@ -93,11 +93,7 @@ def build_demo(
         example.change(select_example, example, [prompt, context, note], api_name="select_example", queue=False)
         clear.click(lambda: (None, ""), None, [context, note], api_name="clear_context", queue=False)
         prompt_lookup.change(
-            lambda enabled: gr.update(visible=bool(enabled)),
-            prompt_lookup,
-            lookup_column,
-            api_name="toggle_lookup",
-            queue=False,
+            lambda on: gr.update(visible=bool(on)), prompt_lookup, lookup_column, api_name="toggle_lookup", queue=False
         )
     demo.runner = runner  # for tests and scripts
     return demo

@@ -262,8 +262,7 @@ class DemoRunner:
         if not self._lock.acquire(blocking=False):
             yield self._update(columns, decoding, "⚠ Another generation is running on this machine; try again.")
             return
-        stop = threading.Event()
-        self._stops[session] = stop
+        self._stops[session] = stop = threading.Event()
         try:
             input_ids = torch.tensor([self.chat_ids(prompt, context)])
             kwargs = {"max_new_tokens": max(1, int(max_new_tokens)), "do_sample": decoding == SAMPLING}

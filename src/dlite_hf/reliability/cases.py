@@ -68,9 +68,7 @@ def _option(key: str, *values: Any) -> Callable[[random.Random, Context, Case], 
 
 def _min_length(rng, ctx, case):
     key = rng.choice(["min_new_tokens", "min_length"])
-    case.generation[key] = rng.randint(1, case.generation["max_new_tokens"] + 2) + (
-        0 if key == "min_new_tokens" else 4
-    )
+    case.generation[key] = rng.randint(1, case.generation["max_new_tokens"] + 2) + (4 if key == "min_length" else 0)
 
 
 def _stop_strings(rng, ctx, case):

@@ -98,19 +98,14 @@ def report(paths: Iterable[str | Path]) -> str:
     kinds = [*PASSING, *sorted(found - {*PASSING, "failure"}), "failure"]
     by_label: dict[str, Counter] = {}
     by_family: dict[str, Counter] = {}
-    refusals: Counter = Counter()
-    failures = []
     for r in records:
         by_label.setdefault(r["label"] or "?", Counter())[r["kind"]] += 1
         for family in r["case"]["families"]:
             by_family.setdefault(family, Counter())[r["kind"]] += 1
-        if r["kind"].startswith("refused"):
-            refusals[f"{r['kind']}: {r['reason']}"] += 1
-        if r["kind"] == "failure":
-            failures.append(r)
+    refusals = Counter(f"{r['kind']}: {r['reason']}" for r in records if r["kind"].startswith("refused"))
+    failures = [r for r in records if r["kind"] == "failure"]
     lines = [f"{len(records)} cases, {len(by_family)} option families, {len(failures)} failures.", ""]
-    lines += ["### By run", "", *_table(by_label, kinds), "", "### By option family", ""]
-    lines += _table(by_family, kinds)
+    lines += ["### By run", "", *_table(by_label, kinds), "", "### By option family", "", *_table(by_family, kinds)]
     lines += ["", "### Refusals by reason", "", "| reason | cases |", "|---|---:|"]
     lines += [f"| {reason} | {n} |" for reason, n in refusals.most_common()]
     lines += ["", "### Failures", ""]

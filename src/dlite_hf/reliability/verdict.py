@@ -68,10 +68,8 @@ def _call(target, prompt: torch.Tensor, case: Case, tokenizer, drafter=None) -> 
         arguments["tokenizer"] = tokenizer
     if case.sampled:
         torch.manual_seed(case.seed)
-    session = contextlib.nullcontext()
-    if drafter is not None and case.session is not None:
-        session = DraftSession(**case.session)
-    with session:
+    in_session = drafter is not None and case.session is not None
+    with DraftSession(**case.session) if in_session else contextlib.nullcontext():
         out = target.generate(prompt, generation_config=GenerationConfig(**options), **arguments)
     return out, streamer
 
@@ -100,17 +98,12 @@ def _violations(case: Case, prompt_length: int, out: Any, streamer: _Collect | N
                 found.append(f"{0 if rows is None else len(rows)} {name} for {len(new)} new tokens")
     if new and len(new) == gen["max_new_tokens"] and new[-1] == gen.get("forced_eos_token_id"):
         new, seq = new[:-1], seq[:, :-1]  # a forced EOS at the last position overrides every ban: checked without it
-    return found + _bans_broken(gen, prompt_length, seq[0].tolist(), new)
-
-
-def _bans_broken(gen: dict[str, Any], prompt_length: int, full: list[int], new: list[int]) -> list[str]:
-    found = []
     banned = [w[0] for w in gen.get("bad_words_ids", []) if len(w) == 1] + list(gen.get("suppress_tokens", []))
     if set(banned) & set(new):
         found.append(f"banned or suppressed tokens {sorted(set(banned) & set(new))} in the output")
     if new and gen.get("begin_suppress_tokens") and new[0] in gen["begin_suppress_tokens"]:
         found.append(f"begin-suppressed token {new[0]} first")
-    size = gen.get("no_repeat_ngram_size")
+    size, full = gen.get("no_repeat_ngram_size"), seq[0].tolist()
     if size:
         for end in range(max(prompt_length, size - 1), len(full)):  # each new token's n-gram is new
             gram, before = full[end - size + 1 : end + 1], full[:end]
@@ -131,13 +124,12 @@ def _processors(target, case: Case, start: int) -> Any:
 
 def classify(case: Case, plain: Any, drafted: Any) -> tuple[str, str]:
     """(kind, reason) from the two calls' results: each an output or the exception it raised. Pure: the greedy
-    comparison of two completed outputs is :func:`run_case`'s."""
+    comparison of two completed outputs is :func:`_judge`'s."""
     plain_error, drafted_error = isinstance(plain, Exception), isinstance(drafted, Exception)
     if plain_error and drafted_error:
         return "refused_alike", f"{type(plain).__name__} / {type(drafted).__name__}: {str(drafted)[:160]}"
     if drafted_error:
-        names = [*case.generation, *case.drafter]
-        named = [n for n in names if n in str(drafted)]
+        named = [n for n in [*case.generation, *case.drafter] if n in str(drafted)]
         if isinstance(drafted, _REFUSALS) and named:
             return "refused_named", f"{type(drafted).__name__} naming {named[0]}: {str(drafted)[:160]}"
         return "failure", f"the drafted call raised {type(drafted).__name__}: {drafted} (plain ran)"
@@ -154,37 +146,34 @@ def run_case(target, drafter, tokenizer, prompt: torch.Tensor, case: Case, workl
             results.append(_call(target, prompt, case, tokenizer, assistant))
         except Exception as error:  # noqa: BLE001 - the verdict is about which calls raise, and what
             results.append((error, None))
-    (plain, plain_stream), (drafted, drafted_stream) = results
-    kind, reason = classify(case, plain, drafted)
-    outcome = Outcome(case.index, kind, reason, workload)
-    if kind:
-        return outcome
-    start, vocab = prompt.shape[1], target.get_output_embeddings().weight.shape[0]
-    outcome.new_tokens = _sequences(drafted).shape[1] - start
-    for name, out, stream in (("plain", plain, plain_stream), ("drafted", drafted, drafted_stream)):
+    (plain, _), (drafted, _) = results
+    outcome = Outcome(case.index, *classify(case, plain, drafted), workload)
+    if not outcome.kind:
+        outcome.new_tokens = _sequences(drafted).shape[1] - prompt.shape[1]
+        outcome.kind, outcome.reason = _judge(target, case, prompt.shape[1], results)
+    return outcome
+
+
+def _judge(target, case: Case, start: int, results: list[tuple[Any, _Collect | None]]) -> tuple[str, str]:
+    """(kind, reason) of two completed calls, plain then drafted: each ``(output, streamer)``."""
+    vocab = target.get_output_embeddings().weight.shape[0]
+    for name, (out, stream) in zip(("plain", "drafted"), results):
         broken = _violations(case, start, out, stream, vocab)
         if broken:
-            outcome.kind, outcome.reason = "failure", f"the {name} output: " + "; ".join(broken)
-            return outcome
+            return "failure", f"the {name} output: " + "; ".join(broken)
     if case.sampled:
-        outcome.kind = "sampled_ok"
-        return outcome
-    a, b = _sequences(plain)[0, start:].tolist(), _sequences(drafted)[0, start:].tolist()
+        return "sampled_ok", ""
+    plain, drafted = (_sequences(out) for out, _ in results)
+    a, b = plain[0, start:].tolist(), drafted[0, start:].tolist()
     divergence = first_difference(a, b)
     if divergence is None:
-        outcome.kind = "identical"
-        return outcome
+        return "identical", ""
     checker = _CHECKERS.setdefault(target, NearTieChecker(target))  # cheap: its float32 copy is made on first use
     if checker.exact or divergence == min(len(a), len(b)):
-        outcome.kind = "failure"
-        outcome.reason = f"greedy {checker.dtype} outputs differ at new token {divergence} "
-        outcome.reason += f"({a[divergence : divergence + 3]} plain, {b[divergence : divergence + 3]} drafted)"
-        return outcome
+        shown = f"({a[divergence : divergence + 3]} plain, {b[divergence : divergence + 3]} drafted)"
+        return "failure", f"greedy {checker.dtype} outputs differ at new token {divergence} {shown}"
     # the near-ties of the processed float32 logits
-    report = checker.check(start, _sequences(plain), _sequences(drafted), _processors(target, case, start))
+    report = checker.check(start, plain, drafted, _processors(target, case, start))
     if report.ok:
-        outcome.kind = "near_tie"
-        outcome.reason = f"new token {divergence}: within {checker.epsilon} of the float32 max"
-    else:
-        outcome.kind, outcome.reason = "failure", f"{checker.dtype} divergence: {report.reason}"
-    return outcome
+        return "near_tie", f"new token {divergence}: within {checker.epsilon} of the float32 max"
+    return "failure", f"{checker.dtype} divergence: {report.reason}"

@@ -41,8 +41,7 @@ def _is_number(value: Any) -> bool:
 class DLiteTrainingArguments(TrainingArguments):
     """[`~transformers.TrainingArguments`] plus the fields of DLite's three training stages (`stage`), validated in
     `__post_init__`; through [`~transformers.HfArgumentParser`] the same class parses the command line (each field's
-    `help`: `dlite-hf train --help`) and YAML / JSON files. transformers >= 5 always saves safetensors.
-    """
+    `help`: `dlite-hf train --help`) and YAML / JSON files. transformers >= 5 always saves safetensors."""
 
     # defaults that differ from TrainingArguments'
     learning_rate: float = _field(4e-4, "The initial learning rate for AdamW (the paper's 4e-4).")

@@ -71,8 +71,7 @@ def sample_anchors(
     anchor_valid[:, :num_taken] = taken_valid
 
     # Sort valid anchors ascending, padding last: sort on a key that pushes padding past every position.
-    sort_key = torch.where(anchor_valid, anchors, torch.full_like(anchors, seq_len))
-    order = sort_key.argsort(dim=1, stable=True)
+    order = torch.where(anchor_valid, anchors, torch.full_like(anchors, seq_len)).argsort(dim=1, stable=True)
     return anchors.gather(1, order), anchor_valid.gather(1, order)
 
 
@@ -107,8 +106,7 @@ def block_labels(
     valid = in_range & mask.gather(1, safe).view_as(positions)
     if anchor_valid is not None:
         valid = valid & anchor_valid.bool().unsqueeze(-1)
-    labels = torch.where(valid, tokens, torch.full_like(tokens, IGNORE_INDEX))
-    return labels, valid
+    return torch.where(valid, tokens, torch.full_like(tokens, IGNORE_INDEX)), valid
 
 
 class RegeneratedDataset(Dataset):
@@ -171,9 +169,8 @@ class DLiteCollator:
             attention[row, :n] = 1
             loss_mask[row, :n] = torch.tensor(feature["loss_mask"], dtype=torch.bool)
         anchors, anchor_valid = sample_anchors(loss_mask, self.num_anchors, self.generator, self.anchor_stride)
-        has_label = loss_mask.any(1)
         first_label = loss_mask.int().argmax(1)  # argmax of a 0/1 row: its first 1 (0 for a row without labels)
-        response_start = torch.where(has_label, first_label, torch.full_like(first_label, width))
+        response_start = torch.where(loss_mask.any(1), first_label, torch.full_like(first_label, width))
         labels, _ = block_labels(input_ids, anchors, self.num_draft_tokens, loss_mask, anchor_valid)
         return {
             "input_ids": input_ids,

@@ -29,7 +29,6 @@ def gather_history(
     if window == 0:
         raise ValueError("gather_history needs history_window != 0 (0 is the history-free drafter).")
     batch, seq_len = tapped_states.shape[:2]
-    num_blocks = context_positions.shape[1]
     span = max(int(context_positions.max().item()) if window == -1 else window, 1)
     offsets = torch.arange(span, 0, -1, device=context_positions.device)  # span, ..., 1
     absolute = context_positions[..., None] - offsets  # [B, A, W]
@@ -38,11 +37,7 @@ def gather_history(
     batch_index = torch.arange(batch, device=index.device)[:, None, None].expand_as(index)
     history = tapped_states[batch_index, index]  # [B, A, W, L, H_t]
     positions = -offsets.expand_as(absolute)
-    return (
-        history.reshape(batch * num_blocks, span, *tapped_states.shape[2:]),
-        valid.reshape(batch * num_blocks, span),
-        positions.reshape(batch * num_blocks, span),
-    )
+    return history.flatten(0, 1), valid.flatten(0, 1), positions.flatten(0, 1)  # the B * A blocks, sequence-major
 
 
 class SharedHistory:
@@ -80,8 +75,7 @@ class SharedHistory:
         shifted = (block_positions.reshape(batch, num_anchors, rows_per_block) + contexts[..., None]).flatten(1)
         positions = torch.cat([torch.arange(span, device=device).expand(batch, -1), shifted], dim=1)
         hidden = drafter.run_backbone(hidden, positions, _shared_history_mask(contexts, span, rows_per_block))
-        k = drafter.config.num_draft_tokens
-        return hidden[:, span:].reshape(num_blocks, rows_per_block, width)[:, -k:]
+        return hidden[:, span:].reshape(num_blocks, rows_per_block, width)[:, -drafter.config.num_draft_tokens :]
 
 
 def _shared_history_mask(contexts: torch.Tensor, span: int, rows_per_block: int) -> torch.Tensor:

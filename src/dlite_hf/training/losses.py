@@ -123,14 +123,10 @@ def _reduce(
 ) -> torch.Tensor:
     """``sum_{valid (n, i)} w_i * loss_{n,i} / Z``; invalid positions are selected out (NaN/inf there is harmless)."""
     items = num_items_in_batch
-    if items is None:
-        total = valid.sum()
-    elif (isinstance(items, torch.Tensor) and items.numel() == 1) or (
-        isinstance(items, (int, float)) and not isinstance(items, bool)
-    ):
-        total = torch.as_tensor(items).detach().reshape(())
-    else:
+    number = isinstance(items, (int, float)) and not isinstance(items, bool)
+    if not (items is None or number or (isinstance(items, torch.Tensor) and items.numel() == 1)):
         raise ValueError(f"num_items_in_batch={items!r} is invalid: expected None, an int or a 1-element tensor.")
+    total = valid.sum() if items is None else torch.as_tensor(items).detach().reshape(())
     w = weights.to(device=per_position.device, dtype=torch.float32)
     zero = torch.zeros((), dtype=torch.float32, device=per_position.device)
     normalizer = total.to(device=valid.device, dtype=torch.float32).clamp(min=1.0)

@@ -66,24 +66,6 @@ def _check_stage(stage: str, drafter: DLiteForSpeculation, teacher: DLiteForSpec
         )
 
 
-def _feature_cache(
-    args: DLiteTrainingArguments, target: nn.Module, drafter: DLiteForSpeculation, teacher: DLiteForSpeculation | None
-) -> FeatureCache | None:
-    """The cache of the target's features under ``feature_cache_dir`` (None without one)."""
-    if not args.feature_cache_dir:
-        return None
-    name = getattr(target.config, "_name_or_path", "") or type(target).__name__
-    return FeatureCache(
-        args.feature_cache_dir,
-        name,
-        drafter.config.target_layer_ids,
-        # history-free stages keep only what their blocks read; the teacher's history needs every position
-        history_free=drafter.config.history_window == 0 and teacher is None,
-        anchor_stride=args.anchor_stride,
-        producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
-    )
-
-
 class TimeBudget(TrainerCallback):
     """A wall-clock training budget (``max_train_seconds``), for runs whose step rate is not known ahead (several
     sharing one lent GPU), where a step-count cosine would stop before its decay or leave the accelerator idle.
@@ -103,9 +85,7 @@ class TimeBudget(TrainerCallback):
 
     def fraction(self) -> float:
         """Elapsed share of the budget in [0, 1]; 0 before :meth:`start`."""
-        if self._start is None:
-            return 0.0
-        return min(1.0, max(0.0, (self._clock() - self._start) / self.seconds))
+        return 0.0 if self._start is None else min(1.0, max(0.0, (self._clock() - self._start) / self.seconds))
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start()
@@ -164,7 +144,17 @@ class DLiteTrainer(Trainer):
         self.target = target if getattr(target, "hf_device_map", None) else target.to(self.args.device)
         self.teacher = teacher.to(self.args.device) if teacher is not None else None
         self.card_info = dict(card_info or {})
-        self.feature_cache = _feature_cache(args, target, drafter, teacher)
+        self.feature_cache = None  # without feature_cache_dir the target runs on every batch
+        if args.feature_cache_dir:
+            self.feature_cache = FeatureCache(
+                args.feature_cache_dir,
+                getattr(target.config, "_name_or_path", "") or type(target).__name__,
+                drafter.config.target_layer_ids,
+                # history-free stages keep only what their blocks read; the teacher's history needs every position
+                history_free=drafter.config.history_window == 0 and teacher is None,
+                anchor_stride=args.anchor_stride,
+                producer=f"transformers-{str(target.dtype).removeprefix('torch.')}",
+            )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self.time_budget = TimeBudget(args.max_train_seconds) if args.max_train_seconds > 0 else None
         if self.time_budget is not None:
@@ -175,13 +165,11 @@ class DLiteTrainer(Trainer):
         if self.time_budget is None:
             return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
-            optimizer = self.optimizer if optimizer is None else optimizer
             warmup = self.args.get_warmup_steps(num_training_steps)
-            self.lr_scheduler = time_cosine_schedule(optimizer, self.time_budget, warmup)
+            self.lr_scheduler = time_cosine_schedule(optimizer or self.optimizer, self.time_budget, warmup)
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
-    # ------------------------------------------------------------------------------------------------ loss
     def _target_features(self, drafter: DLiteForSpeculation, inputs: dict[str, torch.Tensor]):
         """The target's tapped and final states of the batch, and the feature cache's statistics (None without one)."""
         input_ids, attention = inputs["input_ids"], inputs["attention_mask"]
@@ -277,7 +265,6 @@ class DLiteTrainer(Trainer):
             drafter.config.num_draft_tokens, args.loss_decay_gamma, args.loss_decay_form, device=q_logits.device
         )
         chunk = args.vocab_chunk_size
-        mode = "train" if model.training else "eval"
         if args.stage == "teacher":
             loss = losses.weighted_cross_entropy(q_logits, labels, valid, weights, num_items_in_batch, chunk)
         elif args.stage == "warmup":
@@ -297,15 +284,13 @@ class DLiteTrainer(Trainer):
                 ce = losses.weighted_cross_entropy(q_logits, ce_labels, ce_valid, weights, num_items_in_batch, chunk)
                 loss = loss + args.lambda_ce * ce
             if args.lambda_tv:
-                l1 = (losses.weighted_l1_on_support if compact else losses.weighted_l1)(
-                    p_target, q_logits, valid, weights, num_items_in_batch, chunk
-                )
-                loss = loss + args.lambda_tv * l1
+                l1_loss = losses.weighted_l1_on_support if compact else losses.weighted_l1
+                loss = loss + args.lambda_tv * l1_loss(p_target, q_logits, valid, weights, num_items_in_batch, chunk)
         q = q_logits.detach()
         q_top1 = drafter.draft_vocab_ids[q.argmax(dim=-1)] if compact else q.argmax(dim=-1)
         top1 = losses.top1_agreement_from_ids(gathered["target_top1"], q_top1, valid)
         accept = (losses.one_minus_tv_on_support if compact else losses.one_minus_tv)(p_target, q, valid, chunk)
-        self._record_metrics(top1, accept, mode)
+        self._record_metrics(top1, accept, "train" if model.training else "eval")
         return (loss, {"logits": q_logits}) if return_outputs else loss
 
     def get_eval_dataloader(self, eval_dataset: Any = None):
@@ -331,7 +316,6 @@ class DLiteTrainer(Trainer):
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None
 
-    # ------------------------------------------------------------------------------------------------ metrics
     def _record_metrics(self, top1: torch.Tensor, accept: torch.Tensor, mode: str) -> None:
         recorded = self._metrics[mode]
         for i in range(top1.shape[0]):
@@ -367,7 +351,6 @@ class DLiteTrainer(Trainer):
         recorded.clear()
         super().log(logs, *args, **kwargs)
 
-    # ------------------------------------------------------------------------------------------------ saving
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict)
         if self.args.should_save:
@@ -377,7 +360,6 @@ class DLiteTrainer(Trainer):
         """Render the package's card template for the drafter being trained into `output_dir/README.md`."""
         from ..cards import render_model_card
 
-        drafter = _unwrap(self.model)
         training = {
             "stage": self.args.stage,
             "global_step": self.state.global_step,
@@ -398,10 +380,9 @@ class DLiteTrainer(Trainer):
             if logged:
                 training[f"{name}_expected_tau_greedy_last_logged"] = round(logged[-1][key], 3)
         info = {**self.card_info, "training": {**training, **self.card_info.get("training", {})}}
-        card = render_model_card(drafter.config, **info)
         path = Path(output_dir) / "README.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(card, encoding="utf-8")
+        path.write_text(render_model_card(_unwrap(self.model).config, **info), encoding="utf-8")
         (Path(output_dir) / "dlite_training.json").write_text(json.dumps(training, indent=2), encoding="utf-8")
         return path
 
