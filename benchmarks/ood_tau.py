@@ -18,7 +18,12 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
+from dlite_hf.assets import load_drafter, open_target
+from dlite_hf.bench.replay import greedy_texts, replay_text, summarise, teacher_states, write_json
 from dlite_hf.data.prompts import OUT_OF_DOMAIN_WORKLOADS, TRAINING_WORKLOADS
+from dlite_hf.jsonl import read_jsonl
 
 OOD = OUT_OF_DOMAIN_WORKLOADS  # legal, clinical, long
 MIX_DOMAINS = ("news", "writing", "story_qa", "dialogue_qa", "policy_agent", "reasoning", "code_tasks", "manpages")
@@ -56,9 +61,6 @@ def _arguments() -> tuple[argparse.Namespace, dict[str, str]]:
 
 def _texts(args: argparse.Namespace, target, tokenizer, workloads: list[str]) -> list[dict]:
     """The greedy texts of the prompts, from the --texts cache or generated (and appended to it)."""
-    from dlite_hf.bench.replay import greedy_texts
-    from dlite_hf.jsonl import read_jsonl
-
     cache = Path(args.texts)
     if args.texts_only and not cache.is_file():
         raise SystemExit(f"--texts-only replays the texts in --texts, but {args.texts} does not exist.")
@@ -95,8 +97,6 @@ def _texts(args: argparse.Namespace, target, tokenizer, workloads: list[str]) ->
 
 def _replay(target, loaded: dict, texts: list[dict]) -> tuple[dict[str, list[dict]], dict[str, float]]:
     """Every drafter replayed over every text: ``({name: rows}, {name: replay seconds})``."""
-    from dlite_hf.bench.replay import replay_text, teacher_states
-
     rows: dict[str, list[dict]] = {name: [] for name in loaded}
     seconds = dict.fromkeys(loaded, 0.0)
     for text in texts:  # one target forward per text and tapped-layer set, shared by the drafters
@@ -113,12 +113,6 @@ def _replay(target, loaded: dict, texts: list[dict]) -> tuple[dict[str, list[dic
 
 def main() -> None:
     args, drafters = _arguments()
-
-    import torch
-
-    from dlite_hf.assets import load_drafter, open_target
-    from dlite_hf.bench.replay import summarise, write_json
-
     torch.set_num_threads(args.threads)
     target, tokenizer, _ = open_target(args.target, dtype="float32", attention="sdpa")
     target = target.to(args.device)

@@ -22,13 +22,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.workloads import CODING_TASKS, LONG_MAX_TOKENS, parse_workloads
+import torch
+
+from ..data.workloads import (
+    CODING_TASKS,
+    LONG_MAX_TOKENS,
+    USER_PROMPTS_WORKLOAD,
+    build_workloads,
+    load_prompt_file,
+    parse_workloads,
+)
+from ..defaults import DEFAULT_DRAFTER
+from ..modeling import decoding_options as options
 from . import replay_hybrid, replay_rules
 from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
-from .methods import parse_methods
+from .methods import make_method, parse_methods
 from .replay import add_replay_parser
-from .report import add_postprocess_parsers
+from .report import add_postprocess_parsers, markdown_table
 from .results import as_result
+from .runner import run_bench
 
 # CLI flag (argparse dest) -> the drafter config field it overrides for the adaptive DLite methods
 THRESHOLD_FLAGS = {"confidence_threshold": "draft_confidence_threshold", "skip_threshold": "draft_skip_threshold"}
@@ -100,11 +112,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark, written to --out as <name>.json / .md / plots; exit status 1 if any greedy output
     differs from plain (unless --allow-mismatch)."""
     methods, workloads, user_prompts, lengths = _validate(args)  # every flag, before any model loads
-    import torch
-
-    from .report import markdown_table
-    from .runner import run_bench
-
     torch.set_num_threads(args.threads)
     if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
         os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
@@ -163,8 +170,6 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
         raise SystemExit(str(error)) from error
     user_prompts = None  # the --prompts rows
     if args.prompts:
-        from ..data.workloads import load_prompt_file
-
         try:
             user_prompts = load_prompt_file(args.prompts)
         except (OSError, ValueError) as error:
@@ -196,8 +201,6 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
 
 def _check_drafting_flags(args: argparse.Namespace, methods: list[str]) -> None:
     """The thresholds' and the hybrid's flags: valid values, and a note for a hybrid flag without the hybrid."""
-    from ..modeling import decoding_options as options
-
     hybrid_checks = {
         "lookup_tokens": options.check_lookup_tokens,
         "lookup_min_match": options.check_min_match,
@@ -223,7 +226,6 @@ def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
     flag no method uses."""
     if any(m in methods for m in ("dlite", "dlite_fixed", "hybrid")) and not args.drafter:
         from ..assets import AssetError, resolve_drafter
-        from ..defaults import DEFAULT_DRAFTER
 
         try:  # the shipped drafter, found by name
             args.drafter = str(resolve_drafter(DEFAULT_DRAFTER))
@@ -244,8 +246,6 @@ def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
 def _bench_methods(args: argparse.Namespace, methods: list[str], target: Any, tokenizer: Any, folder: Any) -> list:
     """A :class:`~dlite_hf.bench.methods.BenchMethod` per method name (:func:`~.methods.make_method`), its models
     loaded (a drafter once per path) and checked against the target."""
-    from .methods import make_method
-
     thresholds = {field: getattr(args, flag) for flag, field in THRESHOLD_FLAGS.items()}
     thresholds = {field: value for field, value in thresholds.items() if value is not None}
     specs, drafters = [], {}
@@ -283,11 +283,8 @@ def _sessions(
     args: argparse.Namespace, workloads: list[str], lengths: list[int], tokenizer: Any, user_prompts: list | None
 ) -> dict[str, list]:
     """The workloads' sessions (``{label: [session, ...]}``), then the --prompts rows as one more workload."""
-    from ..data.workloads import build_workloads
-
     flags = "num_prompts agentic_max_tokens agentic_max_turns coding_sessions coding_files bfcl_sessions bfcl_category"
-    flags = flags.split()
-    settings = {flag: getattr(args, flag) for flag in flags}  # build_workloads' keywords, as the flags name them
+    settings = {flag: getattr(args, flag) for flag in flags.split()}  # build_workloads' keywords, as flags name them
     settings["long_lengths"] = lengths or (1024,)
     settings["file_tokens"] = args.coding_file_tokens
     try:
@@ -295,7 +292,5 @@ def _sessions(
     except ValueError as error:
         raise SystemExit(str(error)) from error
     if user_prompts is not None:
-        from ..data.workloads import USER_PROMPTS_WORKLOAD
-
         sessions[USER_PROMPTS_WORKLOAD] = user_prompts
     return sessions

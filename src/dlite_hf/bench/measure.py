@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
 
+from .. import __version__
 from ..defaults import native_bfloat16
 from ..neartie import NearTieChecker
 from .methods import BenchMethod
@@ -74,10 +76,6 @@ def _rss_kb(key: str) -> int | None:
 
 def environment_info() -> dict[str, Any]:
     """Machine, threads and library versions, for the results file."""
-    import transformers
-
-    from .. import __version__
-
     flags = _proc_field("/proc/cpuinfo", "flags", missing="")
     flags = flags.split() if flags is not None else None
     memory = _proc_field("/proc/meminfo", "MemTotal:")
@@ -190,14 +188,13 @@ class _Runner:
         kwargs = {**self.greedy, **method.generate_kwargs(self.tokenizer)}
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
-        models = {k: kwargs.pop(k) for k in ("assistant_model", "tokenizer", "assistant_tokenizer") if k in kwargs}
+        inputs = {k: kwargs.pop(k) for k in ("assistant_model", "tokenizer", "assistant_tokenizer") if k in kwargs}
+        inputs["attention_mask"] = torch.ones_like(input_ids)
         if cache is not None:  # the previous turn's cache, cropped to the prefix this turn shares with it
-            models[self.cache_keyword] = cache
+            inputs[self.cache_keyword] = cache
         config = method.generation_config(**kwargs)  # everything else: this call's decoding options
         with session if session is not None else contextlib.nullcontext():
-            return self.target.generate(
-                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **models
-            )
+            return self.target.generate(input_ids, generation_config=config, **inputs)
 
     def measure(
         self, method: BenchMethod, input_ids: torch.Tensor, session: Any = None, cache: Any = None

@@ -213,6 +213,5 @@ def make_methods(methods: Mapping[str, Any] | Iterable[BenchMethod]) -> list[Ben
     names = [m.name for m in items]
     if len(set(names)) != len(names):
         raise ValueError(f"Duplicate method names: {names}.")
-    is_plain = [m.kind == "plain" and m.name == "plain" for m in items]
-    plain = next((m for m, p in zip(items, is_plain) if p), BenchMethod("plain", "plain"))
-    return [plain, *(m for m, p in zip(items, is_plain) if not p)]
+    plain = next((m for m in items if m.kind == "plain" and m.name == "plain"), None)
+    return [plain or BenchMethod("plain", "plain"), *(m for m in items if m is not plain)]

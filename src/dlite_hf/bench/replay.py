@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import shlex
 import statistics
 import time
@@ -24,49 +25,42 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import DynamicCache
+
+from ..chat_template import chat_prompt_ids
 from ..commands.common import positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
+from ..modeling.drafting import history_inputs
 
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
     """(new tokens, target forwards, accepted drafts per verify round) of a greedy run over ``tokens`` (prompt, then
     its greedy continuation from ``prompt_length`` >= 2) drafting K every round, as a float32 ``generate`` runs it.
     ``states``: the target's tapped states over ``tokens`` (:func:`teacher_states`; a history drafter's too)."""
-    import torch
-
-    from ..modeling.drafting import history_inputs
-
     if prompt_length < 2 or prompt_length > len(tokens):
         raise ValueError(f"prompt_length must be in 2..{len(tokens)} (the text's length), got {prompt_length}.")
     if prompt_length == len(tokens):
         return 0, 0, []
     window = getattr(getattr(drafter, "config", None), "history_window", 0)
-    position, forwards, accepted = prompt_length + 1, 1, []  # the prefill commits tokens[prompt_length]
+    position, accepted = prompt_length + 1, []  # the prefill commits tokens[prompt_length]
     while position < len(tokens):
         history = {}
         if window:  # the committed positions before the context (position - 2), the last `window` of them
             past = states[:, max(0, position - 2 - window) if window > 0 else 0 : position - 2]
             keywords = ("history_states", "history_valid", "history_positions")  # DLiteForSpeculation.draft's
             history = dict(zip(keywords, history_inputs(past, states.device)))
-        drafts, _ = drafter.draft(
-            states[:, position - 2],
-            torch.tensor([tokens[position - 1]], device=states.device),
-            confidence_threshold=0.0,
-            skip_threshold=0.0,
-            **history,
-        )
+        context, anchor = states[:, position - 2], torch.tensor([tokens[position - 1]], device=states.device)
+        drafts, _ = drafter.draft(context, anchor, confidence_threshold=0.0, skip_threshold=0.0, **history)
         draft = drafts[0].tolist()[: len(tokens) - position]
         run = min(accepted_prefix(draft, tokens, position), len(tokens) - position - 1)  # and the round's own token
         accepted.append(run)
         position += run + 1
-        forwards += 1
-    return len(tokens) - prompt_length, forwards, accepted
+    return len(tokens) - prompt_length, 1 + len(accepted), accepted  # a forward per round after the prefill's
 
 
 def greedy_texts(target: Any, tokenizer: Any, prompts: Iterable[dict], max_new_tokens: int) -> Iterable[dict]:
     """Yield ``{"id", "workload", "prompt_length", "tokens"}``: each prompt's plain greedy continuation."""
-    from ..chat_template import chat_prompt_ids
-
     for prompt in prompts:
         ids = chat_prompt_ids(tokenizer, prompt["messages"])
         tokens = ids + plain_greedy(target, ids, max_new_tokens)
@@ -79,24 +73,17 @@ def replay_text(drafter: Any, target: Any, text: dict, states: Any = None) -> di
     if states is None:
         states = teacher_states(target, drafter, text["tokens"])
     counts = replay_tau(drafter, states, text["tokens"], text["prompt_length"])
-    return {
-        "id": text["id"],
-        "workload": text["workload"],
-        **dict(zip(("new_tokens", "forwards", "accepted"), counts)),
-    }
+    return {"id": text["id"], "workload": text["workload"]} | dict(zip(("new_tokens", "forwards", "accepted"), counts))
 
 
 def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> dict[str, Any]:
     """Tau per workload (pooled: new tokens / target forwards) and its means over all workloads, the out-of-domain
     ones and the others; and those means of the share of verify rounds whose first draft is accepted
     (``first_accepted_*``: a round accepts draft n only after drafts 1..n-1)."""
-    by: dict[str, list[int]] = {}
+    by: dict[str, list[int]] = {}  # workload: [new tokens, forwards, rounds with a first draft accepted, rounds]
     for row in rows:
-        totals = by.setdefault(row["workload"], [0, 0, 0, 0])
-        totals[0] += row["new_tokens"]
-        totals[1] += row["forwards"]
-        totals[2] += sum(1 for a in row["accepted"] if a > 0)
-        totals[3] += len(row["accepted"])
+        counts = (row["new_tokens"], row["forwards"], sum(1 for a in row["accepted"] if a > 0), len(row["accepted"]))
+        by[row["workload"]] = [a + b for a, b in zip(by.get(row["workload"], (0, 0, 0, 0)), counts)]
     tau = {w: t[0] / t[1] for w, t in by.items() if t[1]}
     first = {w: t[2] / t[3] for w, t in by.items() if t[3]}
     ood = [w for w in tau if w in set(out_of_domain)]
@@ -117,8 +104,6 @@ def summarise(rows: list[dict[str, Any]], out_of_domain: Iterable[str] = ()) -> 
 
 
 def plain_greedy(target: Any, ids: list[int], max_new_tokens: int) -> list[int]:
-    import torch
-
     prompt = torch.tensor([ids], device=target.device)
     with torch.no_grad():
         return target.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False)[0, len(ids) :].tolist()
@@ -126,8 +111,6 @@ def plain_greedy(target: Any, ids: list[int], max_new_tokens: int) -> list[int]:
 
 def teacher_states(target: Any, drafter: Any, tokens: list[int]) -> Any:
     """The target's tapped states over ``tokens`` (one teacher-forced forward), ``[1, T, L, H_t]``."""
-    import torch
-
     from ..data.features.transformers import target_features
 
     with torch.no_grad():
@@ -137,9 +120,6 @@ def teacher_states(target: Any, drafter: Any, tokens: list[int]) -> Any:
 
 def forward_costs(target: Any, context: int, sizes: Sequence[int], repeats: int = 5) -> dict[int, float]:
     """Median seconds of a target forward over q new tokens on a cache of `context` tokens, for each q of `sizes`."""
-    import torch
-    from transformers import DynamicCache
-
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(100, 10000, (1, context), generator=generator)
     cache = DynamicCache()
@@ -189,10 +169,6 @@ def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], position: int) 
 
 def load_models(target: str, drafter: str, attention: str, threads: int) -> tuple[Any, Any, Any]:
     """(float32 target, tokenizer, bound drafter) on `threads` threads with GQA SDPA forced, as the README's runs."""
-    import os
-
-    import torch
-
     from ..assets import load_drafter, open_target
 
     torch.set_num_threads(threads)

@@ -13,6 +13,13 @@ import statistics
 import time
 from typing import Any
 
+import torch
+
+from ..chat_template import chat_prompt_ids
+from ..data.prompts import load_prompts
+from ..data.workloads import CODING_TASKS, CodingTask, as_session, coding_session, session_from_messages
+from ..modeling.drafting import HybridRule, select_proposal
+from ..modeling.suffix_index import SuffixIndex
 from . import replay
 
 NAME, HELP = "hybrid", "the hybrid's selection rules, on the tuning split"
@@ -33,8 +40,6 @@ class HybridTurn:
 
     @classmethod
     def measure(cls, target: Any, drafter: Any, ids: list[int], plain: list[int]) -> HybridTurn:
-        import torch
-
         tokens = ids + plain
         states = replay.teacher_states(target, drafter, tokens)
         drafts, times = {}, []
@@ -61,9 +66,6 @@ def replay_rule(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float
     """Tau and estimated speedup of `rule` (`(lookup_tokens, HybridRule)`, or `(None, None)`: the drafter alone)
     over sessions of turns, one suffix index per session; `costs_by_turn[id(turn)]`: the turn's forward costs.
     Each round chooses with the core's `select_proposal`, fed with the replayed index and drafts."""
-    from ..modeling.drafting import select_proposal
-    from ..modeling.suffix_index import SuffixIndex
-
     lookup_tokens, hybrid = rule
     tokens = forwards = 0
     cost = plain_cost = 0.0
@@ -95,9 +97,6 @@ def replay_rule(sessions, rule, costs_by_turn, drafter_s: float, lookup_s: float
 def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turns: int) -> dict[str, list[dict]]:
     """The tuning split: `num_prompts` training-split prompts of chat, code, math and tool, and agentic sessions
     of at most `max_turns` turns and `max_tokens` tokens of context."""
-    from ..data.prompts import load_prompts
-    from ..data.workloads import CODING_TASKS, CodingTask, coding_session, session_from_messages
-
     used = {m for task in CODING_TASKS for m in task.modules}
     if used & set(TUNING_MODULES):
         raise ValueError(f"tuning modules {sorted(used & set(TUNING_MODULES))} are read by a benchmark session")
@@ -129,9 +128,6 @@ def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turn
 def collect(args: Any) -> dict[str, Any]:
     """The replay data of the tuning split, loading the models: its turns (plain runs, the drafts at every
     position), the forward costs by context, and the drafter's median seconds a call."""
-    from ..chat_template import chat_prompt_ids
-    from ..data.workloads import as_session
-
     target, tokenizer, drafter = replay.load_models(args.target, args.drafter, "sdpa", args.threads)
     sessions: dict[str, list[list[HybridTurn]]] = {}
     for label, items in tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns).items():
@@ -160,8 +156,6 @@ def collect(args: Any) -> dict[str, Any]:
 
 def hybrid_grid() -> list[tuple[int | None, Any]]:
     """The rules compared: the drafter alone, then every (m, N, f) of the grid with every fallback below m."""
-    from ..modeling.drafting import HybridRule
-
     rules: list[tuple[int | None, Any]] = [(None, None)]  # the drafter alone
     for m, n, f in itertools.product((2, 3, 4, 6, 8), (8, 16, 32), (0.5, 1.0, 2.0, 1e9)):
         for fallback in range(0, m):
@@ -217,8 +211,6 @@ def compare(args: argparse.Namespace, data: dict[str, Any], _settings: None) -> 
     sessions = {k: [[HybridTurn.from_json(t) for t in ts] for ts in v] for k, v in data["sessions"].items()}
     tables, drafter_s = replay.costs_from_json(data["forward_s"]), data["drafter_s"]
     if args.cost_dtype is not None:  # the forward costs again, the target in --cost-dtype and --cost-attention
-        import torch
-
         from ..assets import open_target
 
         torch.set_num_threads(args.threads)

@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ..chat_template import chat_prompt_ids
+from ..modeling.drafting import DraftRules, draft_tokens, lengths_under_rules, rule_probabilities
 from . import replay
+from .measure import environment_info
 
 NAME, HELP = "rules", "the adaptive-drafting thresholds, on prompts no drafter saw"
 MAX_NEW_TOKENS = 128
@@ -37,8 +42,6 @@ DEFAULT_GRID = ",".join(
 
 def parse_grid(spec: str) -> list:
     """``"c:s,c:s:3+7"`` -> `DraftRules` (confidence and skip thresholds in [0, 1), optional draft lengths)."""
-    from ..modeling.drafting import DraftRules
-
     rules = []
     for item in filter(None, spec.split(",")):
         parts = item.split(":")
@@ -83,10 +86,6 @@ class RulesTurn:
 
     @classmethod
     def measure(cls, target, drafter, domain: str, prompt_id: str, ids: list[int], plain: list[int], batch: int = 64):
-        import torch
-
-        from ..modeling.drafting import DraftRules, draft_tokens, rule_probabilities
-
         tokens = ids + plain
         k = drafter.config.num_draft_tokens
         states = replay.teacher_states(target, drafter, tokens)
@@ -142,7 +141,6 @@ def replay_rule(
 
 def unseen_prompts(domains: str, exclude: str, seed: int, max_prompt_tokens: int, tokenizer: Any) -> list[dict]:
     """`--domains` prompts drawn (seeded) from each domain's train split minus the `--exclude` ids."""
-    from ..chat_template import chat_prompt_ids
     from ..data.domains import domain_prompts
 
     excluded: set[str] = set()
@@ -174,10 +172,6 @@ def unseen_prompts(domains: str, exclude: str, seed: int, max_prompt_tokens: int
 def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int = 30) -> tuple[float, float]:
     """Median seconds of a skipped round (backbone and first step) and of one further draft step (single-row
     rounds, as `generate()` runs them)."""
-    import torch
-
-    from ..modeling.drafting import DraftRules, draft_tokens
-
     turn = turns[0]
     k = drafter.config.num_draft_tokens
     states = replay.teacher_states(target, drafter, turn.tokens)
@@ -220,10 +214,6 @@ def collect(args: Any) -> dict[str, Any]:
 def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, step_s: float) -> list[dict[str, Any]]:
     """The shipped rules (:data:`SHIPPED_GRID`), then every other rule of `grid`, replayed per domain and over all
     turns."""
-    import torch
-
-    from ..modeling.drafting import lengths_under_rules
-
     shipped = parse_grid(SHIPPED_GRID)
     probabilities = {id(t): (torch.tensor(t.chosen), torch.tensor(t.first_top)) for t in turns}
     groups = {d: [t for t in turns if t.domain == d] for d in sorted({t.domain for t in turns})} | {"all": turns}
@@ -260,8 +250,6 @@ def check(args: argparse.Namespace) -> list:
 
 def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple[dict[str, Any], dict[str, Any]]:
     """Replay the grid's rules on the unseen prompts' data and print the best; (the document's head, its rows)."""
-    from .measure import environment_info
-
     turns = [RulesTurn(**turn) for turn in data["turns"]]
     costs, skip_s, step_s = replay.costs_from_json(data["forward_s"]), data["drafter_skip_s"], data["drafter_step_s"]
     results = rule_rows(turns, grid, costs, skip_s, step_s)

@@ -15,36 +15,21 @@ from typing import Any
 
 from .goals import evaluate_goals
 from .plots import write_plots
-from .results import (
-    BenchResult,
-    Goal,
-    Machine,
-    ResultsError,
-    RunMeta,
-    SummaryRow,
-    as_parts,
-    as_result,
-    load_result,
-)
+from .results import BenchResult, Goal, Machine, ResultsError, RunMeta, SummaryRow, as_parts, as_result, load_result
 from .summary import CONTEXT_STARTS, context_rows, summarize
 
 RESULTS = Path("benchmarks") / "results"  # where `dlite-hf bench` writes by default (--out)
 README_METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")  # the SmolLM2 tables' columns
-README_HEADER = (
-    "| workload | plain tok/s | prompt lookup | DLite (shipped) | DLite, K every round | **hybrid** |\n"
-    "|---|---:|---:|---:|---:|---:|"
-)
 QWEN_METHODS = ("prompt_lookup", "assisted", "dlite", "hybrid")  # the Qwen table: K every round is its shipped DLite
-QWEN_HEADER = (
-    "| workload | plain tok/s | prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |\n"
-    "|---|---:|---:|---:|---:|---:|"
+_ALIGN = "\n|---|---:|---:|---:|---:|---:|"  # every README table's second line
+README_HEADER = (
+    "| workload | plain tok/s | prompt lookup | DLite (shipped) | DLite, K every round | **hybrid** |" + _ALIGN
 )
+_QWEN_COLUMNS = "| prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |" + _ALIGN
+QWEN_HEADER = "| workload | plain tok/s " + _QWEN_COLUMNS
 # the long-session table: the turns by context bucket (summary.context_rows), each cell tau / decode speedup (with a
 # prefix cache plain and DLite prefill a turn's new tokens only, prompt lookup and assisted the whole context)
-CONTEXT_HEADER = (
-    "| context (turns) | plain ms/token | prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |\n"
-    "|---|---:|---:|---:|---:|---:|"
-)
+CONTEXT_HEADER = "| context (turns) | plain ms/token " + _QWEN_COLUMNS
 # README label of each workload (a `{n}` is the row's prompt count)
 README_LABELS: dict[str, dict[str, str]] = {
     "main": {
@@ -88,19 +73,10 @@ def _lossless_cell(row: SummaryRow) -> str:
     return f"near-ties ({row.mismatches}/{row.prompts} differ)"
 
 
-def _resumed(meta: RunMeta) -> str:
-    reused = meta.extra.get("resumed_sessions")
-    return (
-        f" (this invocation; sessions measured by an earlier one, killed, from the journal: {reused})"
-        if reused
-        else ""
-    )
-
-
 def _setup_lines(meta: RunMeta) -> list[str]:
     """The table's heading and the run's setup, one bullet per line."""
     machine = meta.machine if meta.machine is not None else Machine(_keys=())
-    exactness, cache, repeats = " (token-exact)", "", ""
+    exactness, cache, repeats, resumed = " (token-exact)", "", "", ""
     gqa = "yes" if meta.sdpa_force_gqa else "no"
     if meta.near_tie_epsilon:
         exactness = (
@@ -113,6 +89,9 @@ def _setup_lines(meta: RunMeta) -> list[str]:
     if meta.repeats > 1:
         repeats = f"; every turn measured {meta.repeats} times with every method (interleaved, each from the same "
         repeats += "state), the fastest repeat kept; method order rotated by one per turn"
+    if meta.extra.get("resumed_sessions"):
+        resumed = " (this invocation; sessions measured by an earlier one, killed, from the journal: "
+        resumed += f"{meta.extra['resumed_sessions']})"
     return [
         f"# Benchmark: {meta.value_or('target', '?')}",
         "",
@@ -124,7 +103,7 @@ def _setup_lines(meta: RunMeta) -> list[str]:
         f"- threads {meta.threads}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) {gqa}, torch {meta.torch}, "
         f"transformers {meta.transformers}, dlite-hf {meta.dlite_hf}, python {meta.python}",
         f"- greedy, max_new_tokens {meta.max_new_tokens}; started {meta.started_utc}, "
-        f"took {_fmt(meta.duration_s, '.0f')} s{repeats}{_resumed(meta)}",
+        f"took {_fmt(meta.duration_s, '.0f')} s{repeats}{resumed}",
         "- speedup = the method's tokens/s / plain's, over the same prompts in this run (prefill included; with"
         " identical outputs, plain's wall time / the method's); decode speedup excludes the prefill forward;"
         " tau = new tokens / target forwards (plain = 1);"
@@ -238,12 +217,11 @@ def goals_markdown(goals: Sequence[Goal | Mapping[str, Any]]) -> list[str]:
 def add_postprocess_parsers(sub: argparse._SubParsersAction) -> None:
     """Register ``report``, ``goals`` and ``tables`` under `dlite-hf bench`."""
     report = sub.add_parser("report", help="recompute results documents' summaries from their records")
-    report.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
     report.add_argument("--plot", action="store_true", help="also redraw the PNG plots beside each document")
-    report.set_defaults(func=cmd_report)
     goals = sub.add_parser("goals", help="add the benchmark's performance goals to results documents")
-    goals.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
-    goals.set_defaults(func=cmd_goals)
+    for parser, func in ((report, cmd_report), (goals, cmd_goals)):
+        parser.add_argument("results", nargs="+", help="NAME.json files written by `dlite-hf bench --out DIR`")
+        parser.set_defaults(func=func)
     tables = sub.add_parser("tables", help="print a README speed table from a results document")
     tables.add_argument("table", choices=tuple(README_LABELS))
     tables.add_argument("run", help="a run name in --results (or a path to its JSON)")

@@ -68,8 +68,7 @@ class Part:
                 values[spec.name] = _convert(data[spec.name], hints[spec.name], here)
             elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
                 raise Invalid(here, ABSENT, _describe(hints[spec.name]))
-        names = {spec.name for spec in _fields(cls)}
-        extra = {key: value for key, value in data.items() if key not in names}
+        extra = {key: value for key, value in data.items() if key not in values}  # no field's keys
         return cls(**values, extra=extra, _keys=tuple(data))
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
+from transformers import DynamicCache
 
 from ..chat_template import chat_prompt_ids
 from ..data.workloads import as_session
@@ -125,8 +127,7 @@ def _meta_at_start(runner: _Runner, meta: Mapping[str, Any] | None, started: flo
     info.setdefault("target", getattr(target.config, "_name_or_path", "") or type(target).__name__)
     checker = runner.checker
     info.update(dtype=checker.dtype, near_tie_epsilon=checker.epsilon if checker.dtype != "float32" else None)
-    info["attention"] = getattr(target.config, "_attn_implementation", None)
-    info["prefix_cache"] = runner.prefix_cache
+    info.update(attention=getattr(target.config, "_attn_implementation", None), prefix_cache=runner.prefix_cache)
     info.update(repeats=repeats, method_order="rotated by one method per turn")
     return info
 
@@ -163,8 +164,6 @@ def run_sessions(
 ) -> Measured:
     """Measure every session of every workload; the method order rotates by one per turn over the whole run. With a
     ``journal``, sessions an earlier invocation finished are read from it, and each one measured is appended."""
-    from tqdm.auto import tqdm
-
     total = sum(len(_turns(s)) for items in sessions.values() for s in items) * len(runner.methods) * repeats
     measured = Measured()
     turns_done = 0
@@ -292,11 +291,8 @@ def _check_runs(
     fastest = min(runs, key=lambda run: run[1]["wall_s"])
     unstable = [r for r, (other, _) in enumerate(runs) if not torch.equal(other, runs[-1][0])]
     sequences = fastest[0]
-    difference = (
-        None
-        if method.name == "plain"
-        else first_difference(reference[0, prompt_length:].tolist(), sequences[0, prompt_length:].tolist())
-    )
+    plain_tokens, tokens = (output[0, prompt_length:].tolist() for output in (reference, sequences))
+    difference = None if method.name == "plain" else first_difference(plain_tokens, tokens)
     verdict = None if difference is None else runner.checker.check(prompt_length, reference, sequences)
     fields = {
         "identical_to_plain": difference is None,
@@ -332,8 +328,6 @@ def _starting_cache(runner: _Runner, method: BenchMethod, kept: tuple[Any, list[
     prefix its tokens share with this turn's prompt (at least one prompt token is left to prefill), or a new one.
     Plain and DLite calls only: transformers' own assisted loop (prompt lookup, an assistant model) runs its first
     forward over the whole prompt on a pre-filled cache, so those (left as upstream) prefill each turn afresh."""
-    from transformers import DynamicCache
-
     if not runner.prefix_cache or method.kind not in ("plain", "dlite"):
         return None
     if kept is not None:
