@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..defaults import DEFAULT_TARGET
 
@@ -29,14 +30,15 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         elif args.action == "card":
             if not args.folder:
                 raise ValueError("dataset card needs the dataset folder (its README.md is rendered in place).")
-            from pathlib import Path
-
             rows = dataset.read_shards(args.folder)
             card = Path(args.folder) / "README.md"
             card.write_text(dataset.render_into(card.read_text(), rows, with_sources=True))
+            # the checkout README's table too, when the paragraph that opens it names this dataset's folder
             readme = Path("README.md")
-            if readme.is_file() and _shows_dataset(readme.read_text(), Path(args.folder).name):
-                readme.write_text(dataset.render_into(readme.read_text(), rows))
+            text = readme.read_text() if readme.is_file() else ""
+            opening = text.split(dataset.TABLE_MARKS[0], 1)[0].rstrip().rsplit("\n\n", 1)[-1]
+            if dataset.TABLE_MARKS[0] in text and Path(args.folder).name in opening:
+                readme.write_text(dataset.render_into(text, rows))
             result = {"rows": len(rows), "card": str(card)}
         elif args.action == "stats":
             if not args.folder:
@@ -55,16 +57,6 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         raise SystemExit(f"dlite-hf dataset {args.action}: {error}") from None
     print(json.dumps(result, indent=1))
     return 0
-
-
-def _shows_dataset(readme: str, name: str) -> bool:
-    """True when the paragraph that opens the checkout README's dataset table names this dataset's folder."""
-    from ..data import dataset
-
-    if dataset.TABLE_MARKS[0] not in readme:
-        return False
-    before = readme.split(dataset.TABLE_MARKS[0], 1)[0].rstrip()
-    return name in before.rsplit("\n\n", 1)[-1]
 
 
 def add_dataset_parser(sub: argparse._SubParsersAction) -> None:

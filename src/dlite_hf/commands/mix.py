@@ -55,9 +55,7 @@ def cmd_mix(args: argparse.Namespace) -> int:
 
 def _parse_weights(spec: str | None) -> dict[str, float]:
     weights: dict[str, float] = {}
-    for item in (spec or "").split(","):
-        if not item:
-            continue
+    for item in filter(None, (spec or "").split(",")):
         name, _, value = item.partition("=")
         try:
             weights[name.strip()] = float(value)

@@ -21,7 +21,7 @@ import types
 from typing import Any
 
 from . import sources as S
-from .common import hash_key, tool_system_prompt
+from .common import check_choice, hash_key, tool_system_prompt
 
 BFCL_CATEGORIES: tuple[str, ...] = ("multi_turn_base", "multi_turn_long_context")
 
@@ -159,8 +159,7 @@ def _session(entry: dict[str, Any], calls: list[list[str]], category: str, max_t
 
 def bfcl_sessions(limit: int, max_tokens: int | None = None, category: str = "multi_turn_base") -> list[Session]:
     """The first ``limit`` entries of a category (by sha1 of their id) as sessions, stopped past ``max_tokens``."""
-    if category not in BFCL_CATEGORIES:
-        raise ValueError(f"Unknown BFCL category {category!r}; allowed: {', '.join(BFCL_CATEGORIES)}.")
+    check_choice("BFCL category", category, BFCL_CATEGORIES)
     entries = S.read_jsonl(f"bfcl_{category}")
     if not 0 <= limit <= len(entries):
         raise ValueError(f"limit must be in 0..{len(entries)} for {category}, got {limit}.")

@@ -358,8 +358,7 @@ def _groups(name: str) -> Groups:
 
 def domain_prompts(name: str, split: str = "train", limit: int | None = None) -> list[Prompt]:
     """The items of one domain and split, in a fixed order (fresh copies); a text domain has only a train split."""
-    if name not in DOMAINS:
-        raise ValueError(f"Unknown domain {name!r}; the mix has: {', '.join(DOMAINS)}.")
+    check_choice("domain", name, tuple(DOMAINS))
     check_choice("split", split, SPLITS)
     check_limit(limit)
     if name in TRAINING_WORKLOADS:

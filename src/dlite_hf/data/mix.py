@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonl import write_jsonl
-from .common import Prompt
+from .common import Prompt, check_choice
 from .domains import DOMAINS, domain_prompts
 from .prompts import TRAINING_WORKLOADS, load_prompts
 
@@ -61,8 +61,7 @@ def build_mix(
     names = list(domains) or list(DOMAINS)
     weights = dict(weights or {})
     for name in [*names, *weights]:
-        if name not in DOMAINS:
-            raise ValueError(f"Unknown domain {name!r}; the mix has: {', '.join(DOMAINS)}.")
+        check_choice("domain", name, tuple(DOMAINS))
     for name, weight in weights.items():
         if not weight > 0:
             raise ValueError(f"The weight of {name!r} is {weight}; expected a positive factor such as 2 or 0.5.")
@@ -105,24 +104,20 @@ def row_domain(row: dict[str, Any]) -> str:
 
 def data_table(rows: Iterable[dict[str, Any]]) -> str:
     """A markdown table of training rows and response tokens by domain, regenerated and target-labelled apart."""
-    stats: dict[str, list[int]] = {}
+    labels = {"prompt": "regenerated", "text": "target-labelled"}
+    stats: dict[tuple[str, str], list[int]] = {}  # (kind, domain): [rows, response tokens]
     for row in rows:
-        counts = stats.setdefault(row_domain(row), [0, 0])
+        name = row_domain(row)
+        counts = stats.setdefault((DOMAINS[name].kind if name in DOMAINS else "prompt", name), [0, 0])
         counts[0] += 1
         counts[1] += int(sum(row["loss_mask"]))
     lines = ["| domain | kind | source | rows | response tokens |", "|---|---|---|---|---|"]
-    totals = {"prompt": [0, 0], "text": [0, 0]}
-    for name in sorted(stats, key=lambda n: (DOMAINS[n].kind if n in DOMAINS else "prompt", n)):
-        domain = DOMAINS.get(name)
-        kind = domain.kind if domain else "prompt"
-        label = "regenerated" if kind == "prompt" else "target-labelled"
-        lines.append(
-            f"| {name} | {label} | {domain.source if domain else '?'} | {stats[name][0]:,} | {stats[name][1]:,} |"
-        )
-        totals[kind][0] += stats[name][0]
-        totals[kind][1] += stats[name][1]
-    for kind, label in (("prompt", "regenerated"), ("text", "target-labelled")):
-        lines.append(f"| **all {label}** | | | {totals[kind][0]:,} | {totals[kind][1]:,} |")
+    totals = {kind: [0, 0] for kind in labels}
+    for (kind, name), (count, tokens) in sorted(stats.items()):
+        source = DOMAINS[name].source if name in DOMAINS else "?"
+        lines.append(f"| {name} | {labels[kind]} | {source} | {count:,} | {tokens:,} |")
+        totals[kind] = [totals[kind][0] + count, totals[kind][1] + tokens]
+    lines += [f"| **all {label}** | | | {totals[k][0]:,} | {totals[k][1]:,} |" for k, label in labels.items()]
     return "\n".join(lines)
 
 

@@ -280,8 +280,7 @@ def regenerate_vllm(
             "seed": seed,
             "summary": summary_path,
         }
-        command = worker_command(python, "regenerate", options)
-        summary = run_worker(command, summary_path, "worker", "Rows")
+        summary = run_worker(worker_command(python, "regenerate", options), summary_path, "worker", "Rows")
         job.unlink(missing_ok=True)
     return {
         **summary,

@@ -116,20 +116,12 @@ _ALL: tuple[Source, ...] = (
         "ASDiv: 2305 math word problems",
     ),
     *(
-        _wheel(f"bfcl_{name}", "bfcl", f"{_BFCL}BFCL_v4_{name}.json", split, ("tool",), description)
-        for name, split, description in (
-            (
-                "simple_python",
-                _EVAL_POOL.format(unit="questions (with bfcl_multiple)"),
-                "BFCL v4 single-turn questions",
-            ),
-            (
-                "multiple",
-                _EVAL_POOL.format(unit="questions (with bfcl_simple_python)"),
-                "BFCL v4 single-turn questions",
-            ),
-            ("live_simple", _TRAIN_ONLY, "BFCL v4 live single-turn questions"),
-            ("live_multiple", _TRAIN_ONLY, "BFCL v4 live single-turn questions"),
+        _wheel(f"bfcl_{name}", "bfcl", f"{_BFCL}BFCL_v4_{name}.json", split, ("tool",), f"BFCL v4 {kind} questions")
+        for name, split, kind in (
+            ("simple_python", _EVAL_POOL.format(unit="questions (with bfcl_multiple)"), "single-turn"),
+            ("multiple", _EVAL_POOL.format(unit="questions (with bfcl_simple_python)"), "single-turn"),
+            ("live_simple", _TRAIN_ONLY, "live single-turn"),
+            ("live_multiple", _TRAIN_ONLY, "live single-turn"),
         )
     ),
     _wheel(

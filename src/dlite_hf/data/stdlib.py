@@ -29,54 +29,12 @@ from .common import (
 )
 from .sources import SOURCES, is_reserved
 
-# modules whose documented public functions become train-only code prompts
-STDLIB_CODE_MODULES: tuple[str, ...] = (
-    "bisect",
-    "calendar",
-    "colorsys",
-    "csv",
-    "difflib",
-    "fnmatch",
-    "fractions",
-    "glob",
-    "gzip",
-    "heapq",
-    "html/__init__",
-    "ipaddress",
-    "json/__init__",
-    "ntpath",
-    "posixpath",
-    "quopri",
-    "random",
-    "shlex",
-    "shutil",
-    "statistics",
-    "string",
-    "textwrap",
-    "tokenize",
-    "urllib/parse",
-    "uu",
-    "base64",
-    "filecmp",
-    "linecache",
-    "mimetypes",
-    "operator",
-    "os",
-    "pprint",
-    "re/__init__",
-    "reprlib",
-    "sched",
-    "secrets",
-    "tempfile",
-    "uuid",
-    "zipfile/__init__",
-    "email/utils",
-    "http/cookies",
-    "inspect",
-    "dataclasses",
-    "functools",
-    "copy",
-    "getopt",
+# modules whose documented public functions become train-only code prompts, in the prompts' order
+STDLIB_CODE_MODULES: tuple[str, ...] = tuple(
+    "bisect calendar colorsys csv difflib fnmatch fractions glob gzip heapq html/__init__ ipaddress json/__init__ "
+    "ntpath posixpath quopri random shlex shutil statistics string textwrap tokenize urllib/parse uu base64 "
+    "filecmp linecache mimetypes operator os pprint re/__init__ reprlib sched secrets tempfile uuid "
+    "zipfile/__init__ email/utils http/cookies inspect dataclasses functools copy getopt".split()
 )
 # the bench's coding sessions read these modules (dlite_hf.data.workloads.CODING_TASKS): the mix never trains on them
 EVAL_STDLIB_MODULES = frozenset({"json", "textwrap", "shlex", "string", "csv", "io", "codecs"})
@@ -285,15 +243,6 @@ def pytest_failure(
     return "\n".join([*lines, "=" * 24 + f" {failed} failed, {passed} passed in 0.{seconds}s " + "=" * 24])
 
 
-def _test_output(module: str, path: Path, lines: list[str], frames: list[tuple[str, int]], error: str, attempt: int):
-    test = f"test_{module.replace('.', '_')}_{frames[0][0].split('.')[-1].strip('_')}"
-    passed, failed = 9 + attempt, 2 - min(attempt, 1)
-    progress = "." * 3 + "F" * failed + "." * (passed - 3) + " " * 16
-    quoted = [(_repo_path(module, path), n, name.split(".")[-1], lines[n - 1]) for name, n in frames]
-    test_file = f"tests/test_{module.split('.')[-1]}.py"
-    return pytest_failure(test_file, test, progress, quoted, error, passed, failed, 41 + attempt)
-
-
 def _session(module: str, path: Path, known: dict[str, Path]) -> list[Prompt]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -304,10 +253,7 @@ def _session(module: str, path: Path, known: dict[str, Path]) -> list[Prompt]:
     if len(functions) < _MIN_FUNCTIONS:
         return []
     pick = int(hash_key(module), 16)
-    frames = [functions[(pick + i * 7) % len(functions)] for i in range(3)]
-    frames = list(dict.fromkeys(frames))
-    error = _ERRORS[pick % len(_ERRORS)]
-    lines = text.splitlines()
+    frames = list(dict.fromkeys(functions[(pick + i * 7) % len(functions)] for i in range(3)))
     request = _REQUESTS[pick % len(_REQUESTS)].format(func=frames[0][0], module=module)
     messages = [{"role": "system", "content": SESSION_SYSTEM}, user(request)]
     source = f"python=={PYTHON_VERSION}:Lib/{_repo_path(module, path)}"
@@ -324,13 +270,23 @@ def _session(module: str, path: Path, known: dict[str, Path]) -> list[Prompt]:
         shown = _repo_path(name, file)
         call("read_file", {"path": shown}, read_file_result(shown, text, body), speak)
 
+    test_file = f"tests/test_{module.split('.')[-1]}.py"
+    test = f"test_{module.replace('.', '_')}_{frames[0][0].split('.')[-1].strip('_')}"
+    lines, error = text.splitlines(), _ERRORS[pick % len(_ERRORS)]
+    quoted = [(_repo_path(module, path), n, name.split(".")[-1], lines[n - 1]) for name, n in frames]
+
+    def run_tests(attempt: int) -> None:  # a failing pytest run whose traceback quotes the module's lines
+        passed, failed = 9 + attempt, 2 - min(attempt, 1)
+        progress = "." * 3 + "F" * failed + "." * (passed - 3) + " " * 16
+        output = pytest_failure(test_file, test, progress, quoted, error, passed, failed, 41 + attempt)
+        call("run_tests", {"target": test_file}, output, True)
+
     read(module, path, text, False)
-    target = f"tests/test_{module.split('.')[-1]}.py"
-    call("run_tests", {"target": target}, _test_output(module, path, lines, frames, error, 0), True)
+    run_tests(0)
     for other in _imports(tree, known)[:2]:
         read(other, known[other], known[other].read_text(encoding="utf-8", errors="replace"), True)
     messages.append(user(_FOLLOW_UPS[pick % len(_FOLLOW_UPS)]))
-    call("run_tests", {"target": target}, _test_output(module, path, lines, frames, error, 1), True)
+    run_tests(1)
     return prompts
 
 

@@ -25,7 +25,6 @@ from .prompts import WORKLOADS, load_long, load_prompts
 from .stdlib import SESSION_SYSTEM, pytest_failure, read_file_result
 
 Session = dict[str, Any]
-Message = dict[str, str]
 
 AGENTIC_WORKLOAD = "agentic"
 WORKLOAD_CHOICES = WORKLOADS  # every workload of dlite_hf.data.prompts, as sessions (`dlite-hf bench --workloads`)
@@ -129,23 +128,19 @@ def _shown_path(path: Path) -> str | None:
 
 
 def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
-    """The result of `read_file` on a standard-library module's file, cut to `max_tokens`."""
+    """The result of `read_file` on a standard-library module's file, cut to at most `max_tokens` tokens of
+    `tokenizer` (at a line boundary when possible)."""
     __import__(module)
     path = Path(inspect.getsourcefile(sys.modules[module]) or "")
     if not path.is_file():
         raise FileNotFoundError(f"No source file on disk for the standard-library module {module!r}.")
-    source = path.read_text(encoding="utf-8")
-    return read_file_result(_shown_path(path) or path.name, source, _cut(source, tokenizer, max_tokens))
-
-
-def _cut(text: str, tokenizer: Any, max_tokens: int) -> str:
-    """Cut ``text`` to at most ``max_tokens`` tokens of ``tokenizer`` (at a line boundary when possible)."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) <= max_tokens:
-        return text
-    cut = tokenizer.decode(ids[:max_tokens])
-    newline = cut.rfind("\n")
-    return cut[: newline + 1] if newline > len(cut) // 2 else cut
+    source = body = path.read_text(encoding="utf-8")
+    ids = tokenizer(source, add_special_tokens=False)["input_ids"]
+    if len(ids) > max_tokens:
+        body = tokenizer.decode(ids[:max_tokens])
+        newline = body.rfind("\n")
+        body = body[: newline + 1] if newline > len(body) // 2 else body
+    return read_file_result(_shown_path(path) or path.name, source, body)
 
 
 def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
@@ -199,16 +194,9 @@ def coding_session(
         [{"role": "user", "content": task.follow_up}],
         tests[-1],
     ]
-    modules = ", ".join(task.modules[:files])
-    return as_session(
-        {
-            "id": f"coding/{task.id}" + (f"-{files}" if files != 3 else ""),
-            "source": f"python-stdlib {PYTHON_VERSION}: {modules}",
-            "turns": turns,
-            "max_tokens": max_tokens,
-        },
-        AGENTIC_WORKLOAD,
-    )
+    id_ = f"coding/{task.id}" + (f"-{files}" if files != 3 else "")
+    source = f"python-stdlib {PYTHON_VERSION}: {', '.join(task.modules[:files])}"
+    return as_session({"id": id_, "source": source, "turns": turns, "max_tokens": max_tokens}, AGENTIC_WORKLOAD)
 
 
 def load_prompt_file(path: str | Path) -> list[Prompt]:

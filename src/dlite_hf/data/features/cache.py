@@ -230,15 +230,9 @@ def features_vllm(
         raise ValueError(f"shard {index}/{count} is invalid: expected I/N with 0 <= I < N, e.g. 0/2 and 1/2.")
     python = require_python(python, "without vLLM, `dlite-hf train --feature_cache_dir` fills the cache itself")
     dataset = RegeneratedDataset(rows, max_length=max_length)
-    cache = FeatureCache(
-        str(cache_dir),
-        target_name,
-        layer_ids,
-        history_free=not all_positions,
-        anchor_stride=anchor_stride,
-        producer=f"vllm-{dtype}",
-    )
-    if cache.producer != f"vllm-{dtype}":
+    history_free, producer = not all_positions, f"vllm-{dtype}"
+    cache = FeatureCache(str(cache_dir), target_name, layer_ids, history_free, anchor_stride, producer)
+    if cache.producer != producer:
         raise ValueError(
             f"Feature cache {cache_dir} holds entries from {cache.producer}; vLLM's would mix two forwards in one "
             "cache. Use another folder for vLLM's features."

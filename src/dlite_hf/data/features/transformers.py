@@ -21,10 +21,7 @@ def find_final_norm(target: nn.Module, layers: nn.ModuleList) -> nn.Module:
 
 @torch.no_grad()
 def target_features(
-    target: nn.Module,
-    input_ids: torch.Tensor,
-    layer_ids: list[int],
-    attention_mask: torch.Tensor | None = None,
+    target: nn.Module, input_ids: torch.Tensor, layer_ids: list[int], attention_mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the frozen target once; return its tapped states `[B, T, L, H_t]` and final (normed) hidden states
     `[B, T, H_t]`, read with the hooks the generate() integration uses (the same features as at inference)."""
