@@ -78,9 +78,7 @@ def encode_with_history(drafter: nn.Module, hidden: torch.Tensor, positions: tor
         cut = tuple(tensor[group, drop:] for tensor in history)
         parts.append(_encode_group(drafter, hidden[group], positions[group], *cut))
     out = torch.cat(parts, dim=0)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(num_blocks, device=order.device)
-    return out[inverse.to(out.device)]
+    return out[order.argsort().to(out.device)]  # the blocks' own order again (argsort inverts a permutation)
 
 
 def _encode_group(drafter: nn.Module, hidden: torch.Tensor, positions: torch.Tensor, *past: torch.Tensor):

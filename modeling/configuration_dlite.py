@@ -4,7 +4,8 @@ borrows the token embedding and lm_head of, so a wrong pairing fails with a clea
 from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig, PreTrainedConfig
 
 from .decoding_options import DECODING_OPTIONS
 
@@ -110,8 +111,6 @@ class DLiteConfig(PreTrainedConfig):
     def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any):
         """`PreTrainedConfig.from_dict`, then the DLite checks again (keyword overrides of `from_pretrained` are set
         after `__init__` ran them); a value of the wrong type is a `ValueError` here too."""
-        from huggingface_hub.errors import StrictDataclassError
-
         hint = "check the keyword overrides passed to from_pretrained and the checkpoint's config.json"
         try:
             result = super().from_dict(config_dict, **kwargs)
@@ -199,8 +198,6 @@ class DLiteConfig(PreTrainedConfig):
 
     def backbone_config(self) -> PreTrainedConfig:
         """The transformers config the backbone blocks are instantiated from (not saved; derived)."""
-        from transformers import AutoConfig
-
         config = AutoConfig.for_model(
             self.backbone_type,
             vocab_size=self.vocab_size,

@@ -17,6 +17,11 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import transformers
+from transformers import GenerationConfig
+from transformers.generation.configuration_utils import GenerationMode
+from transformers.generation.utils import GenerationMixin
+
 from .tapping import remove_thread_recorders
 
 _HOOKED_METHOD = "_get_candidate_generator"
@@ -61,9 +66,6 @@ def _signature_problem(method: Any, required: tuple[str, ...]) -> str | None:
 
 def _originals() -> dict[str, Any]:
     """Each method of `_REQUIRED_PARAMETERS` as transformers defines it (unwrapped where dlite-hf wrapped it)."""
-    from transformers import GenerationConfig
-    from transformers.generation.utils import GenerationMixin
-
     methods = {name: getattr(GenerationMixin, name, None) for name in _REQUIRED_PARAMETERS}
     methods["get_generation_mode"] = getattr(GenerationConfig, "get_generation_mode", None)
     return {name: getattr(method, "_dlite_original", method) for name, method in methods.items()}
@@ -82,16 +84,11 @@ def _is_dlite(assistant: Any) -> bool:
 def install_generate_hook() -> bool:
     """Install the wrappers (see the module docstring); returns whether they are installed (if not, a warning says
     why and `generate(assistant_model=<DLite drafter>)` raises transformers' own error)."""
-    from transformers import GenerationConfig
-    from transformers.generation.utils import GenerationMixin
-
     with _LOCK:
         if getattr(getattr(GenerationMixin, _HOOKED_METHOD, None), "_dlite_hook", False):
             return True
         problems = wrapped_method_problems()
         if problems:
-            import transformers
-
             changed = "; ".join(f"{name}: {why}" for name, why in problems.items())
             warnings.warn(
                 f"dlite-hf cannot route generate(assistant_model=<DLite drafter>) on transformers "
@@ -211,7 +208,6 @@ def _uncached_prefill(prepare: Any, calls: dict[int, int]) -> Any:
 def _mode_check_wrapper(original: Any) -> Any:
     """Refuse a DLite assistant in a generation mode that would ignore it (transformers only warns), and beside
     classifier-free guidance, whose extra target forward breaks assisted decoding's bookkeeping."""
-    from transformers.generation.configuration_utils import GenerationMode
 
     @functools.wraps(original)
     def get_generation_mode(self, assistant_model=None, *args, **kwargs):

@@ -109,10 +109,8 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
             self.head = DLiteSequentialHead(hidden, target_hidden, config.head_rank, eps, norm_cls)
         self.norm = norm_cls(hidden, eps=eps)
         self.out_proj = nn.Linear(hidden, target_hidden, bias=False) if hidden != target_hidden else nn.Identity()
-        if config.draft_vocab_size is not None:
-            self.register_buffer("draft_vocab_ids", torch.arange(config.draft_vocab_size), persistent=True)
-        else:
-            self.draft_vocab_ids = None
+        ids = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)
+        self.register_buffer("draft_vocab_ids", ids, persistent=True)  # None (not saved): the full vocabulary
         self.last_generation_stats = None
         self.post_init()
         install_generate_hook()  # on first use of a drafter, not on import: generate(assistant_model=self) works
@@ -152,10 +150,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         else:
             masks = self.token_proj(self.embed_tokens(anchor_ids.new_full((num_blocks, k), config.mask_token_id)))
         hidden = torch.cat([context, anchor, masks], dim=1)
-        device = hidden.device
-        positions = torch.cat(
-            [torch.zeros(num_tapped + 1, dtype=torch.long, device=device), torch.arange(1, k + 1, device=device)]
-        ).expand(num_blocks, -1)
+        positions = torch.arange(-num_tapped, k + 1, device=hidden.device).clamp(min=0).expand(num_blocks, -1)
         if block_encoder is not None:
             return block_encoder(self, hidden, positions)
         if config.history_window == 0:

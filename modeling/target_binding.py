@@ -67,11 +67,7 @@ class TargetBindingMixin:
             )
         ids = ids.to(device=self.device, dtype=torch.long)
         self.config.draft_vocab_size = ids.numel()
-        if self.draft_vocab_ids is None:
-            del self.draft_vocab_ids  # a plain attribute (None) until now
-            self.register_buffer("draft_vocab_ids", ids, persistent=True)
-        else:
-            self.draft_vocab_ids = ids
+        self.draft_vocab_ids = ids
         self._draft_head = self._inference_head_cache = None  # the old lm_head slices, rebuilt on first use
         return self.draft_vocab_ids
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
 from transformers.integrations import sdpa_attention
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 __all__ = ["MAX_PACKED_QUERY", "PACKED_GQA_SDPA", "packed_gqa_sdpa_attention", "register", "use_packed_gqa_attention"]
 
@@ -61,21 +63,13 @@ def packed_gqa_sdpa_attention(
             .reshape(mask_batch, 1, groups * q_length, kv_length)
         )
     output = torch.nn.functional.scaled_dot_product_attention(
-        packed,
-        key,
-        value,
-        attn_mask=attention_mask,
-        dropout_p=dropout if module.training else 0.0,
-        scale=scaling,
+        packed, key, value, attn_mask=attention_mask, dropout_p=dropout if module.training else 0.0, scale=scaling
     )
     return output.reshape(batch, heads, q_length, head_dim).transpose(1, 2).contiguous(), None
 
 
 def register() -> str:
     """Register the packed layout with transformers (idempotent); returns its name for `attn_implementation`."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     AttentionInterface.register(PACKED_GQA_SDPA, packed_gqa_sdpa_attention)
     AttentionMaskInterface.register(PACKED_GQA_SDPA, sdpa_mask)
     return PACKED_GQA_SDPA

@@ -13,9 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import ModelCard
 from jinja2 import Environment, StrictUndefined
 
 from .defaults import ATTENTION_CHOICES, repo_root
+from .modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
 
 REQUIRED_SECTIONS = ("## Usage", "## Architecture", "## Training", "## Results", "## Limits", "## Citation")
 PAPER_LABEL = "reported in the DLite paper"  # the phrase above a table of the paper's figures
@@ -135,8 +137,6 @@ def _usage_generate(fastest: str | None) -> str:
     """The usage example's generate() call: with the suffix index when hybrid drafting measured fastest."""
     if fastest != "hybrid":
         return "out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=256)"
-    from .modeling.decoding_options import DEFAULT_LOOKUP_TOKENS
-
     return (
         "# hybrid drafting (DLite plus a suffix index of the context), the decoding measured fastest (Results)\n"
         "out = target.generate(\n    **inputs, assistant_model=drafter, "
@@ -278,8 +278,6 @@ def check_card(text: str, base_dir: str | Path | None = None) -> list[str]:
     """Problems of a card (empty list: valid): its front matter, the ``REQUIRED_SECTIONS``, and every results table
     labelled as the paper's or naming a source file (``Source: `PATH` ``, relative to ``base_dir``, by default the
     repository root then the working directory) that holds each of its numbers (:func:`_check_table`)."""
-    from huggingface_hub import ModelCard
-
     problems = []
     try:
         data = ModelCard(text).data.to_dict()

@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from .commands.train import run_train
+from .commands.train import cmd_train, run_train
 
 __all__ = ["build_parser", "main", "run_train"]
 
@@ -47,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if argv and argv[0] == "train":
-        from .commands.train import cmd_train
-
         return cmd_train(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT_TARGET = "smollm2-135m"  # a registry name (`dlite_hf.assets.MODELS`)
-# a name of `dlite_hf.assets.registry.DRAFTERS`, used when no drafter is given
-DEFAULT_DRAFTER = "dlite-smollm2-135m"
+DEFAULT_DRAFTER = "dlite-smollm2-135m"  # a name of `dlite_hf.assets.registry.DRAFTERS`, used when none is given
 # what `--dtype` accepts everywhere: `fastest` (`resolve_dtype`), a torch floating dtype, or `auto` (the checkpoint's)
 DTYPE_CHOICES = ("fastest", "float32", "bfloat16", "float16", "auto")
 # What `compare`, `make run` and the demo serve in: bfloat16 where this machine computes it natively (emulated, it is
@@ -36,8 +35,7 @@ def native_bfloat16(device: str = "cpu") -> bool:
 
 def resolve_dtype(name: str, device: str = "cpu") -> str:
     """`name` itself, except `fastest`: `bfloat16` where `device` computes it natively, else `float32`."""
-    check_dtype(name)
-    if name != "fastest":
+    if check_dtype(name) != "fastest":
         return name
     return "bfloat16" if native_bfloat16(device) else "float32"
 

@@ -5,26 +5,17 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import torch
+
 RECORD = "dlite_training.json"
 # config fields two drafters must share for their weights to be averaged (shapes alone miss the tapped layers)
-SHARED_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "head_rank",
-    "num_draft_tokens",
-    "target_layer_ids",
-    "use_sequential_head",
-    "history_window",
-    "vocab_size",
-    "target_hidden_size",
-    "backbone_type",
-)
+SHARED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+SHARED_FIELDS += ("head_rank", "num_draft_tokens", "target_layer_ids", "use_sequential_head", "history_window")
+SHARED_FIELDS += ("vocab_size", "target_hidden_size", "backbone_type")
 
 
 def extend_record(source: Path, out: Path, key: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -58,8 +49,6 @@ def grow_drafter(source, extra_layers: int):
     """`source` with `extra_layers` backbone layers appended whose attention and MLP output projections are zero:
     each new layer is the identity on the residual stream, so the grown drafter drafts exactly as `source` does
     until training moves those projections (their gradients are not zero, the rest of each new layer follows)."""
-    import torch
-
     first = source.config.num_hidden_layers
     new = tuple(f"layers.{i}." for i in range(first, first + extra_layers))
     model = derive_drafter(source, None, new_prefixes=new, num_hidden_layers=first + extra_layers)
@@ -74,10 +63,6 @@ def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: flo
     """Save ``(1 - alpha) * base + alpha * tuned`` (every floating-point weight) to ``out`` with the tuned drafter's
     config and draft vocabulary (it names lm_head rows, not weights, so the two may differ); return the record
     written beside it. ``tuned`` should be ``base`` fine-tuned (WiSE-FT)."""
-    import math
-
-    import torch
-
     from . import DLiteForSpeculation
 
     if not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or not 0 <= alpha <= 1:

@@ -56,14 +56,13 @@ def resize_draft_vocab(
     counts = response_token_counts(RegeneratedDataset(data, max_length=max_length), drafter.config.vocab_size)
     before_size = drafter.config.draft_vocab_size
     before_ids = drafter.draft_vocab_ids if drafter.draft_vocab_ids is not None else torch.arange(counts.numel())
-    before = coverage(counts, before_ids)
     ids = set_draft_vocab(drafter, counts, size=size)
     report = {
         "from": before_size,
         "to": size,
         "data": str(data),
         "response_tokens": int(torch.floor(counts).sum()),
-        "coverage_before": round(before, 4),
+        "coverage_before": round(coverage(counts, before_ids), 4),
         "coverage_after": round(coverage(counts, ids), 4),
     }
     drafter.save_pretrained(out)

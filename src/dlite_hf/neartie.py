@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 NEAR_TIE_EPSILON = {"bfloat16": 1.75, "float16": 0.25, "float32": 0.0}
 """Logit units: how far a committed token may sit below the float32 maximum before the divergence is a bug."""
@@ -67,18 +68,14 @@ class ScoredContext:
     def __init__(self, reference: nn.Module):
         self.reference = reference
         self.ids: list[int] = []  # the tokens self.cache holds
-        self.cache: Any = None
+        self.cache = DynamicCache(config=reference.config)
 
     @torch.no_grad()
     def logits(self, sequence: torch.Tensor, start: int) -> torch.Tensor:
         """The reference's logits `[T - start, V]` at positions ``start - 1 .. T - 2`` of ``sequence`` `[1, T]`."""
-        from transformers import DynamicCache
-
         ids, keep = sequence[0].tolist(), start - 1
         shared = first_difference(self.ids, ids[:keep])
         shared = len(self.ids) if shared is None else shared
-        if self.cache is None:
-            self.cache = DynamicCache(config=self.reference.config)
         if self.cache.get_seq_length() > shared:
             self.cache.crop(shared - self.cache.get_seq_length())  # transformers 5.24 crops by a negative count
         device = next(self.reference.parameters()).device
@@ -156,7 +153,6 @@ def check_near_ties(
     spec_gaps, top2 = _gaps(logits, speculative[0, prompt_length:].cpu())
     row = logits[divergence]
     gap_plain, gap_spec = float(row.max() - row[a[divergence]]), float(spec_gaps[divergence])
-    margin = abs(gap_plain - gap_spec)
     tail = spec_gaps[divergence:]
     worst = int(tail.argmax()) + divergence
     max_gap = float(tail.max())
@@ -177,7 +173,7 @@ def check_near_ties(
         first_divergence=divergence,
         plain_token=a[divergence],
         speculative_token=b[divergence],
-        divergence_margin=margin,
+        divergence_margin=abs(gap_plain - gap_spec),
         top2_margin=float(top2[divergence]),
         max_gap=max_gap,
         worst_position=worst,

@@ -28,7 +28,6 @@ def cmd_assets(args: argparse.Namespace) -> int:
 
 
 def add_assets_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
     assets = sub.add_parser("assets", help="Fetch, check and convert the real target models.")
     assets.add_argument("action", choices=["fetch", "list"])
     assets.add_argument("names", nargs="*", help=f"registry names (default: {DEFAULT_TARGET})")

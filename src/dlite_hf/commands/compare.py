@@ -7,7 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
 from ..bench.results import Record, as_result
+from ..bench.runner import run_bench
+from ..bench.summary import ALL_WORKLOADS
+from ..data.workloads import load_prompt_file
 from ..defaults import (
     ATTENTION_CHOICES,
     DEFAULT_ATTENTION,
@@ -25,10 +29,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     Exit status 1 if an output differs from plain (other than, in reduced precision, at a near-tie)."""
     import torch
 
-    from ..bench.methods import BenchMethod
-    from ..bench.runner import run_bench
-    from ..bench.summary import ALL_WORKLOADS
-
     workloads = _workloads(args)  # the flags and prompts are checked before any model loads
     set_threads(args.threads)
     target, tokenizer, method, decoding, drafter = _load_method(args)
@@ -38,10 +38,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     meta = {"command": "dlite-hf compare", "decoding": decoding, "drafter": str(drafter)}
     methods = [BenchMethod("plain", "plain"), method]
-    document = run_bench(
-        target, tokenizer, methods, workloads, max_new_tokens=args.max_new_tokens, progress=False, meta=meta
+    result = as_result(
+        run_bench(target, tokenizer, methods, workloads, max_new_tokens=args.max_new_tokens, progress=False, meta=meta)
     )
-    result = as_result(document)
     print(f"dtype={result.meta.dtype} ({'token-exact' if result.meta.near_tie_epsilon is None else 'near-tie-exact'})")
     plain_runs = {(r.workload, r.prompt_id): r for r in result.records if r.method == "plain"}
     rows = [_prompt_row(r, plain_runs[r.workload, r.prompt_id]) for r in result.records if r.method != "plain"]
@@ -73,7 +72,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
     """Check --lookup-tokens, then ``{workload: [prompt, ...]}`` from --prompts or the eval split of --workloads."""
     from ..data.domains import eval_prompts
-    from ..data.workloads import load_prompt_file
 
     if args.lookup_tokens:  # 0: DLite drafts only
         try:
@@ -99,8 +97,7 @@ def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
 
 def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, str, Path]:
     """(target, tokenizer, the bench method, the decoding in words, the drafter's folder); drafter found first."""
-    from ..assets import AssetError, load_drafter, open_target, resolve_drafter
-    from ..bench.methods import FIXED_K_OVERRIDES, BenchMethod
+    from ..assets import AssetError, load_drafter, open_target, resolve_drafter  # here: tests stub open_target
 
     try:
         drafter_dir = resolve_drafter(args.drafter or DEFAULT_DRAFTER)
@@ -149,7 +146,6 @@ def _prompt_row(record: Record, plain: Record) -> dict[str, Any]:
 
 
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the subcommand."""
     compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
     add = compare.add_argument
     add("--target", default=DEFAULT_TARGET)

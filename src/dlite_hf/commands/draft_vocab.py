@@ -35,13 +35,12 @@ def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--drafter", required=True, help="drafter folder")
-    parser.add_argument("--data", required=True, help="`dlite-hf regenerate` rows of the drafter's target")
-    parser.add_argument("--size", required=True, type=int, help="tokens in the new draft vocabulary")
-    parser.add_argument("--out", required=True, help="new drafter folder")
-    parser.add_argument(
-        "--max-length", type=int, default=1024, help="tokens read per row (as `dlite-hf train --max_length`)"
-    )
+    add = parser.add_argument
+    add("--drafter", required=True, help="drafter folder")
+    add("--data", required=True, help="`dlite-hf regenerate` rows of the drafter's target")
+    add("--size", required=True, type=int, help="tokens in the new draft vocabulary")
+    add("--out", required=True, help="new drafter folder")
+    add("--max-length", type=int, default=1024, help="tokens read per row (as `dlite-hf train --max_length`)")
     parser.set_defaults(func=cmd_draft_vocab)
 
 

@@ -73,7 +73,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def add_reliability_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the `reliability` subcommand."""
     rel = sub.add_parser(
         "reliability",
         help="Randomised generate() option mixes, plain against drafted (run), and their report (report).",
