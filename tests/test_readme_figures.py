@@ -489,3 +489,22 @@ def test_the_qwen_figures_are_the_result_files() -> None:
     ngram = [one[(w, "ngram")] for w in ("agentic", "math", "chat")]
     assert "DLite is {} plain on agentic first turns, {} on math and {} on chat".format(*dlite) in readme
     assert "ngram {}, {}, {};".format(*ngram) in readme
+
+
+def test_the_qwen_serving_section_is_the_result_files(repo_script) -> None:
+    """benchmarks/README.md's Qwen vLLM section: the table is `serve_vllm.py --report` of the shipped drafter's run,
+    and its comparison with the first drafter's run quotes both files' tau."""
+    serve = repo_script("benchmarks/serve_vllm.py")
+    page = (REPO / "benchmarks" / "README.md").read_text()
+    runs = {}
+    for name in ("serve-vllm-qwen2.5-coder-0.5b", "serve-vllm-qwen2.5-coder-0.5b-step1638"):
+        results = json.loads((RESULTS / f"{name}.json").read_text())["results"]
+        runs[name] = {(r["workload"], r["method"]): r for r in results if r["concurrency"] == 1}
+    assert serve.report(json.loads((RESULTS / "serve-vllm-qwen2.5-coder-0.5b.json").read_text())["results"]) in page
+    text = " ".join(page.split())
+    taus = {
+        name: " / ".join(f"{run[(w, 'dlite')]['tau']:.2f}" for w in ("agentic", "chat", "code", "math"))
+        for name, run in runs.items()
+    }
+    assert f"DLite's tau was {taus['serve-vllm-qwen2.5-coder-0.5b-step1638']} on agentic, chat, code" in text
+    assert f"(now {taus['serve-vllm-qwen2.5-coder-0.5b']})" in text
