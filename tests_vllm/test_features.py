@@ -51,7 +51,8 @@ print(json.dumps(out))
 def _features(rows, cache, *extra):
     command = [str(PACKAGE_PYTHON), "-m", "dlite_hf.cli", "features", "--rows", str(rows), "--cache", str(cache)]
     command += ["--drafter", str(DRAFTER), "--target", str(TARGET), "--anchor-stride", "3", "--max-length", "256"]
-    done = subprocess.run([*command, *extra], check=True, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, f"`dlite-hf features` exited with {done.returncode}:\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
