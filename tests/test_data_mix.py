@@ -13,6 +13,7 @@ import torch
 from dlite_hf.data import domains as D
 from dlite_hf.data import mix as M
 from dlite_hf.data import prompts as P
+from dlite_hf.data import stdlib as S
 from dlite_hf.data.common import text_item
 from dlite_hf.data.regenerate import TARGET_LABELS, conversation_ids, label_text
 from dlite_hf.training.data import DLiteCollator, RegeneratedDataset
@@ -218,6 +219,25 @@ def test_dataset_and_collator_carry_target_labels_and_refuse_unknown_sources() -
     assert batch["target_labels"].tolist() == [True, False]
     with pytest.raises(ValueError, match="label_source='teacher'"):
         RegeneratedDataset([{**rows[0], "label_source": "teacher"}])
+
+
+def test_training_drops_rows_of_the_modules_the_bench_holds_out(caplog) -> None:
+    """The mix's ``code`` stubs include functions of json, shlex, textwrap, string and csv (kept so that the shipped
+    datasets rebuild); the bench's coding sessions read those modules, so training never sees their rows."""
+    row = {"input_ids": list(range(1, 21)), "loss_mask": [0] * 5 + [1] * 15}
+    ids = ["stdlib/json.dump", "stdlib/textwrap.dedent", "stdlib/jsonschema.x", "stdlib/bisect.insort", "chat/1"]
+    with caplog.at_level("WARNING"):
+        dataset = RegeneratedDataset([{**row, "id": i} for i in ids])
+    assert dataset.held_out == ids[:2] and len(dataset) == 3
+    assert "Dropped 2 rows of held-out standard-library modules" in caplog.text
+    held = {m.split("/")[0] for m in S.STDLIB_CODE_MODULES} & S.EVAL_STDLIB_MODULES
+    assert held == {
+        "json",
+        "textwrap",
+        "shlex",
+        "string",
+        "csv",
+    }  # why the filter exists; empty once the mix drops them
 
 
 def test_trainer_uses_the_targets_argmax_on_target_labelled_rows(tmp_path: Path) -> None:

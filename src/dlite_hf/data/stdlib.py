@@ -36,8 +36,17 @@ STDLIB_CODE_MODULES: tuple[str, ...] = tuple(
     "filecmp linecache mimetypes operator os pprint re/__init__ reprlib sched secrets tempfile uuid "
     "zipfile/__init__ email/utils http/cookies inspect dataclasses functools copy getopt".split()
 )
-# the bench's coding sessions read these modules (dlite_hf.data.workloads.CODING_TASKS): the mix never trains on them
+# the bench's coding sessions read these modules (dlite_hf.data.workloads.CODING_TASKS): no mix domain reads their
+# files, but STDLIB_CODE_MODULES names five of them, so the ``code`` domain holds stubs of their functions; the mix
+# keeps those prompts (the shipped datasets rebuild from it by hash) and training drops their rows (held_out_row)
 EVAL_STDLIB_MODULES = frozenset({"json", "textwrap", "shlex", "string", "csv", "io", "codecs"})
+
+
+def held_out_row(row_id: str) -> bool:
+    """Whether a training row's prompt (``stdlib/<module>.<function>``) comes from a module the bench holds out."""
+    return row_id.startswith("stdlib/") and row_id.split("/", 1)[1].split(".")[0] in EVAL_STDLIB_MODULES
+
+
 CODE_INSTRUCTION = "Complete the following Python function. Reply with the whole function in a Python code block."
 _STDLIB_MIN_BODY_LINES = 4
 _STDLIB_MAX_BODY_LINES = 40

@@ -37,7 +37,8 @@ _ROLES = ("system", "user", "assistant", "tool")
 class CodingTask:
     """A coding session: ``modules`` are read in order (a session reads the first ``files`` of them; the first three
     are the default session's), ``frames`` (module, qualified name) form the failing test's traceback, which ends
-    with ``error``. Every module is held out of training (:data:`dlite_hf.data.stdlib.EVAL_STDLIB_MODULES`)."""
+    with ``error``. No training domain reads these modules' files, and training drops the ``code`` stubs of their
+    functions (:data:`dlite_hf.data.stdlib.EVAL_STDLIB_MODULES`, :func:`~dlite_hf.data.stdlib.held_out_row`)."""
 
     id: str
     request: str

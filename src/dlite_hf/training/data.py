@@ -7,6 +7,7 @@ Shapes: ``B`` sequences of length ``T``, ``A`` anchors per sequence, ``K`` draft
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,10 @@ import torch
 from torch.utils.data import Dataset
 
 from ..data.regenerate import TARGET_LABELS
+from ..data.stdlib import held_out_row
 from ..jsonl import read_jsonl
+
+logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100  # transformers' convention: `labels.ne(-100)` counts the items that carry a loss
 
@@ -112,12 +116,20 @@ def block_labels(
 class RegeneratedDataset(Dataset):
     """Rows of a `dlite-hf regenerate` or `dlite-hf label-text` JSONL file: `input_ids` and `loss_mask`, truncated
     to `max_length`. A row with `"label_source": "target"` (label-text) is trained on the target's own argmax at
-    every position instead of its next tokens; any other `label_source` is refused."""
+    every position instead of its next tokens; any other `label_source` is refused. Rows whose prompt is a function
+    of a module the bench's coding sessions read are dropped (`held_out`: their ids)."""
 
     def __init__(self, path_or_rows: str | Path | list[dict[str, Any]], max_length: int = 1024):
         rows = read_jsonl(path_or_rows) if isinstance(path_or_rows, (str, Path)) else list(path_or_rows)
         self.rows = []
+        self.held_out = [row["id"] for row in rows if held_out_row(str(row.get("id", "")))]
+        if self.held_out:
+            logger.warning(
+                "Dropped %d rows of held-out standard-library modules: %s", len(self.held_out), self.held_out
+            )
         for index, row in enumerate(rows):
+            if held_out_row(str(row.get("id", ""))):
+                continue
             if "input_ids" not in row or "loss_mask" not in row or len(row["input_ids"]) != len(row["loss_mask"]):
                 raise ValueError(
                     f"Row {index} ({row.get('id', '?')}) has no input_ids/loss_mask of equal length; expected the "
