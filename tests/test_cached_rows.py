@@ -32,7 +32,8 @@ def test_keeps_exactly_the_rows_with_entries_in_order(tmp_path, capsys):
         {"id": f"r{i}", "input_ids": list(range(100 * i + 1, 100 * i + 20 + i)), "loss_mask": [0] * 8 + [1] * (11 + i)}
         for i in range(4)
     ]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    held = {**rows[0], "id": "stdlib/json.dump"}  # r0's entry would match it: dropped as training drops it
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [*rows, held]))
     layers = _drafter(tmp_path)
     cache = FeatureCache(str(tmp_path / "c"), "tiny", layers, history_free=True, anchor_stride=4, producer="vllm-x")
     for row in [RegeneratedDataset(rows, max_length=16).rows[i] for i in (0, 3)]:  # as truncated for training

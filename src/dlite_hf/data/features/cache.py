@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ...jsonl import read_jsonl, write_jsonl
+from ..stdlib import held_out_row
 from ..vllm_worker import require_python, run_worker, worker_command
 from .transformers import target_features, vocab_stats
 
@@ -193,7 +194,7 @@ def cached_rows(
     cache = FeatureCache(
         str(cache_dir), target, layer_ids, history_free=not all_positions, anchor_stride=anchor_stride
     )
-    raw = read_jsonl(rows)
+    raw = [row for row in read_jsonl(rows) if not held_out_row(str(row.get("id", "")))]  # as the trainer drops them
     dataset = RegeneratedDataset(raw, max_length=max_length)
     if len(dataset.rows) != len(raw):
         raise ValueError(f"{rows}: {len(raw)} rows, {len(dataset.rows)} pass the trainer's filter; expected all.")
