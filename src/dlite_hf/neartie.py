@@ -60,6 +60,15 @@ def float32_reference(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model).float().eval()
 
 
+def crop_to_shared_prefix(cache: Any, cached_ids: list[int], ids: list[int]) -> int:
+    """Crop ``cache`` (holding ``cached_ids``) to the longest prefix they share with ``ids``; returns its length."""
+    shared = first_difference(cached_ids, ids)
+    shared = len(cached_ids) if shared is None else shared
+    if cache.get_seq_length() > shared:
+        cache.crop(shared - cache.get_seq_length())  # transformers 5.24 crops by a negative count of tokens to drop
+    return shared
+
+
 class ScoredContext:
     """The float32 reference with the KV cache of the context it scored last. The methods compared on one turn share
     its prompt, and a session's turns extend it, so each re-scoring prefills only the tokens no earlier one saw (a
@@ -74,10 +83,7 @@ class ScoredContext:
     def logits(self, sequence: torch.Tensor, start: int) -> torch.Tensor:
         """The reference's logits `[T - start, V]` at positions ``start - 1 .. T - 2`` of ``sequence`` `[1, T]`."""
         ids, keep = sequence[0].tolist(), start - 1
-        shared = first_difference(self.ids, ids[:keep])
-        shared = len(self.ids) if shared is None else shared
-        if self.cache.get_seq_length() > shared:
-            self.cache.crop(shared - self.cache.get_seq_length())  # transformers 5.24 crops by a negative count
+        shared = crop_to_shared_prefix(self.cache, self.ids, ids[:keep])
         device = next(self.reference.parameters()).device
         out = self.reference(sequence[:, shared:].to(device), past_key_values=self.cache, use_cache=True)
         self.cache.crop(keep - len(ids))  # keep the context, not the continuation
@@ -96,11 +102,8 @@ def _rescored(
         raise ValueError(f"expected one sequence of shape [1, T], got {tuple(sequence.shape)}.")
     if not 1 <= start <= sequence.shape[1]:
         raise ValueError(f"start={start} must be in 1..{sequence.shape[1]} (the prompt is at least one token).")
-    if isinstance(reference, ScoredContext):
-        logits = reference.logits(sequence, start)
-    else:
-        device = next(reference.parameters()).device
-        logits = reference(sequence.to(device)).logits[0, start - 1 : -1].float().cpu()
+    context = reference if isinstance(reference, ScoredContext) else ScoredContext(reference)
+    logits = context.logits(sequence, start)
     if processors is None:
         return logits
     sequence = sequence.cpu()

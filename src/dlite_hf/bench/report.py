@@ -301,8 +301,7 @@ def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str
         summary = {(r.workload, r.method): r for r in context_rows(result.records, list(result.methods))}
         if not summary:
             raise ValueError(
-                "The run has no multi-turn session: table context buckets their turns by context length; pass a run "
-                "with --workloads agentic (--coding-files 8 grows a session past 16k tokens)."
+                "The run has no multi-turn session: table context buckets their turns; pass an agentic run."
             )
     else:
         summary = result.rows_by_key()
@@ -327,6 +326,6 @@ def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str
     if not out:
         raise ValueError(
             f"The run has none of table {table}'s rows ({', '.join(README_LABELS[table])}): it measured no such "
-            "workloads. Pass a run that did."
+            "workloads."
         )
     return out

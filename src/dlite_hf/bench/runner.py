@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from ..chat_template import chat_prompt_ids
 from ..data.workloads import as_session
-from ..neartie import first_difference
+from ..neartie import crop_to_shared_prefix, first_difference
 from .journal import Journal
 from .measure import _Runner, environment_info
 from .methods import BenchMethod, make_methods
@@ -330,13 +330,6 @@ def _starting_cache(runner: _Runner, method: BenchMethod, kept: tuple[Any, list[
     forward over the whole prompt on a pre-filled cache, so those (left as upstream) prefill each turn afresh."""
     if not runner.prefix_cache or method.kind not in ("plain", "dlite"):
         return None
-    if kept is not None:
-        cache, cached_ids = kept
-        shared = first_difference(cached_ids, ids[:-1])
-        shared = len(cached_ids) if shared is None else shared
-        if shared:
-            excess = cache.get_seq_length() - shared
-            if excess > 0:
-                cache.crop(-excess)  # transformers 5.24 crops by a negative count of tokens to drop
-            return cache
+    if kept is not None and crop_to_shared_prefix(*kept, ids[:-1]):
+        return kept[0]
     return DynamicCache(config=runner.target.config)

@@ -121,14 +121,10 @@ class RegeneratedDataset(Dataset):
 
     def __init__(self, path_or_rows: str | Path | list[dict[str, Any]], max_length: int = 1024):
         rows = read_jsonl(path_or_rows) if isinstance(path_or_rows, (str, Path)) else list(path_or_rows)
-        self.rows = []
-        self.held_out = [row["id"] for row in rows if held_out_row(str(row.get("id", "")))]
-        if self.held_out:
-            logger.warning(
-                "Dropped %d rows of held-out standard-library modules: %s", len(self.held_out), self.held_out
-            )
+        self.rows, self.held_out = [], []
         for index, row in enumerate(rows):
             if held_out_row(str(row.get("id", ""))):
+                self.held_out.append(row["id"])
                 continue
             if "input_ids" not in row or "loss_mask" not in row or len(row["input_ids"]) != len(row["loss_mask"]):
                 raise ValueError(
@@ -144,6 +140,10 @@ class RegeneratedDataset(Dataset):
             ids, mask = row["input_ids"][:max_length], row["loss_mask"][:max_length]
             if sum(mask[2:]) > 0:  # an anchor needs a position before it and a masked label after it
                 self.rows.append({"input_ids": ids, "loss_mask": mask, "target_labels": source == TARGET_LABELS})
+        if self.held_out:
+            logger.warning(
+                "Dropped %d rows of held-out standard-library modules: %s", len(self.held_out), self.held_out
+            )
         if not self.rows:
             raise ValueError("No usable rows: every row is empty or has no response tokens within max_length.")
 
