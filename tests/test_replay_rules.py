@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from dlite_hf.bench import replay_rules
+from dlite_hf.bench import replay, replay_rules
 from dlite_hf.bench.replay import context_key
 from dlite_hf.chat_template import chat_prompt_ids
 from dlite_hf.cli import main
@@ -144,3 +144,25 @@ def test_the_runner_refuses_another_kinds_replay_data(tmp_path):
     data.write_text(json.dumps({"sessions": {}, "forward_s": {}, "drafter_s": 0.005}))  # the hybrid's
     with pytest.raises(SystemExit, match=r"--replay-data .*: no turns, drafter_skip_s, drafter_step_s"):
         main(["bench", "replay", "rules", "--replay-data", str(data), "--out", str(tmp_path / "out.json")])
+
+
+@pytest.mark.parametrize("kind", ["rules", "hybrid"])
+def test_the_replay_loads_the_target_in_the_dtype_asked(tmp_path, monkeypatch, kind):
+    """`--dtype bfloat16` (the fast mode of a CPU with native bfloat16) reaches the target's loading; float16 is
+    refused by the parser."""
+    seen = []
+
+    def load_models(target, drafter, attention, threads, dtype):
+        seen.append(dtype)
+        raise SystemExit("loaded")
+
+    monkeypatch.setattr(replay, "load_models", load_models)
+    argv = ["bench", "replay", kind, "--out", str(tmp_path / "out.json")]
+    with pytest.raises(SystemExit, match="loaded"):
+        main([*argv, "--dtype", "bfloat16"])
+    with pytest.raises(SystemExit, match="loaded"):
+        main(argv)
+    assert seen == ["bfloat16", "float32"]
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--dtype", "float16"])
+    assert refused.value.code == 2

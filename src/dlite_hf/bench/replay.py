@@ -167,13 +167,13 @@ def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], position: int) 
     return accepted
 
 
-def load_models(target: str, drafter: str, attention: str, threads: int) -> tuple[Any, Any, Any]:
-    """(float32 target, tokenizer, bound drafter) on `threads` threads with GQA SDPA forced, as the README's runs."""
+def load_models(target: str, drafter: str, attention: str, threads: int, dtype: str) -> tuple[Any, Any, Any]:
+    """(target in `dtype`, tokenizer, bound drafter) on `threads` threads, GQA SDPA forced, as the README's runs."""
     from ..assets import load_drafter, open_target
 
     torch.set_num_threads(threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    model, tokenizer, _ = open_target(target, dtype="float32", attention=attention)
+    model, tokenizer, _ = open_target(target, dtype=dtype, attention=attention)
     return model, tokenizer, load_drafter(drafter, model).bind_target(model)
 
 
@@ -193,6 +193,7 @@ def add_replay_parser(sub: argparse._SubParsersAction, kinds: Sequence[Any]) -> 
         kind_parser.add_argument("--drafter", default=DEFAULT_DRAFTER, help="a drafter folder or name")
         kind_parser.add_argument("--max-new-tokens", type=int, default=kind.MAX_NEW_TOKENS)
         kind_parser.add_argument("--threads", type=positive_int("--threads"), default=1)
+        kind_parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="the target's")
         kind_parser.add_argument(
             "--replay-data",
             type=Path,

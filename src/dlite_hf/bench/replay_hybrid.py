@@ -128,7 +128,7 @@ def tuning_workloads(tokenizer: Any, num_prompts: int, max_tokens: int, max_turn
 def collect(args: Any) -> dict[str, Any]:
     """The replay data of the tuning split, loading the models: its turns (plain runs, the drafts at every
     position), the forward costs by context, and the drafter's median seconds a call."""
-    target, tokenizer, drafter = replay.load_models(args.target, args.drafter, "sdpa", args.threads)
+    target, tokenizer, drafter = replay.load_models(args.target, args.drafter, "sdpa", args.threads, args.dtype)
     sessions: dict[str, list[list[HybridTurn]]] = {}
     for label, items in tuning_workloads(tokenizer, args.num_prompts, args.max_tokens, args.max_turns).items():
         for item in items:

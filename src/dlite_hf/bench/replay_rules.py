@@ -199,7 +199,9 @@ def measure_drafter_round(target, drafter, turns: list[RulesTurn], repeats: int 
 def collect(args: Any) -> dict[str, Any]:
     """The replay data, loading the models: the turns (plain runs, K drafts and what the rules read at every
     position), the forward costs by context, and the drafter's round costs."""
-    target, tokenizer, drafter = replay.load_models(args.target, args.drafter, args.attention, args.threads)
+    target, tokenizer, drafter = replay.load_models(
+        args.target, args.drafter, args.attention, args.threads, args.dtype
+    )
     turns = []
     for prompt in unseen_prompts(args.domains, args.exclude, args.seed, args.max_prompt_tokens, tokenizer):
         plain = replay.plain_greedy(target, prompt["ids"], args.max_new_tokens)
