@@ -123,9 +123,9 @@ def test_the_readme_context_table_shows_tau_and_decode_speedup_per_bucket():
     for session in ("a", "b"):
         for turn, context in enumerate((500, 14000)):
             records.append(_record(session, turn, "plain", context, 1.0, 4.0))
-            for i, method in enumerate(report.QWEN_METHODS):
+            for i, method in enumerate(report.CONTEXT_METHODS):
                 records.append(_record(session, turn, method, context, 1.5 + i / 2, 4.0 / (1.5 + i / 2)))
-    methods = {m: {} for m in ("plain", *report.QWEN_METHODS)}
+    methods = {m: {} for m in ("plain", *report.CONTEXT_METHODS)}
     document = {"meta": {}, "methods": methods, "workloads": ["agentic"], "records": records}
     rows = report.readme_rows(document | {"summary": []}, "context")
     assert list(rows) == ["ctx <2k", "ctx 12k-16k"]

@@ -20,7 +20,7 @@ def _summary(methods: tuple[str, ...]) -> list[dict]:
             "tok_s": 10.0,
             "mean_tau": 1.0 + i,
             "tau_pooled": 1.0,
-            "speedup": [1.0, 1.5, 1.2, 1.1, 1.4][i],
+            "speedup": [1.0, 1.5, 1.2, 1.1, 1.4, 1.3][i],
             "decode_speedup": 1.0,
         }
         for i, m in enumerate(methods)
@@ -61,12 +61,15 @@ def test_the_tables_command_prints_the_header_and_the_rows(tmp_path, capsys) -> 
         main(["bench", "tables", "main", "missing", "--results", str(tmp_path)])
 
 
-def test_the_qwen_table_compares_assisted_decoding_instead_of_dlite_at_k(tmp_path, capsys) -> None:
+def test_the_qwen_table_adds_assisted_decoding_to_the_smollm2_columns(tmp_path, capsys) -> None:
     summary = [row | {"workload": "chat"} for row in _summary(("plain", *report.QWEN_METHODS))]
     (tmp_path / "run.json").write_text(json.dumps({"summary": summary}))
     assert main(["bench", "tables", "qwen", "run", "--results", str(tmp_path)]) == 0
-    header, row = capsys.readouterr().out.splitlines()[::2]
-    assert "assisted (SmolLM2-135M)" in header and "K every round" not in header
-    assert row == "| chat (MT-bench) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x |"
+    header, align, row = capsys.readouterr().out.splitlines()
+    assert "| assisted (SmolLM2-135M) | DLite (shipped) | DLite, K every round |" in header
+    assert header.count("|") == align.count("|") == row.count("|") == 8
+    assert row == (
+        "| chat (MT-bench) | 10.00 | 2.00 / **1.50x** | 3.00 / 1.20x | 4.00 / 1.10x | 5.00 / 1.40x | 6.00 / 1.30x |"
+    )
     with pytest.raises(ValueError, match="has no assisted rows; table qwen compares prompt_lookup, assisted"):
         report.readme_rows({"summary": [r for r in summary if r["method"] != "assisted"]}, "qwen")

@@ -456,6 +456,28 @@ def _qwen_tau_cells(entry: dict, tau: dict) -> list[str]:
     )
 
 
+def _check_qwen_paragraph(readme: str) -> None:
+    """The paragraph under the README's Qwen table: its figures are the run's and the earlier Xeon run's."""
+    run, xeon = (
+        {
+            row["method"]: row
+            for row in json.loads((RESULTS / f"{name}.json").read_text())["summary"]
+            if row["workload"] == "all"
+        }
+        for name in (QWEN_RUN, QWEN_RUN + "-xeon")
+    )
+    plain = [row["plain"] for row in (run, xeon)]
+    share = [f"{100 * p['prefill_s'] / p['wall_s']:.0f}%" for p in plain]
+    step = [f"{p['target_ms_per_round']:.0f}" for p in plain]
+    for text in (
+        f"{run['dlite']['speedup']:.2f}x over all against {run['dlite_fixed']['speedup']:.2f}x for K every round",
+        f"DLite {xeon['dlite']['speedup']:.2f}x, hybrid {xeon['hybrid']['speedup']:.2f}x): {share[0]} of plain's "
+        f"time against {share[1]}, for a decode step of about the same cost ({step[0]} and {step[1]} ms)",
+        f"the hybrid is {run['hybrid']['decode_speedup']:.2f}x plain and DLite {run['dlite']['decode_speedup']:.2f}x",
+    ):
+        assert text in readme, text
+
+
 def test_the_qwen_figures_are_the_result_files() -> None:
     """The training log's Qwen tau table and the README's Qwen paragraph (issue 43)."""
     _check_log_table(
@@ -483,6 +505,10 @@ def test_the_qwen_figures_are_the_result_files() -> None:
     assert (
         sha == hashlib.sha256((REPO / "drafters/dlite-qwen2.5-coder-0.5b/model.safetensors").read_bytes()).hexdigest()
     )
+    _check_qwen_paragraph(readme)
+    config = json.loads((REPO / "drafters/dlite-qwen2.5-coder-0.5b/config.json").read_text())
+    rules = ("draft_confidence_threshold", "draft_skip_threshold", "draft_lengths")  # the shipped adaptive drafting
+    assert {key: result.methods["dlite"]["drafter"][key] for key in rules} == {key: config[key] for key in rules}
     serving = json.loads((RESULTS / "serve-vllm-qwen2.5-coder-0.5b.json").read_text())["results"]
     one = {(r["workload"], r["method"]): f"{r['speedup']:.2f}x" for r in serving if r["concurrency"] == 1}
     dlite = [one[(w, "dlite")] for w in ("agentic", "math", "chat")]

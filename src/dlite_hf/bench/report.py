@@ -20,16 +20,16 @@ from .summary import CONTEXT_STARTS, context_rows, summarize
 
 RESULTS = Path("benchmarks") / "results"  # where `dlite-hf bench` writes by default (--out)
 README_METHODS = ("prompt_lookup", "dlite", "dlite_fixed", "hybrid")  # the SmolLM2 tables' columns
-QWEN_METHODS = ("prompt_lookup", "assisted", "dlite", "hybrid")  # the Qwen table: K every round is its shipped DLite
-_ALIGN = "\n|---|---:|---:|---:|---:|---:|"  # every README table's second line
-README_HEADER = (
-    "| workload | plain tok/s | prompt lookup | DLite (shipped) | DLite, K every round | **hybrid** |" + _ALIGN
-)
-_QWEN_COLUMNS = "| prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |" + _ALIGN
-QWEN_HEADER = "| workload | plain tok/s " + _QWEN_COLUMNS
+QWEN_METHODS = ("prompt_lookup", "assisted", "dlite", "dlite_fixed", "hybrid")  # SmolLM2's columns and assisted
+CONTEXT_METHODS = ("prompt_lookup", "assisted", "dlite", "hybrid")
+_ALIGN = "\n|---|---:|---:|---:|---:|---:|"  # the second line of a README table of six columns
+_DLITE_COLUMNS = "| DLite (shipped) | DLite, K every round | **hybrid** |"
+README_HEADER = "| workload | plain tok/s | prompt lookup " + _DLITE_COLUMNS + _ALIGN
+QWEN_HEADER = "| workload | plain tok/s | prompt lookup | assisted (SmolLM2-135M) " + _DLITE_COLUMNS + _ALIGN + "---:|"
 # the long-session table: the turns by context bucket (summary.context_rows), each cell tau / decode speedup (with a
 # prefix cache plain and DLite prefill a turn's new tokens only, prompt lookup and assisted the whole context)
-CONTEXT_HEADER = "| context (turns) | plain ms/token " + _QWEN_COLUMNS
+_CONTEXT_COLUMNS = "| prompt lookup | assisted (SmolLM2-135M) | DLite | **hybrid** |"
+CONTEXT_HEADER = "| context (turns) | plain ms/token " + _CONTEXT_COLUMNS + _ALIGN
 # README label of each workload (a `{n}` is the row's prompt count)
 README_LABELS: dict[str, dict[str, str]] = {
     "main": {
@@ -56,7 +56,7 @@ README_TABLES = {
     "main": (README_HEADER, README_METHODS, "speedup"),
     "ood": (README_HEADER, README_METHODS, "speedup"),
     "qwen": (QWEN_HEADER, QWEN_METHODS, "speedup"),
-    "context": (CONTEXT_HEADER, QWEN_METHODS, "decode_speedup"),
+    "context": (CONTEXT_HEADER, CONTEXT_METHODS, "decode_speedup"),
 }
 
 
