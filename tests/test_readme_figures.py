@@ -148,6 +148,7 @@ def test_the_training_logs_every_row_table_is_the_result_file() -> None:
 
 MAIN_RUN = "smollm2-135m-main-bf16-packed-r4"  # the README's main table
 OOD_RUN = "smollm2-135m-ood-bf16-packed"  # the out-of-domain table (benchmarks/README.md)
+SERVE_QWEN = "serve-vllm-qwen2.5-coder-0.5b"
 QWEN_RUN = "qwen2.5-coder-0.5b-generate"  # the README's Qwen table, measured with the shipped Qwen drafter
 
 
@@ -519,18 +520,23 @@ def test_the_qwen_figures_are_the_result_files() -> None:
 
 def test_the_qwen_serving_section_is_the_result_files(repo_script) -> None:
     """benchmarks/README.md's Qwen vLLM section: the table is `serve_vllm.py --report` of the shipped drafter's run,
-    and its comparison with the first drafter's run quotes both files' tau."""
+    and its comparisons with the runs drafting K every round quote the files."""
     serve = repo_script("benchmarks/serve_vllm.py")
     page = (REPO / "benchmarks" / "README.md").read_text()
+    shipped, fixed, first = "serve-vllm-qwen2.5-coder-0.5b", f"{SERVE_QWEN}-k-every-round", f"{SERVE_QWEN}-step1638"
     runs = {}
-    for name in ("serve-vllm-qwen2.5-coder-0.5b", "serve-vllm-qwen2.5-coder-0.5b-step1638"):
+    for name in (shipped, fixed, first):
         results = json.loads((RESULTS / f"{name}.json").read_text())["results"]
-        runs[name] = {(r["workload"], r["method"]): r for r in results if r["concurrency"] == 1}
-    assert serve.report(json.loads((RESULTS / "serve-vllm-qwen2.5-coder-0.5b.json").read_text())["results"]) in page
+        runs[name] = {(r["workload"], r["method"], r["concurrency"]): r for r in results}
+    assert serve.report(json.loads((RESULTS / f"{shipped}.json").read_text())["results"]) in page
     text = " ".join(page.split())
-    taus = {
-        name: " / ".join(f"{run[(w, 'dlite')]['tau']:.2f}" for w in ("agentic", "chat", "code", "math"))
-        for name, run in runs.items()
-    }
-    assert f"DLite's tau was {taus['serve-vllm-qwen2.5-coder-0.5b-step1638']} on agentic, chat, code" in text
-    assert f"(now {taus['serve-vllm-qwen2.5-coder-0.5b']})" in text
+
+    def cells(name: str, key: str, unit: str = "") -> str:
+        return " / ".join(f"{runs[name][(w, 'dlite', 1)][key]:.2f}{unit}" for w in ("agentic", "chat", "code", "math"))
+
+    assert f"DLite {cells(fixed, 'speedup', 'x')} plain on agentic, chat, code and math at c = 1" in text
+    assert f"tau {cells(fixed, 'tau')} (with the rules {cells(shipped, 'tau')})" in text
+    assert f"DLite's tau was {cells(first, 'tau')}." in text
+    for name, low, high in ((shipped, "1.8", "2.2"), (fixed, "2.9", "5.5")):  # verified positions per output token
+        work = [serve.target_work(runs[name][(w, "dlite", 4)]) for w in ("agentic", "chat", "code", "math")]
+        assert float(low) - 0.05 <= min(work) and max(work) < float(high) + 0.05, (name, work)
