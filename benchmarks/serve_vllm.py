@@ -164,34 +164,6 @@ def report(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def readme_table(results: list[dict], workloads: tuple[str, ...] = ("code", "math", "agentic", "chat")) -> str:
-    """The README's compact table: each workload at the lowest concurrency, then every higher concurrency over the
-    workloads measured there (the geometric mean of the speedups; plain's tokens/s summed); each cell a method's
-    speedup over plain vLLM (above 1 in bold), with tau at the lowest concurrency."""
-    levels = sorted({r["concurrency"] for r in results})
-    methods = [m for m in dict.fromkeys(r["method"] for r in results) if m != "plain"]
-    cell = {(r["workload"], r["concurrency"], r["method"]): r for r in results}
-
-    def shown(value: float, tau: float | None = None) -> str:
-        text = f"**{value:.2f}x**" if value > 1 else f"{value:.2f}x"
-        return text if tau is None else f"{text} / {tau:.2f}"
-
-    head = "| workload, concurrency | plain tok/s | " + " | ".join(methods) + " |"
-    lines = [head, "|---|" + "---:|" * (len(methods) + 1)]
-    for workload in workloads:
-        first = {m: cell[(workload, levels[0], m)] for m in ("plain", *methods)}
-        cells = [f"{first['plain']['tokens_per_s']:.1f}"]
-        cells += [shown(first[m]["speedup"], first[m]["tau"]) for m in methods]
-        lines.append(f"| {workload}, c = {levels[0]} | " + " | ".join(cells) + " |")
-    for level in levels[1:]:
-        present = [w for w in workloads if (w, level, "plain") in cell]  # a run stopped early lacks some
-        cells = [f"{sum(cell[(w, level, 'plain')]['tokens_per_s'] for w in present):.0f}"]
-        cells += [shown(statistics.geometric_mean(cell[(w, level, m)]["speedup"] for w in present)) for m in methods]
-        label = "all four" if len(present) == len(workloads) else ", ".join(present)
-        lines.append(f"| {label}, c = {level} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=Path, help="benchmarks/vllm_prompts.py output")
