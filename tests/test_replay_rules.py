@@ -5,6 +5,7 @@ saved replay data, and on the real target against the rounds `generate()` runs w
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -81,22 +82,30 @@ def test_grid_refusals():
             replay_rules.parse_grid(bad)
 
 
+# one turn of saved replay data (the hand-worked prompt of test_replay_by_hand) and its forward costs
+SAVED = {
+    "turns": [
+        {
+            "domain": "d",
+            "prompt_id": "a",
+            "ids": [1, 2],
+            "plain": [10, 11, 12, 13, 14],
+            "drafts": [[11, 12, 99], [12, 13, 14], [13, 14, 0], [14, 0, 0]],
+            "chosen": [[0.9, 0.2, 0.9]] * 4,
+            "first_top": [0.9, 0.4, 0.9, 0.9],
+        }
+    ],
+    "forward_s": {"512": {"1": 1.0, "2": 1.5, "3": 1.75, "4": 2.0}},
+    "drafter_skip_s": 0.25,
+    "drafter_step_s": 0.125,
+}
+
+
 def test_the_runner_replays_saved_data_without_a_model(tmp_path):
     """The runner on saved replay data: K every round and the shipped rule first, then the grid's, ranked; the
     same rows as the replay of each rule."""
-    drafts = [[11, 12, 99], [12, 13, 14], [13, 14, 0], [14, 0, 0]]
-    turn = {
-        "domain": "d",
-        "prompt_id": "a",
-        "ids": [1, 2],
-        "plain": [10, 11, 12, 13, 14],
-        "drafts": drafts,
-        "chosen": [[0.9, 0.2, 0.9]] * 4,
-        "first_top": [0.9, 0.4, 0.9, 0.9],
-    }
     data = tmp_path / "replay.json"
-    costs = {"512": {"1": 1.0, "2": 1.5, "3": 1.75, "4": 2.0}}
-    data.write_text(json.dumps({"turns": [turn], "forward_s": costs, "drafter_skip_s": 0.25, "drafter_step_s": 0.125}))
+    data.write_text(json.dumps({**SAVED, "collect_s": 712.0}))
     out = tmp_path / "rules.json"
     argv = ["bench", "replay", "rules", "--replay-data", str(data), "--out", str(out), "--grid", "0.5:0,0:0.5"]
     assert main(argv) == 0
@@ -111,6 +120,23 @@ def test_the_runner_replays_saved_data_without_a_model(tmp_path):
     (half,) = [row for row in result["rules"] if row["name"] == "confidence 0.5, skip 0, lengths any"]
     assert half["all"]["rounds"] == 2 and half["all"]["tau"] == 2.0
     assert result["drafter_ms"] == {"skipped_round": 250.0, "further_step": 125.0}
+    assert result["collect_s"] == 712.0  # the collection's seconds, not this invocation's
+
+
+def test_a_collection_records_its_seconds(tmp_path, monkeypatch):
+    """Collected data (no --replay-data file yet) is written with the collection's seconds, and the result keeps
+    them when a later run reads the file; data without turns is refused."""
+    data = tmp_path / "replay.json"
+    monkeypatch.setattr(replay_rules, "collect", lambda args: (time.sleep(0.05), dict(SAVED))[1])
+    argv = ["bench", "replay", "rules", "--replay-data", str(data), "--grid", "0:0"]
+    assert main([*argv, "--out", str(tmp_path / "first.json")]) == 0
+    collected = json.loads(data.read_text())["collect_s"]
+    assert collected >= 0.05 and json.loads((tmp_path / "first.json").read_text())["collect_s"] == collected
+    assert main([*argv, "--out", str(tmp_path / "again.json")]) == 0
+    assert json.loads((tmp_path / "again.json").read_text())["collect_s"] == collected
+    data.write_text(json.dumps({**SAVED, "turns": []}))
+    with pytest.raises(SystemExit, match="holds no turns"):
+        main([*argv, "--out", str(tmp_path / "none.json")])
 
 
 @pytest.mark.real

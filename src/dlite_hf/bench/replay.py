@@ -219,17 +219,21 @@ def run_replay(kind: Any, args: argparse.Namespace) -> int:
     for key in args.replay_flags:
         if getattr(args, key) is not None:
             command += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    document = {"command": shlex.join(command), **head, "duration_s": time.time() - started, **rules}
+    # duration_s: this invocation (seconds when it read --replay-data); collect_s: the collection's, wherever it ran
+    timing = {"duration_s": time.time() - started, "collect_s": data.get("collect_s")}
+    document = {"command": shlex.join(command), **head, **timing, **rules}
     write_json(args.out, document, indent=1)
     return 0
 
 
 def _replay_data(args: argparse.Namespace, keys: tuple[str, ...], collect: Any) -> dict[str, Any]:
     """What the replay needs: read from --replay-data when it is there (no model loaded), which must hold `keys`;
-    else ``collect(args)`` (loading the models), written to --replay-data when given."""
+    else ``collect(args)`` (loading the models) with its seconds (``collect_s``), written to --replay-data if given."""
     path = args.replay_data.expanduser() if args.replay_data is not None else None
     if path is None or not path.is_file():
+        started = time.time()
         data = collect(args)
+        data = {**data, "collect_s": time.time() - started}
         if path is not None:
             write_json(path, data)
         return data

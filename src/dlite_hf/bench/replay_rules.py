@@ -253,6 +253,8 @@ def check(args: argparse.Namespace) -> list:
 def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple[dict[str, Any], dict[str, Any]]:
     """Replay the grid's rules on the unseen prompts' data and print the best; (the document's head, its rows)."""
     turns = [RulesTurn(**turn) for turn in data["turns"]]
+    if not turns:
+        raise SystemExit("The replay data holds no turns: expected at least one prompt's plain run and drafts.")
     costs, skip_s, step_s = replay.costs_from_json(data["forward_s"]), data["drafter_skip_s"], data["drafter_step_s"]
     results = rule_rows(turns, grid, costs, skip_s, step_s)
     ranked = sorted(results, key=lambda r: -r["all"]["speedup_est"])
