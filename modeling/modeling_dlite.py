@@ -22,6 +22,7 @@ try:
     from .configuration_dlite import DLiteConfig
     from .drafting import DraftRules, draft_tokens, row_lengths
     from .integration import install_generate_hook
+    from .packed_linear import PackedWeight, pack_linears, packed_linear
     from .suffix_index import DraftSession
     from .target_binding import TargetBindingMixin
 except ImportError as error:  # a folder whose code files were copied from different releases
@@ -112,6 +113,8 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         ids = None if config.draft_vocab_size is None else torch.arange(config.draft_vocab_size)
         self.register_buffer("draft_vocab_ids", ids, persistent=True)  # None (not saved): the full vocabulary
         self.last_generation_stats = None
+        pack_linears(self)  # inference in bfloat16 on a CPU: weights packed once (packed_linear.py)
+        self._head_packing = PackedWeight()
         self.post_init()
         install_generate_hook()  # on first use of a drafter, not on import: generate(assistant_model=self) works
 
@@ -199,7 +202,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         rounding."""
         out, state = self._sequential_head_step(block, prev_ids, state)
         weight, bias = self._inference_head()
-        return nn.functional.linear(self.norm(out).to(weight.dtype), weight, bias).float(), state
+        return packed_linear(self.norm(out).to(weight.dtype), weight, bias, self._head_packing).float(), state
 
     def _sequential_head_step(
         self, block: torch.Tensor, prev_ids: torch.Tensor, state: torch.Tensor | None

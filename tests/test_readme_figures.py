@@ -543,3 +543,22 @@ def test_the_qwen_serving_section_is_the_result_files(repo_script) -> None:
     for name, low, high in ((shipped, "1.8", "2.2"), (fixed, "2.9", "5.5")):  # verified positions per output token
         work = [serve.target_work(runs[name][(w, "dlite", 4)]) for w in ("agentic", "chat", "code", "math")]
         assert float(low) - 0.05 <= min(work) and max(work) < float(high) + 0.05, (name, work)
+
+
+def test_the_packed_weights_ab_is_the_result_files() -> None:
+    """benchmarks/README.md: the drafter's round and speedups before / after its weights were packed once."""
+    text = (REPO / "benchmarks" / "README.md").read_text()
+    section = text[text.index("### The drafter's weights packed once") :].split("\n### ")[0]
+    for target in ("qwen2.5-coder-0.5b", "smollm2-135m"):
+        cells = {"dlite": [], "hybrid": []}
+        drafter = []
+        for arm in ("eager", "packed"):
+            summary = json.loads((RESULTS / f"{target}-packed-ab-{arm}.json").read_text())["summary"]
+            rows = {row["method"]: row for row in summary if row["workload"] == "all"}
+            drafter.append(f"{rows['dlite']['drafter_ms_per_round']:.1f}")
+            for method in cells:
+                cells[method].append(f"{rows[method]['speedup']:.2f}x")
+        expected = (
+            f"| {target} | {' / '.join(drafter)} | {' / '.join(cells['dlite'])} | {' / '.join(cells['hybrid'])} |"
+        )
+        assert expected in section, expected

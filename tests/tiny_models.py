@@ -42,6 +42,7 @@ HUB_CODE_FILES = (
     "tapping.py",
     "suffix_index.py",
     "target_binding.py",
+    "packed_linear.py",
 )
 
 TINY_ARCHS = {

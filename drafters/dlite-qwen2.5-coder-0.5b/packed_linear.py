@@ -1,0 +1,1 @@
+../../modeling/packed_linear.py
