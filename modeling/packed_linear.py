@@ -4,7 +4,7 @@ There `nn.Linear` hands oneDNN a plain weight, repacked into its blocked layout 
 few rows the repacking costs about what the product does. :class:`PackedLinear` packs once (again when the weight
 changes) and computes the same bits (`tests/test_packed_linear.py`), under `torch.no_grad()`, for bfloat16 on a CPU
 whose oneDNN computes it natively; elsewhere (training, float32, CUDA, a torch without the ops) it is `nn.Linear`.
-Parameters and state dicts stay `nn.Linear`'s.
+Parameters and state dicts stay `nn.Linear`'s. A target's layers gain as much (`pack_linears`, opt-in).
 """
 
 from __future__ import annotations
@@ -68,12 +68,23 @@ class PackedLinear(nn.Linear):
         return packed_linear(inputs, self.weight, self.bias, self._packing)
 
 
-def pack_linears(module: nn.Module) -> None:
+def pack_linears(module: nn.Module, check: bool = False) -> nn.Module:
     """Make every `nn.Linear` under `module` (that class exactly: no subclass, quantised or adapter layer) a
-    :class:`PackedLinear` sharing its parameters."""
+    :class:`PackedLinear` sharing its parameters; returns `module`. `check`: first refuse a module that would never
+    take the packed path (not bfloat16 on a CPU, or no packing here), so asking for it cannot silently do nothing.
+    The drafter packs its own layers; a target's (`dlite_hf.pack_linears(model)`, `--pack-weights`) is opt-in."""
+    if check:
+        weights = {(p.dtype, p.device.type) for p in module.parameters()}
+        if weights != {(torch.bfloat16, "cpu")} or not packing_supported():
+            raise ValueError(
+                f"Packed weights apply to bfloat16 on a CPU whose oneDNN computes bfloat16 natively; got weights "
+                f"{sorted(f'{d} on {t}' for d, t in weights)} (packing supported here: {packing_supported()}). "
+                "Load the model in bfloat16 on the CPU, or leave its weights unpacked."
+            )
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
                 layer = PackedLinear(child.in_features, child.out_features, child.bias is not None, device="meta")
                 layer.weight, layer.bias = child.weight, child.bias
                 setattr(parent, name, layer)
+    return module

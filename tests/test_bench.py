@@ -356,7 +356,9 @@ def test_run_bench_refuses_a_bad_repeat_count(tiny, tokenizer, repeats):
 
 def _patch_cli(monkeypatch, tiny, tokenizer) -> None:
     target, drafters = tiny
-    monkeypatch.setattr(bench_command, "_load_target", lambda name, dtype, attention: (target, tokenizer, "/tiny"))
+    monkeypatch.setattr(
+        bench_command, "_load_target", lambda name, dtype, attention, pack_weights: (target, tokenizer, "/tiny")
+    )
     monkeypatch.setattr(bench_command, "_load_drafter", lambda path, dtype: drafters[path])
 
 
@@ -501,7 +503,7 @@ def test_skipped_rounds_count_as_drafting_calls(tiny, tokenizer, tmp_path, monke
     ],
 )
 def test_bad_flags_say_what_is_allowed(argv, message, monkeypatch):
-    def no_load(name, dtype, attention):
+    def no_load(name, dtype, attention, pack_weights):
         raise AssertionError("flags must be checked before any model is loaded")
 
     monkeypatch.setattr(bench_command, "_load_target", no_load)
@@ -663,3 +665,20 @@ def test_speedup_is_a_tokens_per_second_ratio_so_a_shorter_output_is_not_faster(
     assert rows["dlite"]["wall_ratio"] == pytest.approx(2.0)  # what a wall-time ratio would have claimed
     same = {r["method"]: r for r in summarize(records[:3], ["plain", "dlite"], ["chat"])}
     assert same["dlite"]["speedup"] == pytest.approx(2.0) == same["dlite"]["wall_ratio"]  # identical outputs
+
+
+def test_pack_weights_reaches_the_loading_and_the_record(tiny, tokenizer, tmp_path, monkeypatch):
+    """`--pack-weights` loads the target with packed weights, and the run says so (command, meta, table header)."""
+    target, drafters = tiny
+    seen = []
+
+    def load(name, dtype, attention, pack_weights):
+        seen.append(pack_weights)
+        return target, tokenizer, "/tiny"
+
+    monkeypatch.setattr(bench_command, "_load_target", load)
+    monkeypatch.setattr(bench_command, "_load_drafter", lambda path, dtype: drafters[path])
+    assert main(_cli(tmp_path, "--pack-weights")) == 0
+    result = json.loads((tmp_path / "cli.json").read_text())
+    assert seen == [True] and result["meta"]["pack_weights"] is True and "--pack-weights" in result["meta"]["command"]
+    assert "the target on weights packed once" in (tmp_path / "cli.md").read_text()

@@ -111,3 +111,25 @@ def test_a_bfloat16_round_drafts_what_nn_linear_drafts(monkeypatch):
     monkeypatch.setattr(packed_linear, "packing_supported", lambda: False)
     plain_tokens, plain_logits = draft_tokens(drafter, context.to(torch.bfloat16), anchors, k, DraftRules())
     assert torch.equal(tokens, plain_tokens) and torch.equal(logits, plain_logits)
+
+
+def test_packing_a_target_is_checked_and_changes_no_output():
+    """`dlite_hf.pack_linears(target, check=True)`: refused (saying why) where no layer would take the packed path;
+    on a bfloat16 target, plain and DLite greedy outputs are those of the unpacked target."""
+    import dlite_hf
+
+    float32_target = make_tiny_target("qwen3", seed=7)
+    with pytest.raises(ValueError, match=r"bfloat16 on a CPU .* got weights \['torch.float32 on cpu'\]"):
+        dlite_hf.pack_linears(float32_target, check=True)
+    if not packed_linear.packing_supported():
+        pytest.skip("this torch or CPU has no oneDNN bfloat16 weight packing")
+    target = make_tiny_target("qwen3", seed=7).to(torch.bfloat16).eval()
+    drafter = make_drafter(target, seed=7).to(torch.bfloat16)
+    prompt = torch.randint(1, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    plain = target.generate(prompt, max_new_tokens=24, do_sample=False)
+    fast = target.generate(prompt, max_new_tokens=24, do_sample=False, assistant_model=drafter)
+    assert dlite_hf.pack_linears(target, check=True) is target
+    assert all(type(m) is PackedLinear for m in target.modules() if isinstance(m, nn.Linear))
+    assert torch.equal(target.generate(prompt, max_new_tokens=24, do_sample=False), plain)
+    assert torch.equal(target.generate(prompt, max_new_tokens=24, do_sample=False, assistant_model=drafter), fast)
+    assert target.lm_head._packing.packed is not None  # the packed path ran

@@ -11,6 +11,7 @@ from .modeling.candidate_generators import DLiteCandidateGenerator, DLiteGenerat
 from .modeling.configuration_dlite import DLiteConfig
 from .modeling.integration import install_generate_hook
 from .modeling.modeling_dlite import DLiteForSpeculation, DLiteOutput, DLitePreTrainedModel
+from .modeling.packed_linear import pack_linears
 from .modeling.suffix_index import DraftSession
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ __all__ = [
     "DraftSession",
     "__version__",
     "install_generate_hook",
+    "pack_linears",
     "resolve_dtype",
     *_LAZY,
 ]

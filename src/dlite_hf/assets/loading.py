@@ -60,9 +60,11 @@ def load_target(
     dtype: str = "float32",
     attention: str = "sdpa",
     device_map: str | dict | None = None,
+    pack_weights: bool = False,
 ) -> tuple[Any, Any]:
     """The target LM of a local folder in eval mode, and its tokenizer. `adapter`: a PEFT adapter folder applied on
-    top; `device_map`: accelerate's placement."""
+    top; `device_map`: accelerate's placement; `pack_weights`: its linear layers on weights packed once
+    (`dlite_hf.pack_linears`, bfloat16 on a CPU only)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -77,6 +79,10 @@ def load_target(
         from ..attention import use_packed_gqa_attention
 
         use_packed_gqa_attention(model)
+    if pack_weights:
+        from ..modeling.packed_linear import pack_linears
+
+        pack_linears(model, check=True)
     model = model.eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if adapter:
@@ -92,12 +98,13 @@ def open_target(
     dtype: str = "float32",
     attention: str = "sdpa",
     device_map: str | dict | None = None,
+    pack_weights: bool = False,
 ) -> tuple[Any, Any, Path]:
     """`(model, tokenizer, folder)` of :func:`resolve_model`, the dtype and attention checked before any fetch."""
     check_dtype(dtype)
     check_attention(attention)
     folder = resolve_model(name_or_path)
-    return (*load_target(folder, adapter, dtype, attention, device_map), folder)
+    return (*load_target(folder, adapter, dtype, attention, device_map, pack_weights), folder)
 
 
 def drafter_search_path() -> list[Path]:

@@ -131,6 +131,12 @@ def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         "--attention", default="sdpa", choices=ATTENTION_CHOICES, help=f"{ATTENTION_HELP}, the assistant's too"
     )
     parser.add_argument(
+        "--pack-weights",
+        action="store_true",
+        help="the target's (and assistant's) linear layers on weights packed once (bfloat16 on a CPU: "
+        "dlite_hf.pack_linears; the drafter's always are)",
+    )
+    parser.add_argument(
         "--sdpa-gqa",
         action="store_true",
         help="set TRANSFORMERS_SDPA_FORCE_GQA=1: on CPU, transformers otherwise copies the KV cache to repeat "

@@ -64,11 +64,14 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_replay_parser(tools, (replay_hybrid, replay_rules))
 
 
-def _load_target(name_or_path: str, dtype: str, attention: str) -> tuple[Any, Any, Path]:
+def _load_target(name_or_path: str, dtype: str, attention: str, pack_weights: bool) -> tuple[Any, Any, Path]:
     """(model, tokenizer, folder) of a registry name or local folder (a seam the tests replace)."""
     from ..assets import open_target
 
-    return open_target(name_or_path, dtype=dtype, attention=attention)
+    try:
+        return open_target(name_or_path, dtype=dtype, attention=attention, pack_weights=pack_weights)
+    except ValueError as error:  # --pack-weights where nothing would be packed
+        raise SystemExit(f"--pack-weights: {error}") from None
 
 
 def _load_drafter(path: str, dtype: Any) -> Any:
@@ -96,7 +99,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         shown += ["agentic_max_tokens", "agentic_max_turns", "coding_sessions", "coding_files"]
         shown += ["coding_file_tokens", "bfcl_sessions"]
         shown += ["bfcl_category"] if args.bfcl_sessions else []
-    shown += ["threads", "dtype", "attention", "out", "sdpa_gqa", "name"]
+    shown += ["threads", "dtype", "attention", "pack_weights", "out", "sdpa_gqa", "name"]
     shown += ["prefix_cache", "allow_mismatch", "plot", "no_warmup"]
     parts = ["dlite-hf", "bench"]
     for dest in shown:
@@ -115,7 +118,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
         os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention)
+    target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention, args.pack_weights)
     specs = _bench_methods(args, methods, target, tokenizer, folder)
     sessions = _sessions(args, workloads, lengths, tokenizer, user_prompts)
     max_positions = getattr(target.config, "max_position_embeddings", None)
@@ -137,7 +140,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         warmup=not args.no_warmup,
         progress=not args.no_progress,
-        meta={"command": command, "argv": list(sys.argv), "target": args.target, "target_folder": str(folder)},
+        meta={
+            "command": command,
+            "argv": list(sys.argv),
+            "target": args.target,
+            "target_folder": str(folder),
+            "pack_weights": args.pack_weights,
+        },
         out_dir=args.out,
         name=args.name or f"{slug}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}",
         plots=args.plot,
@@ -272,7 +281,9 @@ def _bench_methods(args: argparse.Namespace, methods: list[str], target: Any, to
 
 def _assistant(args: argparse.Namespace, tokenizer: Any, folder: Any) -> tuple[Any, Any]:
     """(the assistant model, its tokenizer where its vocabulary is not the target's: universal assisted decoding)."""
-    assistant, assistant_tokenizer, assistant_folder = _load_target(args.assistant, args.dtype, args.attention)
+    assistant, assistant_tokenizer, assistant_folder = _load_target(
+        args.assistant, args.dtype, args.attention, args.pack_weights
+    )
     if Path(assistant_folder).resolve() == Path(folder).resolve():
         raise SystemExit("--assistant is the target itself; assisted decoding needs a different, smaller model.")
     same = len(tokenizer) == len(assistant_tokenizer) and tokenizer.get_vocab() == assistant_tokenizer.get_vocab()

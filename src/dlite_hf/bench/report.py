@@ -99,7 +99,7 @@ def _setup_lines(meta: RunMeta) -> list[str]:
         f"- machine: {machine.value_or('cpu', '?')}, {machine.value_or('cpu_count', '?')} CPUs, "
         f"{machine.value_or('memory_gb', '?')} GB; load average at start {machine.load_average_at_start}",
         f"- dtype {meta.dtype}{exactness}",
-        f"- attention {meta.attention}{cache}",
+        f"- attention {meta.attention}{cache}{'; the target on weights packed once' if meta.pack_weights else ''}",
         f"- threads {meta.threads}, SDPA GQA forced (TRANSFORMERS_SDPA_FORCE_GQA) {gqa}, torch {meta.torch}, "
         f"transformers {meta.transformers}, dlite-hf {meta.dlite_hf}, python {meta.python}",
         f"- greedy, max_new_tokens {meta.max_new_tokens}; started {meta.started_utc}, "

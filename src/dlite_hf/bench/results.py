@@ -199,6 +199,7 @@ class RunMeta(Part):
     dtype: str = "float32"  # runs before schema 3 were float32
     near_tie_epsilon: float | None = None  # None in float32 (token-exact)
     attention: str | None = "sdpa"  # runs before the key existed used sdpa
+    pack_weights: bool = False  # the target's linear layers on packed weights (runs before the key existed: no)
     prefix_cache: bool = False
     repeats: int = 1
     method_order: str | None = None
