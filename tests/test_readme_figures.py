@@ -562,3 +562,25 @@ def test_the_packed_weights_ab_is_the_result_files() -> None:
             f"| {target} | {' / '.join(drafter)} | {' / '.join(cells['dlite'])} | {' / '.join(cells['hybrid'])} |"
         )
         assert expected in section, expected
+
+
+def test_the_training_logs_qwen_candidate_table_is_the_result_file() -> None:
+    rows = {"step 2,582 (shipped)": "step2582", "stop 54 candidate (+330 steps)": "s54"}
+    drafters = _check_log_table(
+        "qwen2.5-coder-0.5b-ood-tau-fourth.json",
+        rows,
+        lambda entry, tau: (
+            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
+            + [
+                f"{entry['mean_tau_in_domain']:.2f}",
+                f"{tau['legal']:.2f}",
+                f"{100 * entry['first_accepted_in_domain']:.1f}%",
+            ]
+        ),
+    )
+    candidate = drafters["s54"]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    quoted = (
+        f"gives {candidate['mean_tau_in_domain']:.2f} and {candidate['mean_tau_ood']:.2f}, a candidate not yet shipped"
+    )
+    assert quoted in readme, quoted
