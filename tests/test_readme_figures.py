@@ -584,3 +584,23 @@ def test_the_training_logs_qwen_candidate_table_is_the_result_file() -> None:
         f"gives {candidate['mean_tau_in_domain']:.2f} and {candidate['mean_tau_ood']:.2f}, a candidate not yet shipped"
     )
     assert quoted in readme, quoted
+
+
+def test_the_packed_target_ab_is_the_result_files() -> None:
+    """benchmarks/README.md and the README: tokens per second and speedups without / with the target packed."""
+    text = (REPO / "benchmarks" / "README.md").read_text()
+    section = text[text.index("### The drafter's weights packed once") :].split("\n### ")[0]
+    for target in ("qwen2.5-coder-0.5b", "smollm2-135m"):
+        arms = []
+        for arm in ("asloaded", "packed"):
+            result = json.loads((RESULTS / f"{target}-target-{arm}.json").read_text())
+            assert result["ok"] and result["meta"].get("pack_weights", False) == (arm == "packed")
+            arms.append({row["method"]: row for row in result["summary"] if row["workload"] == "all"})
+        cells = [" / ".join(f"{rows[m]['tok_s']:.2f}" for rows in arms) for m in ("plain", "dlite", "hybrid")]
+        cells += [" / ".join(f"{rows[m]['speedup']:.2f}x" for rows in arms) for m in ("dlite", "hybrid")]
+        assert f"| {target} | {' | '.join(cells)} |" in section, cells
+    plain = [json.loads((RESULTS / f"qwen2.5-coder-0.5b-target-{a}.json").read_text()) for a in ("asloaded", "packed")]
+    steps = [next(r for r in p["summary"] if r["workload"] == "all" and r["method"] == "plain") for p in plain]
+    assert (
+        f"(a plain step {steps[0]['target_ms_per_round']:.1f} -> {steps[1]['target_ms_per_round']:.1f} ms)" in section
+    )
