@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     for case in data["cases"]:
         prompt = case["prompt_ids"]
-        plain = torch.tensor([prompt + case["plain"]])
-        other = torch.tensor([prompt + case["speculative"]])
+        plain, other = (torch.tensor([prompt + case[key]]) for key in ("plain", "speculative"))
         report = checker.check(len(prompt), plain, other)
         reports.append(None if report is None else report.to_dict())
     args.out.write_text(json.dumps(reports) + "\n")

@@ -139,10 +139,9 @@ def main() -> None:
         means = {k: v for k, v in summary.items() if k != "tau_by_workload"}  # None: no workload of that kind
         shown = {k: "n/a" if v is None else format(v, ".1%" if "first" in k else ".3f") for k, v in means.items()}
         tau = " ".join(f"{w} {v:.2f}" for w, v in summary["tau_by_workload"].items())
-        first = f"{shown['first_accepted_ood']}/{shown['first_accepted_in_domain']}"
         print(
             f"{name}: OOD {shown['mean_tau_ood']}  in-domain {shown['mean_tau_in_domain']}  first draft accepted "
-            f"{first}  | {tau}",
+            f"{shown['first_accepted_ood']}/{shown['first_accepted_in_domain']}  | {tau}",
             flush=True,
         )
     if args.out:

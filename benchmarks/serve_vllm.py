@@ -199,8 +199,7 @@ def _methods(args: argparse.Namespace, drafter: str) -> tuple[dict, list[str]]:
             )
         specs[name] = {"model": str(Path(folder).resolve()), "num_speculative_tokens": 7}
     methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in specs]
-    if unknown or "plain" not in methods:
+    if any(m not in specs for m in methods) or "plain" not in methods:
         raise SystemExit(f"--methods {args.methods}: expected 'plain' and any of {', '.join(specs)}.")
     if any((specs[m] or {}).get("model") == drafter for m in methods) and not Path(drafter, "config.json").is_file():
         raise SystemExit(
@@ -308,8 +307,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> list[dict]:
             for row in measure_cell(engines, methods, prompts, level, args.max_tokens, repeats.get(level, 1)):
                 row.update(workload=workload, concurrency=level, requests=len(prompts))
                 results.append(row)
-                shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
-                print(json.dumps(shown), flush=True)
+                print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
             write_results(args.out, {**meta, "finished": False}, results)  # a kill keeps every finished cell
     write_results(args.out, {**meta, "finished": True}, results)
     return results

@@ -118,14 +118,13 @@ def paper_config(size: str) -> DLiteConfig:
 
 
 def render(size: str) -> str:
-    rows = [dict(zip(RESULTS_COLUMNS, row)) for row in RESULTS[size]]
     return render_model_card(
         paper_config(size),
         base_model=f"Qwen/Qwen3-{size.upper()}",
         repo_id=f"SJTU-DAI-Sys/dlite-qwen3-{size}",
         title=f"DLite drafter for Qwen3-{size.upper()} (the paper's release)",
         training_text=TRAINING,
-        results=rows,
+        results=[dict(zip(RESULTS_COLUMNS, row)) for row in RESULTS[size]],
         results_are_paper=True,
         extra_limits=LIMITS,
     )

@@ -55,13 +55,8 @@ def packed_gqa_sdpa_attention(
         rows = torch.arange(q_length, device=query.device)[:, None] + (kv_length - q_length)
         attention_mask = (torch.arange(kv_length, device=query.device)[None, :] <= rows)[None, None]
     packed = query.reshape(batch, heads // groups, groups * q_length, head_dim)  # row g * q + i: head g, token i
-    if attention_mask is not None:
-        mask_batch = attention_mask.shape[0]
-        attention_mask = (
-            attention_mask[:, :, None]
-            .expand(mask_batch, 1, groups, q_length, kv_length)
-            .reshape(mask_batch, 1, groups * q_length, kv_length)
-        )
+    if attention_mask is not None:  # repeated per group, as the packed rows: `[B, 1, groups * q, k]`
+        attention_mask = attention_mask[:, :, None].expand(-1, 1, groups, q_length, kv_length).flatten(2, 3)
     output = torch.nn.functional.scaled_dot_product_attention(
         packed, key, value, attn_mask=attention_mask, dropout_p=dropout if module.training else 0.0, scale=scaling
     )

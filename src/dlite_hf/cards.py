@@ -54,8 +54,7 @@ def _adaptive_text(config: Any) -> str:
             "one-token step; pays off on CPUs, where a multi-token forward costs much more than a one-token one: pass "
             "`draft_skip_threshold=0.0` to `from_pretrained` on a GPU)"
         )
-        fallback = getattr(config, "lookup_fallback_min_match", 0)
-        if fallback:
+        if fallback := getattr(config, "lookup_fallback_min_match", 0):
             parts.append(f"with hybrid drafting such a round drafts a retrieved match of {fallback}+ tokens instead")
     lengths = getattr(config, "draft_lengths", None)
     if lengths and confidence:
@@ -201,8 +200,7 @@ def render_model_card(
         "results_text": _results_text(results, results_columns, results_source, results_are_paper),
         "extra_limits": list(extra_limits or []),
     }
-    environment = Environment(undefined=StrictUndefined, keep_trailing_newline=True)
-    return environment.from_string(_template()).render(**values)
+    return Environment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(_template()).render(**values)
 
 
 def numbers_in(text: str) -> list[str]:

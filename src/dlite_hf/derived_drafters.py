@@ -31,8 +31,7 @@ def derive_drafter(source, drop_prefix: str | None, new_prefixes: tuple[str, ...
     weights under `new_prefixes` (new modules) keep their fresh initialisation."""
     from . import DLiteConfig, DLiteForSpeculation
 
-    config = source.config.to_dict()
-    config.update(changes)
+    config = {**source.config.to_dict(), **changes}
     for key in ("model_type", "transformers_version", "auto_map", "architectures"):
         config.pop(key, None)
     model = DLiteForSpeculation(DLiteConfig(**config))
@@ -70,8 +69,7 @@ def interpolate_drafters(base_dir: str | Path, tuned_dir: str | Path, alpha: flo
     base_dir, tuned_dir, out = Path(base_dir), Path(tuned_dir), Path(out)
     if out.resolve() in (base_dir.resolve(), tuned_dir.resolve()):
         raise ValueError(f"--out {out} is one of the drafters averaged; write the result to a new folder.")
-    base = DLiteForSpeculation.from_pretrained(base_dir, dtype=torch.float32)
-    tuned = DLiteForSpeculation.from_pretrained(tuned_dir, dtype=torch.float32)
+    base, tuned = (DLiteForSpeculation.from_pretrained(d, dtype=torch.float32) for d in (base_dir, tuned_dir))
     for field in SHARED_FIELDS:
         left, right = getattr(base.config, field, None), getattr(tuned.config, field, None)
         if left != right:

@@ -55,9 +55,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 def float32_reference(model: nn.Module) -> nn.Module:
     """A float32 copy of ``model`` (upcast, hence exact weights); the model itself when it is float32 already."""
-    if all(p.dtype == torch.float32 for p in model.parameters()):
-        return model
-    return copy.deepcopy(model).float().eval()
+    return model if all(p.dtype == torch.float32 for p in model.parameters()) else copy.deepcopy(model).float().eval()
 
 
 def crop_to_shared_prefix(cache: Any, cached_ids: list[int], ids: list[int]) -> int:
@@ -157,8 +155,7 @@ def check_near_ties(
     row = logits[divergence]
     gap_plain, gap_spec = float(row.max() - row[a[divergence]]), float(spec_gaps[divergence])
     tail = spec_gaps[divergence:]
-    worst = int(tail.argmax()) + divergence
-    max_gap = float(tail.max())
+    worst, max_gap = int(tail.argmax()) + divergence, float(tail.max())
     reasons = []
     if max(gap_plain, gap_spec) > epsilon:
         reasons.append(

@@ -34,8 +34,7 @@ def vllm_moved(what: str) -> DLiteVLLMError:
 
 def check_signature(owner: type, name: str, expected: Sequence[str]) -> Callable:
     """`owner.name`, after checking that its parameters start with `expected` (in order)."""
-    function = getattr(owner, name, None)
-    if not callable(function):
+    if not callable(function := getattr(owner, name, None)):
         raise vllm_moved(f"{owner.__module__}.{owner.__qualname__}.{name} does not exist")
     found = list(inspect.signature(function).parameters)
     if found[: len(expected)] != list(expected):

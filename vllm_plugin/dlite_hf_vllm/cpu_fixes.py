@@ -85,9 +85,7 @@ def top_k_only_is_broken(apply_top_k_only) -> bool:
 
 def _top_k_only_with_empty_batch(original):
     def apply_top_k_only(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        if logits.shape[0] == 0:  # no drafted position to constrain in this step
-            return logits
-        return original(logits, k)
+        return logits if logits.shape[0] == 0 else original(logits, k)  # no drafted position to constrain in this step
 
     return apply_top_k_only
 

@@ -54,8 +54,7 @@ def _wrap_post_init(original: Any) -> Any:
 def _wrap_setup(original: Any) -> Any:
     @functools.wraps(original)
     def _setup_eagle3_aux_hidden_state_outputs(self: Any) -> None:
-        drafter = getattr(self, "drafter", None)
-        if not isinstance(drafter, DLiteProposer):
+        if not isinstance(drafter := getattr(self, "drafter", None), DLiteProposer):
             return original(self)
         self.use_aux_hidden_state_outputs = True  # startup_checks.py made sure the target's class supports them
         self.get_model().set_aux_hidden_state_layers(drafter.aux_layers)
@@ -74,8 +73,7 @@ def _remaining(state: Any) -> int | None:
 def _wrap_propose(original: Any) -> Any:
     @functools.wraps(original)
     def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
-        drafter = getattr(self, "drafter", None)
-        if not isinstance(drafter, DLiteProposer):
+        if not isinstance(drafter := getattr(self, "drafter", None), DLiteProposer):
             return original(self, *args, **kwargs)
         call = dict(zip(_PROPOSE_PARAMETERS[1:], args), **kwargs)
         if call["aux_hidden_states"] is None:
@@ -99,8 +97,7 @@ def _wrap_propose(original: Any) -> Any:
             )
         )
         result = original(self, *args, **kwargs)
-        probs = drafter.take_probs()
-        if probs is not None:
+        if (probs := drafter.take_probs()) is not None:
             self._draft_probs, self._draft_prob_req_ids = probs, req_ids
         return result
 

@@ -168,8 +168,7 @@ class DLiteProposer:
 
     def __init__(self, vllm_config: Any):
         spec = vllm_config.speculative_config
-        folder = getattr(spec, DRAFTER_FOLDER, None)
-        if folder is None:
+        if (folder := getattr(spec, DRAFTER_FOLDER, None)) is None:
             raise DLiteVLLMError(
                 "DLiteProposer needs a DLite drafter folder: pass it as speculative_config={'model': DRAFTER_DIR, "
                 "'num_speculative_tokens': K}, with the dlite-hf-vllm plugin installed (pip install -e vllm_plugin), "
@@ -190,8 +189,7 @@ class DLiteProposer:
         package = type(self.drafter).__module__.rpartition(".")[0]
         self._drafting = importlib.import_module(f"{package}.drafting")
         self._suffix_index = importlib.import_module(f"{package}.suffix_index")
-        lookup = getattr(spec, LOOKUP, None)
-        if lookup is not None:
+        if (lookup := getattr(spec, LOOKUP, None)) is not None:
             self.lookup_tokens = int(lookup[0])
             self.rule = self._drafting.HybridRule(
                 min_match=int(lookup[1] if lookup[1] is not None else config.lookup_min_match),

@@ -39,9 +39,7 @@ def resolve_drafter_folder(model: str | None) -> tuple[Path, dict] | None:
         from huggingface_hub import hf_hub_download, snapshot_download
 
         config = read_drafter_config(Path(hf_hub_download(model, "config.json")).parent)
-        if config is None:
-            return None
-        return Path(snapshot_download(model)), config
+        return (Path(snapshot_download(model)), config) if config is not None else None
     except (OSError, ValueError, ImportError):  # not on the Hub, offline, or not a repo id: vLLM decides
         return None
 

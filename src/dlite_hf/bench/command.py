@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..commands.common import exit_on_error
 from ..data.workloads import (
     CODING_TASKS,
     LONG_MAX_TOKENS,
@@ -68,20 +69,16 @@ def _load_target(name_or_path: str, dtype: str, attention: str, pack_weights: bo
     """(model, tokenizer, folder) of a registry name or local folder (a seam the tests replace)."""
     from ..assets import open_target
 
-    try:
+    with exit_on_error("--pack-weights", ValueError):  # a ValueError: --pack-weights where nothing would be packed
         return open_target(name_or_path, dtype=dtype, attention=attention, pack_weights=pack_weights)
-    except ValueError as error:  # --pack-weights where nothing would be packed
-        raise SystemExit(f"--pack-weights: {error}") from None
 
 
 def _load_drafter(path: str, dtype: Any) -> Any:
     """A drafter checkpoint in `dtype` (the target's torch dtype); a missing or unusable one stops the command."""
     from ..assets import load_drafter
 
-    try:
+    with exit_on_error(f"--drafter {path}", OSError, ValueError):
         return load_drafter(path, dtype=dtype)
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"--drafter {path}: {error}") from None
 
 
 def _flag(dest: str) -> str:
@@ -172,17 +169,13 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
     """(methods, workloads, the --prompts rows or None, the long workload's lengths), every flag checked."""
     if args.workloads is None:
         args.workloads = "" if args.prompts else DEFAULT_WORKLOADS
-    try:
+    with exit_on_error("", ValueError):
         methods = parse_methods(args.methods)
         workloads = parse_workloads(args.workloads) if args.workloads or not args.prompts else []
-    except ValueError as error:
-        raise SystemExit(str(error)) from error
     user_prompts = None  # the --prompts rows
     if args.prompts:
-        try:
+        with exit_on_error(f"--prompts {args.prompts}", OSError, ValueError):
             user_prompts = load_prompt_file(args.prompts)
-        except (OSError, ValueError) as error:
-            raise SystemExit(f"--prompts {args.prompts}: {error}") from None
     _check_drafting_flags(args, methods)
     _check_checkpoints(args, methods)
     if args.agentic_max_tokens < 256:  # the counts the flags' types do not check (those check the positive ones)
@@ -298,10 +291,8 @@ def _sessions(
     settings = {flag: getattr(args, flag) for flag in flags.split()}  # build_workloads' keywords, as flags name them
     settings["long_lengths"] = lengths or (1024,)
     settings["file_tokens"] = args.coding_file_tokens
-    try:
+    with exit_on_error("", ValueError):
         sessions = build_workloads(workloads, tokenizer, **settings) if workloads else {}
-    except ValueError as error:
-        raise SystemExit(str(error)) from error
     if user_prompts is not None:
         sessions[USER_PROMPTS_WORKLOAD] = user_prompts
     return sessions

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..commands.common import exit_on_error
 from .goals import evaluate_goals
 from .plots import write_plots
 from .results import BenchResult, Goal, Machine, ResultsError, RunMeta, SummaryRow, as_parts, as_result, load_result
@@ -269,10 +270,8 @@ def cmd_goals(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    try:
+    with exit_on_error("", OSError, ValueError):
         rendered = readme_rows(load_run(args.run, args.results), args.table)
-    except (OSError, ValueError) as error:
-        raise SystemExit(str(error)) from None
     print(readme_header(args.table))
     print("\n".join(rendered.values()))
     return 0

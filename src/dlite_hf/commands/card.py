@@ -72,8 +72,7 @@ def cmd_card(args: argparse.Namespace) -> int:
         methods=args.methods.split(",") if args.methods else None,
         extra_limits=args.limit,
     )
-    problems = check_card(card)
-    if problems:
+    if problems := check_card(card):
         raise SystemExit("The rendered card is invalid:\n  " + "\n  ".join(problems))
     if args.out == "-":
         sys.stdout.write(card)

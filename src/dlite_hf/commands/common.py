@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 DTYPE_HELP = (
     "the models' dtype (fastest: bfloat16 where this machine computes it natively, else float32; float32 is "
     "token-exact, in bfloat16/float16 each divergence from plain must be a float32-verified near-tie; auto: the "
@@ -18,6 +20,16 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def exit_on_error(prefix: str, *errors: type[Exception]):
+    """Exit with "PREFIX: ERROR" (``prefix`` empty: the error's own message) when one of ``errors`` is raised inside:
+    a command's message, not a traceback."""
+    try:
+        yield
+    except errors as error:
+        raise SystemExit(f"{prefix}: {error}" if prefix else str(error)) from None
 
 
 def parse_shard(text: str) -> tuple[int, int]:

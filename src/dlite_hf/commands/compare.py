@@ -21,7 +21,7 @@ from ..defaults import (
     DTYPE_CHOICES,
 )
 from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS, check_lookup_tokens
-from .common import ATTENTION_HELP, DTYPE_HELP, positive_int, set_threads
+from .common import ATTENTION_HELP, DTYPE_HELP, exit_on_error, positive_int, set_threads
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -80,18 +80,14 @@ def _workloads(args: argparse.Namespace) -> dict[str, list[dict]]:
             raise SystemExit(f"{error} (--lookup-tokens 0: DLite drafts only)") from None
     workloads: dict[str, list[dict]] = {}
     if args.prompts:
-        try:
+        with exit_on_error(f"--prompts {args.prompts}", OSError, ValueError):
             user_prompts = load_prompt_file(args.prompts)
-        except (OSError, ValueError) as error:
-            raise SystemExit(f"--prompts {args.prompts}: {error}") from None
         for prompt in user_prompts[: args.num_prompts]:
             workloads.setdefault(prompt["workload"], []).append(prompt)
     else:
-        try:
+        with exit_on_error(f"--workloads {args.workloads}", ValueError):
             for workload in args.workloads.split(","):
                 workloads[workload] = eval_prompts(workload, limit=args.num_prompts or 2)
-        except ValueError as error:
-            raise SystemExit(f"--workloads {args.workloads}: {error}") from None
     return workloads
 
 
@@ -99,15 +95,11 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, str, Path]:
     """(target, tokenizer, the bench method, the decoding in words, the drafter's folder); drafter found first."""
     from ..assets import AssetError, load_drafter, open_target, resolve_drafter  # here: tests stub open_target
 
-    try:
+    with exit_on_error(f"--drafter {args.drafter or DEFAULT_DRAFTER}", AssetError):
         drafter_dir = resolve_drafter(args.drafter or DEFAULT_DRAFTER)
-    except AssetError as error:
-        raise SystemExit(f"--drafter {args.drafter or DEFAULT_DRAFTER}: {error}") from None
     target, tokenizer, _ = open_target(args.target, dtype=args.dtype, attention=args.attention)
-    try:
+    with exit_on_error(f"--drafter {drafter_dir}", OSError, ValueError):
         drafter = load_drafter(drafter_dir, target)
-    except (OSError, ValueError) as error:
-        raise SystemExit(f"--drafter {drafter_dir}: {error}") from None
     lookup = args.lookup_tokens or None  # 0: DLite drafts only
     decoding = f"hybrid (prompt_lookup_num_tokens={lookup})" if lookup else "DLite"
     if args.fixed_k:  # per call (the drafter's config is not changed): tau as the drafter gives it

@@ -17,12 +17,13 @@ import json
 from pathlib import Path
 
 from ..defaults import DEFAULT_TARGET
+from .common import exit_on_error
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
     from ..data import dataset
 
-    try:
+    with exit_on_error(f"dlite-hf dataset {args.action}", ValueError, FileNotFoundError, RuntimeError):
         if args.action == "export":
             if not (args.rows and args.prompts and args.out):
                 raise ValueError("dataset export needs --rows (regenerated JSONL), --prompts and --out (the folder).")
@@ -53,8 +54,6 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.target))
             result = dataset.rebuild_rows(args.folder, args.prompts, tokenizer, args.out)
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
-        raise SystemExit(f"dlite-hf dataset {args.action}: {error}") from None
     print(json.dumps(result, indent=1))
     return 0
 

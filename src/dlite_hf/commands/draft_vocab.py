@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 
+from .common import exit_on_error
+
 
 def cmd_draft_vocab(args: argparse.Namespace) -> int:
     from ..draft_vocab import resize_draft_vocab
 
-    try:
+    with exit_on_error("dlite-hf draft-vocab", ValueError):
         report = resize_draft_vocab(args.drafter, args.data, args.size, args.out, max_length=args.max_length)
-    except ValueError as exc:
-        raise SystemExit(f"dlite-hf draft-vocab: {exc}") from exc
     print(
         f"{args.out}: draft vocabulary {report['from'] or 'full'} -> {report['to']} tokens; coverage of the "
         f"{report['response_tokens']:,} response tokens of {args.data}: {report['coverage_before']:.2%} -> "
@@ -47,10 +47,8 @@ def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_interpolate(args: argparse.Namespace) -> int:
     from ..derived_drafters import interpolate_drafters
 
-    try:
+    with exit_on_error("dlite-hf interpolate", ValueError):
         interpolate_drafters(args.base, args.tuned, args.alpha, args.out)
-    except ValueError as exc:
-        raise SystemExit(f"dlite-hf interpolate: {exc}") from exc
     print(
         f"{args.out}: {1 - args.alpha:g} x {args.base} + {args.alpha:g} x {args.tuned} (vocabulary of the tuned one)"
     )

@@ -15,7 +15,7 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
-from .common import parse_shard, positive_int
+from .common import exit_on_error, parse_shard, positive_int
 
 
 def cmd_features(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     if not args.cached_rows:
         target_dir = resolve_model(args.target)
         target_name = getattr(AutoConfig.from_pretrained(target_dir), "_name_or_path", "") or str(target_dir)
-    try:
+    with exit_on_error("dlite-hf features", FileNotFoundError, ValueError, RuntimeError):
         if args.cached_rows:
             result = cache.cached_rows(args.rows, args.cache, args.cached_rows, layers, **sizes)
         else:
@@ -55,8 +55,6 @@ def cmd_features(args: argparse.Namespace) -> int:
                 shard=shard,
                 **sizes,
             )
-    except (FileNotFoundError, ValueError, RuntimeError) as error:
-        raise SystemExit(f"dlite-hf features: {error}") from None
     print(json.dumps(result))
     return 0
 
@@ -65,25 +63,22 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "features", help="Compute the target's training features with vLLM into a feature cache (ahead of train)."
     )
-    parser.add_argument("--rows", required=True, help="training rows JSONL (regenerate, or dataset rebuild)")
-    parser.add_argument("--cache", required=True, help="the feature cache folder (train's --feature_cache_dir)")
-    parser.add_argument("--drafter", required=True, help="a DLite drafter folder: the tapped layers to write")
-    parser.add_argument("--target", default=DEFAULT_TARGET)
-    parser.add_argument(
-        "--anchor-stride", type=positive_int("--anchor-stride"), default=4, help="train's --anchor_stride (>= 1)"
-    )
-    parser.add_argument("--max-length", type=positive_int("--max-length"), default=1024, help="train's --max_length")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--rows", required=True, help="training rows JSONL (regenerate, or dataset rebuild)")
+    add("--cache", required=True, help="the feature cache folder (train's --feature_cache_dir)")
+    add("--drafter", required=True, help="a DLite drafter folder: the tapped layers to write")
+    add("--target", default=DEFAULT_TARGET)
+    add("--anchor-stride", type=positive_int("--anchor-stride"), default=4, help="train's --anchor_stride (>= 1)")
+    add("--max-length", type=positive_int("--max-length"), default=1024, help="train's --max_length")
+    add(
         "--dtype",
         default="fastest",
         choices=["fastest", "bfloat16", "float16", "float32"],
         help="the target's dtype in vLLM (fastest: bfloat16 if native; a cache holds one dtype's features)",
     )
-    parser.add_argument(
-        "--max-num-seqs", type=positive_int("--max-num-seqs"), default=16, help="sequences vLLM prefills at once"
-    )
-    parser.add_argument("--shard", default="0/1", help="I/N: every N-th row from the I-th (N workers, one cache)")
-    parser.add_argument("--all-positions", action="store_true", help="every position (history-aware stages)")
-    parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
-    parser.add_argument("--cached-rows", metavar="OUT", help="compute nothing: write the rows the cache holds to OUT")
+    add("--max-num-seqs", type=positive_int("--max-num-seqs"), default=16, help="sequences vLLM prefills at once")
+    add("--shard", default="0/1", help="I/N: every N-th row from the I-th (N workers, one cache)")
+    add("--all-positions", action="store_true", help="every position (history-aware stages)")
+    add("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
+    add("--cached-rows", metavar="OUT", help="compute nothing: write the rows the cache holds to OUT")
     parser.set_defaults(func=cmd_features)

@@ -20,14 +20,14 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
-from .common import positive_int
+from .common import exit_on_error, positive_int
 
 
 def cmd_mix(args: argparse.Namespace) -> int:
     from ..data import mix as broad_mix
     from ..jsonl import read_jsonl
 
-    try:
+    with exit_on_error(f"dlite-hf mix {args.action}", ValueError, FileNotFoundError):
         if args.action == "build":
             if not args.out:
                 raise ValueError("mix build needs --out DIR (where prompts.jsonl, texts.jsonl and mix.json go).")
@@ -48,8 +48,6 @@ def cmd_mix(args: argparse.Namespace) -> int:
             raise ValueError("mix rebalance needs --out FILE (the rows to write).")
         done = read_jsonl(args.order_after) if args.order_after else None
         print(broad_mix.rebalance_rows(rows, args.out, args.power, args.seed, done))
-    except (ValueError, FileNotFoundError) as exc:
-        raise SystemExit(f"dlite-hf mix {args.action}: {exc}") from exc
     return 0
 
 
@@ -73,12 +71,10 @@ def cmd_label_text(args: argparse.Namespace) -> int:
     from ..data.regenerate import label_text
     from ..jsonl import read_jsonl
 
-    try:
+    with exit_on_error("dlite-hf label-text", ValueError, FileNotFoundError):
         items = read_jsonl(args.texts)[: args.limit]
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.target))
         result = label_text(tokenizer, items, args.out, max_tokens=args.max_tokens)
-    except (ValueError, FileNotFoundError) as exc:
-        raise SystemExit(f"dlite-hf label-text: {exc}") from exc
     print(json.dumps(result))
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, resolve_dtype
-from .common import parse_shard, positive_int, set_threads
+from .common import exit_on_error, parse_shard, positive_int, set_threads
 
 
 def _regen_device(name: str):
@@ -73,10 +73,8 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
         "skip_ids": _shipped_ids(args.skip_dataset),
     }
     engine = _regenerate_vllm if args.engine == "vllm" else _regenerate_transformers
-    try:  # the library functions lock --out while they append to it
+    with exit_on_error("dlite-hf regenerate", OutputBusyError):  # the library locks --out while it appends to it
         print(json.dumps(engine(args, prompts, options, device)))
-    except OutputBusyError as error:
-        raise SystemExit(f"dlite-hf regenerate: {error}") from None
     return 0
 
 
@@ -106,15 +104,14 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict, dev
     dtype = "bfloat16" if args.dtype == "auto" else vllm_dtype(args.dtype)
     model_dir = resolve_model(args.target)
     samples, chunk = args.samples or int(args.do_sample), args.batch_size or 256
-    try:
+    with (
+        exit_on_error("dlite-hf regenerate --engine vllm (the default)", FileNotFoundError),
+        exit_on_error("dlite-hf regenerate --engine vllm", ValueError, RuntimeError),
+    ):
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         return regenerate_vllm(
             model_dir, tokenizer, prompts, args.out, samples=samples, dtype=dtype, chunk=chunk, **options
         )
-    except FileNotFoundError as error:
-        raise SystemExit(f"dlite-hf regenerate --engine vllm (the default): {error}") from None
-    except (ValueError, RuntimeError) as error:
-        raise SystemExit(f"dlite-hf regenerate --engine vllm: {error}") from None
 
 
 def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:

@@ -32,8 +32,6 @@ def cmd_reliability(args: argparse.Namespace) -> int:
     dtype = resolve_dtype(args.dtype)
     target, tokenizer, _ = open_target(args.target, dtype=dtype)
     drafter = load_drafter(args.drafter, target=target)
-    prompts = suite_prompts(tokenizer, args.per_workload, args.long_tokens)
-    label = args.label or f"{Path(str(args.target)).name} {dtype}"
 
     def progress(outcome) -> None:
         mark = "FAIL " + outcome.reason if outcome.kind == "failure" else outcome.kind
@@ -43,13 +41,13 @@ def cmd_reliability(args: argparse.Namespace) -> int:
         target,
         drafter,
         tokenizer,
-        prompts,
+        suite_prompts(tokenizer, args.per_workload, args.long_tokens),
         args.cases,
         args.out,
         seed=args.seed,
         max_new_tokens=args.max_new_tokens,
         sampled=args.sampled,
-        label=label,
+        label=args.label or f"{Path(str(args.target)).name} {dtype}",
         progress=progress,
     )
     failures = sum(outcome.kind == "failure" for outcome in outcomes)
@@ -62,8 +60,7 @@ def _report(args: argparse.Namespace) -> int:
 
     if not args.files:
         raise SystemExit("dlite-hf reliability report needs one or more FILE.jsonl written by `reliability run`.")
-    missing = [f for f in args.files if not Path(f).is_file()]
-    if missing:
+    if missing := [f for f in args.files if not Path(f).is_file()]:
         raise SystemExit(f"dlite-hf reliability report: no such file {missing[0]!r} (written by `reliability run`).")
     text = report(args.files)
     if args.out:

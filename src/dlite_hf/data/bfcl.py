@@ -88,8 +88,7 @@ class BFCLEnvironment:
     """The instances of one BFCL entry's involved classes, loaded with its ``initial_config``."""
 
     def __init__(self, entry: dict[str, Any], long_context: bool = False) -> None:
-        unknown = [c for c in entry["involved_classes"] if c not in _BACKENDS]
-        if unknown:
+        if unknown := [c for c in entry["involved_classes"] if c not in _BACKENDS]:
             raise ValueError(f"BFCL entry {entry.get('id')!r}: unknown classes {unknown}; known: {sorted(_BACKENDS)}.")
         self.methods: dict[str, Any] = {}
         for class_name in entry["involved_classes"]:

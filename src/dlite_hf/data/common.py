@@ -44,8 +44,7 @@ def text_item(id_: str, domain: str, source: str, request: str, reply: str) -> P
 
 
 def tools_block(functions: Iterable[dict]) -> str:
-    lines = "\n".join(json.dumps(fn, ensure_ascii=False) for fn in functions)
-    return f"<tools>\n{lines}\n</tools>"
+    return "<tools>\n" + "\n".join(json.dumps(fn, ensure_ascii=False) for fn in functions) + "\n</tools>"
 
 
 def tool_system_prompt(functions: Iterable[dict], preamble: Iterable[str] = ()) -> str:
@@ -62,8 +61,7 @@ def dedupe(prompts: Iterable[Prompt], seen: set[str]) -> list[Prompt]:
     """Drop prompts whose non-system messages repeat ones already seen (so no question lands in both splits)."""
     kept = []
     for item in prompts:
-        turns = [m for m in item["messages"] if m["role"] != "system"]
-        key = json.dumps(turns, sort_keys=True, ensure_ascii=False)
+        key = json.dumps([m for m in item["messages"] if m["role"] != "system"], sort_keys=True, ensure_ascii=False)
         if key not in seen:
             seen.add(key)
             kept.append(item)

@@ -110,10 +110,9 @@ def export_rows(
     schema = pa.schema([(name, types.get(name, pa.string())) for name in COLUMNS])
     for start in range(0, len(new), SHARD_ROWS):
         chunk = new[start : start + SHARD_ROWS]
-        table = pa.Table.from_pylist(chunk, schema=schema)
         path = folder / "data" / f"{split}-{number:05d}.parquet"
         tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(pa.Table.from_pylist(chunk, schema=schema), tmp, compression="zstd")
         if tmp.stat().st_size > MAX_SHARD_BYTES:
             tmp.unlink()
             raise RuntimeError(f"A shard of {len(chunk)} rows is over 40 MB; lower SHARD_ROWS.")
@@ -206,9 +205,8 @@ def sources_table(rows: list[dict[str, Any]]) -> str:
         if "==" in source.package and not source.package.startswith("dlite-hf"):
             licenses.setdefault(source.package, set()).add(source.license)
     on_disk = {"man": SOURCES["manpages"], "python": SOURCES["stdlib_modules"], "dlite_hf": SOURCES["puzzles"]}
-    used = sorted({r["source"].split(":", 1)[0] for r in rows if r["source"]})
     lines = ["| source | license |", "|---|---|"]
-    for package in used:
+    for package in sorted({r["source"].split(":", 1)[0] for r in rows if r["source"]}):
         known = licenses.get(package)
         if known is None:  # an on-disk source (the machine's manual pages, the standard library) or our generator
             local = next((s for prefix, s in on_disk.items() if package.startswith(prefix)), None)

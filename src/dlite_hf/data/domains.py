@@ -138,8 +138,7 @@ def writing() -> Iterator[Group]:
 
 def policy_agent() -> Iterator[Group]:
     for name in _TAU2_DOMAINS:
-        policy_file = "main_policy.md" if name == "telecom" else "policy.md"
-        policy = S.read_text("tau2", f"{name}/{policy_file}")
+        policy = S.read_text("tau2", f"{name}/main_policy.md" if name == "telecom" else f"{name}/policy.md")
         source = S.provenance("tau2", f"{name}/tasks.json")
         # the policy's opening part, so that a task fits regenerate's prompt budget
         system = (
@@ -164,21 +163,19 @@ def reference() -> Iterator[Group]:
         gid = f"mtbench/{row['question_id']}"
         if gid not in train_ids:
             continue
-        answer = row["choices"][0]["turns"][0]
-        question = questions[gid]["turns"][0]
+        answer, question = row["choices"][0]["turns"][0], questions[gid]["turns"][0]
         yield f"ref/{gid}", [text_item(f"text/{gid}", "text_reference", source, question, answer)]
 
 
 # ---------------------------------------------------------------------------------------------- manual pages
 @functools.cache
 def _man_pages() -> tuple[tuple[str, Path], ...]:
-    pages = []
-    for section in _MAN_SECTIONS:
-        for path in sorted((_MAN_ROOT / section).glob("*.gz")):
-            if "python" in path.name.lower() or path.is_symlink() or S.is_reserved(path.name):
-                continue
-            pages.append((path.name.removesuffix(".gz"), path))
-    return tuple(pages)
+    return tuple(
+        (path.name.removesuffix(".gz"), path)
+        for section in _MAN_SECTIONS
+        for path in sorted((_MAN_ROOT / section).glob("*.gz"))
+        if not ("python" in path.name.lower() or path.is_symlink() or S.is_reserved(path.name))
+    )
 
 
 @functools.cache
@@ -194,10 +191,8 @@ def render_man(path: Path) -> str:
     if cached.is_file():
         return cached.read_text(encoding="utf-8")
     try:
-        source = gzip.decompress(raw)
-        if source.startswith(b".so "):
-            text = ""
-        else:
+        source, text = gzip.decompress(raw), ""
+        if not source.startswith(b".so "):  # a page that only includes another one stays empty
             done = subprocess.run(_GROFF, input=source, capture_output=True, timeout=20, check=False)
             text = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else ""
             text = re.sub(r"\n{3,}", "\n\n", text).strip()
@@ -273,10 +268,8 @@ def _puzzle(rng: random.Random, kind: int) -> str:
     if kind == 6:
         km = rng.randint(3, 500)
         return f"Convert {km} kilometres to miles (1 mile = 1.609 km) and to metres. Show the working."
-    rows = rng.randint(3, 5)
-    people = rng.sample(_NAMES, rows)
-    ages = [rng.randint(8, 70) for _ in people]
-    facts = "; ".join(f"{p} is {a}" for p, a in zip(people, ages))
+    people = rng.sample(_NAMES, rng.randint(3, 5))
+    facts = "; ".join(f"{p} is {rng.randint(8, 70)}" for p in people)
     return f"{facts}. Who is the oldest, who is the youngest, and what is the mean age? Reason step by step."
 
 
@@ -350,8 +343,7 @@ def _groups(name: str) -> Groups:
     for gid, items in sorted(_build(DOMAINS[name]), key=lambda g: g[0]):
         if DOMAINS[name].kind == "text":  # a reference reply too short to teach anything (XSum has empty articles)
             items = [i for i in items if len(i["messages"][-1]["content"].strip()) >= _MIN_REPLY_CHARS]
-        kept = dedupe(items, seen)
-        if kept:
+        if kept := dedupe(items, seen):
             out.append((gid, kept))
     return out
 

@@ -71,8 +71,7 @@ def build_mix(
     for name in names:
         domain = DOMAINS[name]
         items = domain_prompts(name, "train")
-        cap = prompts_per_domain if domain.kind == "prompt" else texts_per_domain
-        cap = round(cap * weights.get(name, 1))
+        cap = round((prompts_per_domain if domain.kind == "prompt" else texts_per_domain) * weights.get(name, 1))
         picked = rng.sample(items, min(cap, len(items)))
         chosen[domain.kind] += picked
         entry = {"kind": domain.kind, "source": domain.source, "available": len(items), "written": len(picked)}
@@ -148,8 +147,7 @@ def rebalance(rows: list[dict], power: float, seed: int = 0) -> list[dict]:
     out = []
     for row in rows:
         m = factor[row["workload"]]
-        copies = int(m) + (generator.random() < m - int(m))
-        out += [row] * copies
+        out += [row] * (int(m) + (generator.random() < m - int(m)))
     generator.shuffle(out)
     return out
 
@@ -178,8 +176,7 @@ def rebalance_rows(
 ):
     """Write :func:`rebalance`'s rows to ``out_path`` (with ``done``: the rows not in ``done``, in
     :func:`balanced_order`) and return a markdown table of the domains' response tokens and shares."""
-    missing = [i for i, row in enumerate(rows) if "workload" not in row or "loss_mask" not in row]
-    if missing:
+    if missing := [i for i, row in enumerate(rows) if "workload" not in row or "loss_mask" not in row]:
         raise ValueError(f"rows {missing[:5]} have no workload/loss_mask (rows of dlite-hf regenerate).")
     if done is None:
         out = rebalance(rows, power, seed)

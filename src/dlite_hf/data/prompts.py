@@ -105,8 +105,7 @@ def _bfcl_prompts(name: str) -> Iterator[Prompt]:
         if len(row["question"]) != 1:  # single-turn workload only
             continue
         turn = row["question"][0]
-        extra_system = [m["content"] for m in turn if m["role"] == "system"]
-        system = tool_system_prompt(row["function"], preamble=extra_system)
+        system = tool_system_prompt(row["function"], preamble=[m["content"] for m in turn if m["role"] == "system"])
         chat = [{"role": m["role"], "content": m["content"]} for m in turn if m["role"] != "system"]
         yield prompt(f"bfcl/{row['id']}", "tool", source, [{"role": "system", "content": system}, *chat])
 
@@ -183,16 +182,14 @@ def _tooltalk_prefixes(name: str, prefix_id: str) -> Iterator[tuple[str, list[Pr
         source = S.provenance(name, file)
         group = f"{prefix_id}/{conv['name']}"
         cuts = [i for i in range(2, len(messages) + 1) if messages[i - 1]["role"] in ("user", "tool")]
-        prompts = [prompt(f"{group}/{i - 1}", "agentic", source, messages[:i]) for i in cuts]
-        if prompts:
+        if prompts := [prompt(f"{group}/{i - 1}", "agentic", source, messages[:i]) for i in cuts]:
             yield group, prompts
 
 
 def _agentic_pool() -> tuple[list[_Group], list[Prompt]]:
     """Whole conversations are groups: eval holds a conversation's longest prefix, train every prefix."""
     groups = [(gid, prompts[-1], prompts) for gid, prompts in _tooltalk_prefixes("tooltalk", "tooltalk")]
-    extra = [p for _, prompts in _tooltalk_prefixes("tooltalk_easy", "tooltalk-easy") for p in prompts]
-    return groups, extra
+    return groups, [p for _, prompts in _tooltalk_prefixes("tooltalk_easy", "tooltalk-easy") for p in prompts]
 
 
 def _legal() -> _Items:

@@ -193,8 +193,7 @@ def regenerate(
                 handle.flush()
                 os.fsync(handle.fileno())
                 bar.update(len(batch))
-    already = len(done & {p["id"] for p in prompts})
-    return {"written": len(todo), "already_done": already, "skipped_too_long": skipped}
+    return {"written": len(todo), "already_done": len(done & {p["id"] for p in prompts}), "skipped_too_long": skipped}
 
 
 def _answer(

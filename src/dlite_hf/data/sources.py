@@ -305,9 +305,7 @@ def read_text(name: str, file: str = "") -> str:
     """The text of a wheel source's file (gunzipped when it ends in ``.gz``)."""
     path = fetch(name, file)
     data = path.read_bytes()
-    if path.suffix == ".gz":
-        data = gzip.decompress(data)
-    return data.decode("utf-8")
+    return (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
 
 
 def read_jsonl(name: str, file: str = "") -> list[dict]:
@@ -320,5 +318,4 @@ def list_files(name: str, suffix: str = "") -> list[str]:
     entry = source(name)
     if entry.wheel is None or not entry.is_folder:
         raise ValueError(f"Data source {name!r} ({entry.package}: {entry.path}) is not a folder inside a wheel.")
-    names = list_prompt_files(entry.wheel, entry.path)
-    return [n.removeprefix(entry.path) for n in names if n.endswith(suffix)]
+    return [n.removeprefix(entry.path) for n in list_prompt_files(entry.wheel, entry.path) if n.endswith(suffix)]

@@ -303,6 +303,5 @@ def coding_agent() -> Iterator[Group]:
     files = module_files()
     known = dict(files)
     for module, path in files:
-        items = _session(module, path, known)
-        if items:
+        if items := _session(module, path, known):
             yield f"coding-agent/{module}", items

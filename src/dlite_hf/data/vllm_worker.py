@@ -39,10 +39,8 @@ def require_python(python: str | Path | None, alternative: str) -> Path:
 
 def worker_command(python: Path, worker: str, options: dict[str, Any], *flags: str) -> list[str]:
     """The command line of `python -m dlite_hf_vllm.workers.<worker>`: `--NAME VALUE` per option, then `--FLAG`s."""
-    command = [str(python), "-m", f"dlite_hf_vllm.workers.{worker}"]
-    for name, value in options.items():
-        command += [f"--{name}", str(value)]
-    return command + [f"--{flag}" for flag in flags]
+    named = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
+    return [str(python), "-m", f"dlite_hf_vllm.workers.{worker}", *named, *(f"--{flag}" for flag in flags)]
 
 
 def run_worker(command: list[str], summary_path: Path, name: str, kept: str) -> dict[str, Any]:

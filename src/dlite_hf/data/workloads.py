@@ -9,6 +9,7 @@ and coding sessions over real standard-library files; and a user's own prompts (
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import itertools
 import sys
@@ -131,8 +132,7 @@ def _shown_path(path: Path) -> str | None:
 def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
     """The result of `read_file` on a standard-library module's file, cut to at most `max_tokens` tokens of
     `tokenizer` (at a line boundary when possible)."""
-    __import__(module)
-    path = Path(inspect.getsourcefile(sys.modules[module]) or "")
+    path = Path(inspect.getsourcefile(importlib.import_module(module)) or "")
     if not path.is_file():
         raise FileNotFoundError(f"No source file on disk for the standard-library module {module!r}.")
     source = body = path.read_text(encoding="utf-8")
@@ -146,8 +146,7 @@ def _read_file_result(module: str, tokenizer: Any, max_tokens: int) -> str:
 
 def _frame(module: str, qualname: str) -> tuple[str, int, str, str]:
     """(file, line number, function name, source line) of the last non-blank code line of a real function."""
-    __import__(module)
-    obj: Any = sys.modules[module]
+    obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     lines, start = inspect.getsourcelines(obj)
@@ -236,8 +235,7 @@ def load_prompt_file(path: str | Path) -> list[Prompt]:
 def parse_workloads(spec: str | Iterable[str]) -> list[str]:
     """Split and validate a workload list (``"chat,code"``); unknown names list the allowed ones."""
     names = [w.strip() for w in (spec.split(",") if isinstance(spec, str) else spec) if w.strip()]
-    unknown = [w for w in names if w not in WORKLOADS]
-    if unknown:
+    if unknown := [w for w in names if w not in WORKLOADS]:
         raise ValueError(f"Unknown workload(s) {', '.join(unknown)}; allowed: {', '.join(WORKLOADS)}.")
     if not names:
         raise ValueError(f"No workload given; allowed: {', '.join(WORKLOADS)}.")

@@ -174,8 +174,7 @@ def load_examples(tokenizer: Any = None) -> tuple[dict[str, list[dict[str, str]]
             problems.append(f"{label}: {error}")
             continue
         examples.update({f"{label} · {prompt['id']}": prompt["messages"] for prompt in prompts})
-    note = "Some example prompts could not be loaded (" + "; ".join(problems) + ")." if problems else None
-    return examples, note
+    return examples, ("Some example prompts could not be loaded (" + "; ".join(problems) + ")." if problems else None)
 
 
 def describe_models(models: DemoModels) -> str:

@@ -84,7 +84,6 @@ def build_demo(
         with gr.Accordion("Raw numbers (JSON)", open=False):
             details = gr.JSON(label="Last run")
         outputs = [*columns, verdict, details]
-        # the generations share one queue slot; the other events skip the queue
         inputs = [prompt, context, *settings]
         queued = dict(concurrency_limit=1, concurrency_id="generation")
         run.click(compare, inputs, outputs, api_name="compare", **queued)

@@ -134,44 +134,41 @@ def _session(rng, ctx, case):
 
 def _assistant(rng, ctx, case):
     """transformers' own assisted-decoding knobs: lowering K is honoured, the rest must be refused or harmless."""
-    name, values = rng.choice(
-        [
-            ("num_assistant_tokens", [1, 3, 5, 7, 20]),
-            ("num_assistant_tokens_schedule", ["constant", "heuristic", "heuristic_transient"]),
-            ("assistant_confidence_threshold", [0.0, 0.2, 0.4]),
-        ]
-    )
+    options = [
+        ("num_assistant_tokens", [1, 3, 5, 7, 20]),
+        ("num_assistant_tokens_schedule", ["constant", "heuristic", "heuristic_transient"]),
+        ("assistant_confidence_threshold", [0.0, 0.2, 0.4]),
+    ]
+    name, values = rng.choice(options)
     case.generation[name] = rng.choice(values)
 
 
 def _other_modes(rng, ctx, case):
     """Modes assisted decoding cannot run (beams, contrastive search, several sequences, CFG): plain runs them, the
     drafted call must refuse them by name."""
-    mode = rng.choice(
-        [
-            {"num_beams": 2},
-            {"penalty_alpha": 0.6, "top_k": 4},
-            {"num_return_sequences": 2, "do_sample": True},
-            {"guidance_scale": 1.5},
-            {"low_memory": True},
-        ]
-    )
+    modes = [
+        {"num_beams": 2},
+        {"penalty_alpha": 0.6, "top_k": 4},
+        {"num_return_sequences": 2, "do_sample": True},
+        {"guidance_scale": 1.5},
+        {"low_memory": True},
+    ]
+    mode = rng.choice(modes)
     case.generation.update(mode)
     case.sampled = case.sampled or mode.get("do_sample", False)
 
 
 def _bad_drafter_option(rng, ctx, case):
     """An invalid drafter option: the drafted call must refuse it, naming it (plain never sees it)."""
-    name, value = rng.choice(
-        [
-            ("draft_confidence_threshold", 1.5),
-            ("draft_skip_threshold", -0.2),
-            ("lookup_min_match", 0),
-            ("lookup_length_factor", 0.0),
-            ("lookup_fallback_min_match", -1),
-            ("prompt_lookup_num_tokens", 10_000),
-        ]
-    )
+    invalid = [
+        ("draft_confidence_threshold", 1.5),
+        ("draft_skip_threshold", -0.2),
+        ("lookup_min_match", 0),
+        ("lookup_length_factor", 0.0),
+        ("lookup_fallback_min_match", -1),
+        ("prompt_lookup_num_tokens", 10_000),
+    ]
+    name, value = rng.choice(invalid)
     if name != "prompt_lookup_num_tokens":
         case.drafter.setdefault("prompt_lookup_num_tokens", 8)
     case.drafter[name] = value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from itertools import takewhile
 from pathlib import Path
@@ -35,7 +35,6 @@ def suite_prompts(tokenizer: Any, per_workload: int = 4, long_tokens: int = 1024
     for workload in _WORKLOADS:
         for item in load_prompts(workload, "eval", limit=per_workload):
             messages = item["messages"] if "messages" in item else item["turns"][0]
-            # a recorded conversation: up to its first assistant message
             messages = list(takewhile(lambda m: m["role"] != "assistant", messages))
             out.append((workload, chat_prompt_ids(tokenizer, messages)))
     for item in load_long(long_tokens, tokenizer=tokenizer, limit=per_workload):
@@ -96,12 +95,11 @@ def report(paths: Iterable[str | Path]) -> str:
     records = [json.loads(line) for p in paths for line in Path(p).read_text(encoding="utf-8").splitlines() if line]
     found = {r["kind"] for r in records}  # the vLLM runs' verdicts too (tests_vllm/random_params.py)
     kinds = [*PASSING, *sorted(found - {*PASSING, "failure"}), "failure"]
-    by_label: dict[str, Counter] = {}
-    by_family: dict[str, Counter] = {}
+    by_label, by_family = defaultdict(Counter), defaultdict(Counter)
     for r in records:
-        by_label.setdefault(r["label"] or "?", Counter())[r["kind"]] += 1
+        by_label[r["label"] or "?"][r["kind"]] += 1
         for family in r["case"]["families"]:
-            by_family.setdefault(family, Counter())[r["kind"]] += 1
+            by_family[family][r["kind"]] += 1
     refusals = Counter(f"{r['kind']}: {r['reason']}" for r in records if r["kind"].startswith("refused"))
     failures = [r for r in records if r["kind"] == "failure"]
     lines = [f"{len(records)} cases, {len(by_family)} option families, {len(failures)} failures.", ""]

@@ -158,8 +158,7 @@ def _judge(target, case: Case, start: int, results: list[tuple[Any, _Collect | N
     """(kind, reason) of two completed calls, plain then drafted: each ``(output, streamer)``."""
     vocab = target.get_output_embeddings().weight.shape[0]
     for name, (out, stream) in zip(("plain", "drafted"), results):
-        broken = _violations(case, start, out, stream, vocab)
-        if broken:
+        if broken := _violations(case, start, out, stream, vocab):
             return "failure", f"the {name} output: " + "; ".join(broken)
     if case.sampled:
         return "sampled_ok", ""
@@ -172,7 +171,6 @@ def _judge(target, case: Case, start: int, results: list[tuple[Any, _Collect | N
     if checker.exact or divergence == min(len(a), len(b)):
         shown = f"({a[divergence : divergence + 3]} plain, {b[divergence : divergence + 3]} drafted)"
         return "failure", f"greedy {checker.dtype} outputs differ at new token {divergence} {shown}"
-    # the near-ties of the processed float32 logits
     report = checker.check(start, plain, drafted, _processors(target, case, start))
     if report.ok:
         return "near_tie", f"new token {divergence}: within {checker.epsilon} of the float32 max"

@@ -114,8 +114,7 @@ def _l1_support_rows(p_log_probs: torch.Tensor, q_logits: torch.Tensor) -> torch
     """``[n, K, S] x2 -> [n, K]``: the whole vocabulary's ``sum_v |p - q|`` for a ``q`` on the support S, from the
     full-vocabulary log-probabilities of S's tokens: off S ``q = 0``, adding ``1 - sum_S p`` (clamped at 0)."""
     p = p_log_probs.float().exp()
-    outside = (1.0 - p.sum(dim=-1)).clamp(min=0.0)
-    return (p - q_logits.float().softmax(dim=-1)).abs().sum(dim=-1) + outside
+    return (p - q_logits.float().softmax(dim=-1)).abs().sum(dim=-1) + (1.0 - p.sum(dim=-1)).clamp(min=0.0)
 
 
 def _reduce(

@@ -238,7 +238,6 @@ class DLiteTrainer(Trainer):
             # label-text rows: the label at every position is the target's argmax, never the text's next token
             use = target_rows.to(anchors.device)[:, None].expand_as(anchors).flatten()[:, None] & gathered["valid"]
             gathered["labels"] = torch.where(use, gathered["target_top1"], gathered["labels"])
-        # the drafter's own history, or the warmup teacher's
         window = config.history_window or (self.teacher.config.history_window if self.teacher is not None else 0)
         gathered["history"] = history_arguments(states, anchors - 1, window) if window else {}
         return gathered
@@ -341,8 +340,7 @@ class DLiteTrainer(Trainer):
             [[sum(recorded.get(n, ())), len(recorded.get(n, ()))] for n in names], dtype=torch.float64
         )
         if self.args.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-            backend_device = self.args.device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
-            totals = totals.to(backend_device)
+            totals = totals.to(self.args.device if torch.distributed.get_backend() == "nccl" else torch.device("cpu"))
             torch.distributed.all_reduce(totals)
             totals = totals.cpu()
         for name, (total, count) in zip(names, totals.tolist()):
@@ -376,8 +374,7 @@ class DLiteTrainer(Trainer):
         }
         # the acceptance proxy on the last logged training batches, and on the held-out rows if there are any
         for key, name in (("expected_tau_greedy", "train"), ("eval_expected_tau_greedy", "eval")):
-            logged = [entry for entry in self.state.log_history if key in entry]
-            if logged:
+            if logged := [entry for entry in self.state.log_history if key in entry]:
                 training[f"{name}_expected_tau_greedy_last_logged"] = round(logged[-1][key], 3)
         info = {**self.card_info, "training": {**training, **self.card_info.get("training", {})}}
         path = Path(output_dir) / "README.md"

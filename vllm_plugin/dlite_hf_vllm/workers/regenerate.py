@@ -81,7 +81,7 @@ def _load_engine(args: argparse.Namespace):
     # engine ("CPU Generator does not use offset", when vLLM discards a partial prefill's sample). Sampled rows have
     # seeded requests, so their prompts are prefilled whole.
     whole = {"enable_chunked_prefill": False, "max_num_batched_tokens": args.max_model_len} if args.samples else {}
-    llm = LLM(
+    return LLM(
         model=args.model,
         dtype=args.dtype,
         max_model_len=args.max_model_len,
@@ -89,8 +89,7 @@ def _load_engine(args: argparse.Namespace):
         seed=args.seed,
         enforce_eager=args.enforce_eager,
         **whole,
-    )
-    return llm.llm_engine
+    ).llm_engine
 
 
 class _Rows:
@@ -152,8 +151,7 @@ def _generate(engine, job: list[dict], args: argparse.Namespace, rows: _Rows) ->
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     job = read_job(Path(args.job), {"id", "prompt_ids"})
-    engine_version = installed_vllm()
-    if engine_version is None:
+    if (engine_version := installed_vllm()) is None:
         raise SystemExit("No vLLM in this environment: build it with `make vllm` (scripts/build_vllm_env.sh).")
     if not job:
         write_summary(args.summary, {"written": 0, "tokens": 0})

@@ -191,9 +191,7 @@ def cached_rows(
     if not manifest.is_file():
         raise ValueError(f"--cache {cache_dir} has no manifest.json: expected a folder `dlite-hf features` filled.")
     target = json.loads(manifest.read_text())["target"]
-    cache = FeatureCache(
-        str(cache_dir), target, layer_ids, history_free=not all_positions, anchor_stride=anchor_stride
-    )
+    cache = FeatureCache(str(cache_dir), target, layer_ids, not all_positions, anchor_stride)
     raw = [row for row in read_jsonl(rows) if not held_out_row(str(row.get("id", "")))]  # as the trainer drops them
     dataset = RegeneratedDataset(raw, max_length=max_length)
     if len(dataset.rows) != len(raw):
