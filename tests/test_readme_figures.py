@@ -173,9 +173,20 @@ def test_the_out_of_domain_speed_table_is_the_bench_run() -> None:
 
 
 def test_the_main_table_is_the_bench_run() -> None:
-    result = _check_speed_table("main", MAIN_RUN)
+    result = _check_speed_table("main", MAIN_RUN, "benchmarks/README.md")
     assert result.meta.prefix_cache
-    assert MAIN_RUN in " ".join((REPO / "README.md").read_text().split()), "the README names the run it quotes"
+    readme = " ".join((REPO / "README.md").read_text().split())
+    rows = {(row.workload, row.method): row for row in result.summary}
+    workloads = {workload for workload, _ in rows if workload != "all"}
+    dlite, hybrid = rows[("all", "dlite")], rows[("all", "hybrid")]
+    assert all(rows[(w, "dlite")].speedup > 1 for w in workloads)
+    assert all(
+        rows[(w, "hybrid")].speedup == max(r.speedup for (x, _), r in rows.items() if x == w) for w in workloads
+    )
+    assert (
+        f"`{MAIN_RUN}`, its table in `benchmarks/README.md`): DLite alone is {dlite.speedup:.2f}x plain over all "
+        f"{dlite.prompts} prompts and faster than plain on every workload, the hybrid {hybrid.speedup:.2f}x"
+    ) in readme
 
 
 def test_the_serving_table_is_the_vllm_bench_run(repo_script) -> None:
@@ -461,25 +472,28 @@ def _qwen_tau_cells(entry: dict, tau: dict) -> list[str]:
 
 
 def _check_qwen_paragraph(readme: str) -> None:
-    """The paragraph under the README's Qwen table: its figures are the run's and the earlier Xeon run's."""
-    run, xeon = (
-        {
-            row["method"]: row
-            for row in json.loads((RESULTS / f"{name}.json").read_text())["summary"]
-            if row["workload"] == "all"
-        }
-        for name in (QWEN_RUN, QWEN_RUN + "-xeon")
-    )
-    plain = [row["plain"] for row in (run, xeon)]
-    share = [f"{100 * p['prefill_s'] / p['wall_s']:.0f}%" for p in plain]
-    step = [f"{p['target_ms_per_round']:.0f}" for p in plain]
+    """The paragraph under the README's Qwen table: its figures are the run's and the previous run's (the target's
+    weights as loaded, the step-2,582 drafter)."""
+    (run, before), plain = ({}, {}), []
+    for rows, name in zip((run, before), (QWEN_RUN, QWEN_RUN + "-step2582")):
+        document = json.loads((RESULTS / f"{name}.json").read_text())
+        rows.update({row["method"]: row for row in document["summary"] if row["workload"] == "all"})
+        plain.append([r for r in document["records"] if r["method"] == "plain"])
+    prefill = [f"{sum(r['prefill_s'] for r in records):.0f}" for records in plain]
+    share = [f"{100 * sum(r['prefill_s'] for r in p) / sum(r['wall_s'] for r in p):.0f}%" for p in plain]
+    tok_s = [f"{rows['plain']['tok_s']:.2f}" for rows in (run, before)]
+    step = [f"{rows['plain']['target_ms_per_round']:.0f}" for rows in (run, before)]
     for text in (
         f"{run['dlite']['speedup']:.2f}x over all against {run['dlite_fixed']['speedup']:.2f}x for K every round",
-        f"DLite {xeon['dlite']['speedup']:.2f}x, hybrid {xeon['hybrid']['speedup']:.2f}x): {share[0]} of plain's "
-        f"time against {share[1]}, for a decode step of about the same cost ({step[0]} and {step[1]} ms)",
+        f"plain {tok_s[0]} against {tok_s[1]} tokens/s, a decode step of {step[0]} against {step[1]} ms",
+        f"({prefill[0]} against {prefill[1]} s for plain), is now {share[0]} of plain's time against {share[1]}",
+        f"(DLite {before['dlite']['speedup']:.2f}x, hybrid {before['hybrid']['speedup']:.2f}x)",
         f"the hybrid is {run['hybrid']['decode_speedup']:.2f}x plain and DLite {run['dlite']['decode_speedup']:.2f}x",
     ):
         assert text in readme, text
+    assert run["hybrid"]["speedup"] == max(row["speedup"] for row in run.values())
+    ceiling = sum(r["wall_s"] for r in plain[0]) / sum(r["prefill_s"] for r in plain[0])  # decoding in no time
+    assert f"(at most {ceiling:.2f}x here were decoding free;" in readme
 
 
 def test_the_qwen_figures_are_the_result_files() -> None:
@@ -492,16 +506,26 @@ def test_the_qwen_figures_are_the_result_files() -> None:
     )
     _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-third.json",
-        {"step 1,638, replayed again": "step1638", "step 2,582 (2 + 2 + 2 epochs; shipped)": "step2582"},
+        {"step 1,638, replayed again": "step1638", "step 2,582 (2 + 2 + 2 epochs; shipped until stop 55)": "step2582"},
         _qwen_tau_cells,
         skip=1,
     )
-    shipped = json.loads((RESULTS / "qwen2.5-coder-0.5b-ood-tau-third.json").read_text())["drafters"]["step2582"]
+    drafters = json.loads((RESULTS / "qwen2.5-coder-0.5b-ood-tau-fourth.json").read_text())["drafters"]
     readme = " ".join((REPO / "README.md").read_text().split())
-    tau, ood = f"{shipped['mean_tau_in_domain']:.2f}", f"{shipped['mean_tau_ood']:.2f}"
-    assert f"held-out greedy tau at K is {tau} in domain and {ood} out of domain" in readme
+    before, shipped = ((f"{d['mean_tau_in_domain']:.2f}", f"{d['mean_tau_ood']:.2f}") for d in drafters.values())
+    assert list(drafters) == ["step2582", "s54"]
+    assert (
+        "held-out greedy tau at K is {} in domain and {} out of domain ({} and {} at step 2,582)".format(
+            *shipped, *before
+        )
+        in readme
+    )
     result = _check_speed_table("qwen", QWEN_RUN)
     sessions = _check_speed_table("context", "qwen2.5-coder-0.5b-long-sessions")  # issue 43 part 3
+    step2582 = json.loads((RESULTS / f"{QWEN_RUN}-step2582.json").read_text())["methods"]["dlite"]["drafter"]
+    assert sessions.methods["dlite"]["drafter"]["weights_sha256"] == step2582["weights_sha256"], (
+        "the step-2,582 drafter"
+    )
     dlite = {r.workload: r for r in context_rows(sessions.records, ["dlite"])}
     drop = 1 - dlite["ctx 12k-16k"].mean_tau / dlite["ctx <2k"].mean_tau
     assert f"its bucket mean falls {drop:.0%} from under 2k" in readme
@@ -527,8 +551,9 @@ def test_the_qwen_serving_section_is_the_result_files(repo_script) -> None:
     serve = repo_script("benchmarks/serve_vllm.py")
     page = (REPO / "benchmarks" / "README.md").read_text()
     shipped, fixed, first = "serve-vllm-qwen2.5-coder-0.5b", f"{SERVE_QWEN}-k-every-round", f"{SERVE_QWEN}-step1638"
+    before = f"{SERVE_QWEN}-step2582"
     runs = {}
-    for name in (shipped, fixed, first):
+    for name in (shipped, fixed, first, before):
         results = json.loads((RESULTS / f"{name}.json").read_text())["results"]
         runs[name] = {(r["workload"], r["method"], r["concurrency"]): r for r in results}
     assert serve.report(json.loads((RESULTS / f"{shipped}.json").read_text())["results"]) in page
@@ -538,9 +563,19 @@ def test_the_qwen_serving_section_is_the_result_files(repo_script) -> None:
         return " / ".join(f"{runs[name][(w, 'dlite', 1)][key]:.2f}{unit}" for w in ("agentic", "chat", "code", "math"))
 
     assert f"DLite {cells(fixed, 'speedup', 'x')} plain on agentic, chat, code and math at c = 1" in text
-    assert f"tau {cells(fixed, 'tau')} (with the rules {cells(shipped, 'tau')})" in text
+    assert f"tau {cells(fixed, 'tau')} (with the rules {cells(before, 'tau')})" in text
     assert f"DLite's tau was {cells(first, 'tau')}." in text
-    for name, low, high in ((shipped, "1.8", "2.2"), (fixed, "2.9", "5.5")):  # verified positions per output token
+    assert f"DLite {cells(before, 'speedup', 'x')} plain on agentic, chat, code and math at c = 1, tau" in text
+    assert f"{cells(before, 'tau')} (now {cells(shipped, 'tau')}:" in text
+    one = {
+        (w, m): f"{runs[shipped][(w, m, 1)]['speedup']:.2f}x" for w in ("agentic", "code") for m in ("ngram", "hybrid")
+    }
+    assert f"win ({one[('code', 'ngram')]}) and the hybrid keeps them ({one[('code', 'hybrid')]})" in text
+    assert f"the hybrid ({one[('agentic', 'hybrid')]}) is level with ngram" in text
+    four = [runs[shipped][(w, "dlite", 4)]["speedup"] for w in ("chat", "code", "math")]
+    agentic = runs[shipped][("agentic", "dlite", 4)]["speedup"]
+    assert f"DLite is {agentic:.2f}x plain on agentic turns and {min(four):.2f}x-{max(four):.2f}x on the rest" in text
+    for name, low, high in ((shipped, "1.9", "2.3"), (fixed, "2.9", "5.5")):  # verified positions per output token
         work = [serve.target_work(runs[name][(w, "dlite", 4)]) for w in ("agentic", "chat", "code", "math")]
         assert float(low) - 0.05 <= min(work) and max(work) < float(high) + 0.05, (name, work)
 
@@ -565,7 +600,10 @@ def test_the_packed_weights_ab_is_the_result_files() -> None:
 
 
 def test_the_training_logs_qwen_candidate_table_is_the_result_file() -> None:
-    rows = {"step 2,582 (shipped)": "step2582", "stop 54 candidate (+330 steps)": "s54"}
+    rows = {
+        "step 2,582 (shipped until stop 55)": "step2582",
+        "step 2,912: stop 54's candidate (+330 steps; shipped)": "s54",
+    }
     drafters = _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-fourth.json",
         rows,
@@ -578,12 +616,24 @@ def test_the_training_logs_qwen_candidate_table_is_the_result_file() -> None:
             ]
         ),
     )
-    candidate = drafters["s54"]
-    readme = " ".join((REPO / "README.md").read_text().split())
-    quoted = (
-        f"gives {candidate['mean_tau_in_domain']:.2f} and {candidate['mean_tau_ood']:.2f}, a candidate not yet shipped"
-    )
-    assert quoted in readme, quoted
+    assert set(drafters) == {"step2582", "s54"}
+    log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
+    pooled, lengths = {}, []
+    for run in (QWEN_RUN + "-step2582", QWEN_RUN):  # the two drafters on the same 24 prompts
+        records = json.loads((RESULTS / f"{run}.json").read_text())["records"]
+        lengths.append({(r["prompt_id"], r["turn"]): r["new_tokens"] for r in records if r["method"] == "plain"})
+        for method in ("dlite", "hybrid"):
+            mine = [r for r in records if r["method"] == method]
+            forwards = sum(r["target_forwards"] for r in mine)
+            pooled.setdefault(method, []).append((sum(r["new_tokens"] for r in mine) / forwards, forwards))
+    assert len(lengths[0]) == 24 and lengths[0] == lengths[1], "plain's outputs have the same lengths in both runs"
+    (dlite_before, n_before), (dlite_now, n_now) = pooled["dlite"]
+    assert f"{dlite_before:.2f}" == f"{dlite_now:.2f}"
+    assert f"are {dlite_now:.2f} with both ({n_before} and {n_now} forwards)" in log
+    assert "the hybrid's {:.2f} and {:.2f}".format(*(tau for tau, _ in pooled["hybrid"])) in log
+    page = " ".join((REPO / "benchmarks" / "README.md").read_text().split())
+    hybrid = [f"{tau:.2f}" for tau, _ in pooled["hybrid"]]
+    assert f"(pooled tau {dlite_now:.2f} for DLite with both, the hybrid's {hybrid[1]} against {hybrid[0]})" in page
 
 
 def test_the_packed_target_ab_is_the_result_files() -> None:
@@ -604,3 +654,35 @@ def test_the_packed_target_ab_is_the_result_files() -> None:
     assert (
         f"(a plain step {steps[0]['target_ms_per_round']:.1f} -> {steps[1]['target_ms_per_round']:.1f} ms)" in section
     )
+
+
+def test_the_qwen_packed_run_section_is_the_result_files() -> None:
+    """benchmarks/README.md: the Qwen run with the target's weights packed, against the run before it."""
+    text = (REPO / "benchmarks" / "README.md").read_text()
+    section = " ".join(text[text.index("in `generate()`, the target's weights packed") :].split("\n### ")[0].split())
+    runs = [json.loads((RESULTS / f"{name}.json").read_text()) for name in (QWEN_RUN, QWEN_RUN + "-step2582")]
+    (now, before) = ({r["method"]: r for r in run["summary"] if r["workload"] == "all"} for run in runs)
+    assert runs[0]["meta"]["pack_weights"] and not runs[1]["meta"].get("pack_weights", False)
+    plain = [[r for r in run["records"] if r["method"] == "plain"] for run in runs]
+    prefill = [sum(r["prefill_s"] for r in p) for p in plain]
+    share = [f"{100 * s / sum(r['wall_s'] for r in p):.0f}%" for s, p in zip(prefill, plain)]
+
+    def pair(method: str, key: str, unit: str = "x") -> str:
+        return f"{now[method][key]:.2f}{unit} ({before[method][key]:.2f}{unit})"
+
+    dlite, step = now["dlite"], now["plain"]["target_ms_per_round"]
+    old = before["dlite"]["target_ms_per_round"] / before["plain"]["target_ms_per_round"]
+    for quoted in (
+        f"plain {now['plain']['tok_s']:.2f} against {before['plain']['tok_s']:.2f} tokens/s over all, a plain decode "
+        f"step {step:.0f} against {before['plain']['target_ms_per_round']:.0f} ms",
+        f"(plain's prefills {prefill[0]:.0f} against {prefill[1]:.0f} s), so prefill is {share[0]} of plain's time "
+        f"against {share[1]}",
+        f"DLite {pair('dlite', 'speedup')}, the hybrid {pair('hybrid', 'speedup')}, prompt lookup "
+        f"{pair('prompt_lookup', 'speedup')}",
+        f"Over decode alone: DLite {pair('dlite', 'decode_speedup')}, the hybrid {pair('hybrid', 'decode_speedup')}",
+        f"costs {(dlite['target_ms_per_round'] + dlite['drafter_ms_per_round']) / step:.2f}x a plain step "
+        f"({dlite['target_ms_per_round']:.1f} ms verifying and {dlite['drafter_ms_per_round']:.1f} ms drafting "
+        f"against {step:.1f}",
+        f"relative to a step ({dlite['target_ms_per_round'] / step:.2f}x against {old:.2f}x)",
+    ):
+        assert quoted in section, quoted
