@@ -686,3 +686,24 @@ def test_the_qwen_packed_run_section_is_the_result_files() -> None:
         f"relative to a step ({dlite['target_ms_per_round'] / step:.2f}x against {old:.2f}x)",
     ):
         assert quoted in section, quoted
+
+
+def test_the_training_logs_second_epoch_table_is_the_result_file() -> None:
+    rows = {
+        "step 2,912 (float32, before the cast)": "s54",
+        "+ 330 steps on the same rows": "s55",
+        "step 2,912 as shipped (bfloat16 weights, replayed in float32)": "shipped",
+    }
+    drafters = _check_log_table(
+        "qwen2.5-coder-0.5b-ood-tau-fifth.json",
+        rows,
+        lambda entry, tau: (
+            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
+            + [f"{entry['mean_tau_in_domain']:.2f}", f"{tau['legal']:.2f}"]
+            + [f"{100 * entry['first_accepted_in_domain']:.1f}%"]
+        ),
+    )
+    before, after = drafters["s54"], drafters["s55"]
+    log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
+    change = [after[key] / before[key] - 1 for key in ("mean_tau_in_domain", "mean_tau_ood")]
+    assert f"does not help ({change[0]:.1%} in domain, {change[1]:.1%} out of domain)" in log
