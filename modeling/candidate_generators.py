@@ -102,8 +102,7 @@ class LatestState:
     """History-free context: the tapped states of the newest position only."""
 
     def __init__(self, recorder: TappedStateRecorder):
-        self.recorder = recorder
-        self.row = 0
+        self.recorder, self.row = recorder, 0
 
     def observe(self, row: int) -> None:
         """After a target forward: `row` of it predicted the new anchor."""
@@ -117,8 +116,7 @@ class AcceptedHistory:
     """History variants: the states of every accepted position (`window` > 0 keeps the last `window` of them)."""
 
     def __init__(self, recorder: TappedStateRecorder, window: int):
-        self.recorder = recorder
-        self.window = window
+        self.recorder, self.window = recorder, window
         self.states: torch.Tensor | None = None  # [1, T, L, H_t]
 
     def observe(self, row: int) -> None:
@@ -195,8 +193,7 @@ class DLiteCandidateGenerator(CandidateGenerator):
         self.tokenizer = kwargs.get("target_tokenizer")
         if self.stop_strings and self.tokenizer is None:
             raise ValueError("stop_strings need the target's tokenizer: pass tokenizer=... to generate().")
-        self.drafter = drafter
-        self.device = drafter.device
+        self.drafter, self.device = drafter, drafter.device
         requested = generation_config.num_assistant_tokens
         k = int(config.num_draft_tokens)
         self.num_tokens = k if requested is None else min(k, int(requested))

@@ -133,7 +133,7 @@ class DLiteConfig(PreTrainedConfig):
         sizes += ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "head_rank")
         ids, lengths, k, vocab = self.target_layer_ids, self.draft_lengths, self.num_draft_tokens, self.vocab_size
         layers, heads, kv = self.num_target_layers, self.num_attention_heads, self.num_key_value_heads
-        mask = self.mask_token_id
+        mask, v_draft = self.mask_token_id, self.draft_vocab_size
         rules = [(name, getattr(self, name) >= 1, "a positive integer") for name in sizes]
         rules += [  # (field, whether its value is allowed, what is), checked in this order
             ("num_draft_tokens", 1 <= k <= 64, "an integer in [1, 64] (the paper uses 7)"),
@@ -143,11 +143,7 @@ class DLiteConfig(PreTrainedConfig):
                 bool(ids) and _increasing(ids) and 0 <= ids[0] and ids[-1] < layers,
                 f"a non-empty, strictly increasing list of indices in [0, {layers - 1}] (a target of {layers} layers)",
             ),
-            (
-                "draft_vocab_size",
-                self.draft_vocab_size is None or 1 <= self.draft_vocab_size <= vocab,
-                f"None or an integer in [1, {vocab}]",
-            ),
+            ("draft_vocab_size", v_draft is None or 1 <= v_draft <= vocab, f"None or an integer in [1, {vocab}]"),
             (
                 "draft_lengths",
                 lengths is None or (bool(lengths) and _increasing(lengths) and 1 <= lengths[0] <= lengths[-1] <= k),

@@ -91,8 +91,7 @@ class DLiteForSpeculation(TargetBindingMixin, DLitePreTrainedModel):
         super().__init__(config)
         layer_cls, norm_cls, rotary_cls = backbone_blocks(config.backbone_type)
         backbone_config = config.backbone_config()
-        hidden, target_hidden = config.hidden_size, config.target_hidden_size
-        eps = config.rms_norm_eps
+        hidden, target_hidden, eps = config.hidden_size, config.target_hidden_size, config.rms_norm_eps
 
         self.state_norm = norm_cls(target_hidden, eps=eps)
         self.state_proj = nn.Linear(target_hidden, hidden, bias=False) if hidden != target_hidden else nn.Identity()

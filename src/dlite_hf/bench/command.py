@@ -14,6 +14,7 @@ Its subcommands work on results afterwards (`dlite-hf bench report | goals | tab
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -161,8 +162,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"(see 'mismatches' in {result.files['json']}).",
             file=sys.stderr,
         )
-        return 0 if args.allow_mismatch else 1
-    return 0
+    return 0 if result.ok or args.allow_mismatch else 1
 
 
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict] | None, list[int]]:
@@ -172,10 +172,8 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[str], list[dict
     with exit_on_error("", ValueError):
         methods = parse_methods(args.methods)
         workloads = parse_workloads(args.workloads) if args.workloads or not args.prompts else []
-    user_prompts = None  # the --prompts rows
-    if args.prompts:
-        with exit_on_error(f"--prompts {args.prompts}", OSError, ValueError):
-            user_prompts = load_prompt_file(args.prompts)
+    with exit_on_error(f"--prompts {args.prompts}", OSError, ValueError):
+        user_prompts = load_prompt_file(args.prompts) if args.prompts else None  # the --prompts rows
     _check_drafting_flags(args, methods)
     _check_checkpoints(args, methods)
     if args.agentic_max_tokens < 256:  # the counts the flags' types do not check (those check the positive ones)
@@ -212,13 +210,11 @@ def _check_drafting_flags(args: argparse.Namespace, methods: list[str]) -> None:
         value = getattr(args, flag)
         if value is None:
             continue
-        try:
+        with exit_on_error("", ValueError):
             if flag in THRESHOLD_FLAGS:
                 options.check_threshold(THRESHOLD_FLAGS[flag], value, where=f"{_flag(flag)} sets ")
             else:
                 hybrid_checks[flag](value, f"{_flag(flag)} {value}")
-        except ValueError as error:
-            raise SystemExit(str(error)) from None
         if flag in hybrid_checks and "hybrid" not in methods:
             print(f"note: {_flag(flag)} is ignored: method hybrid is not in --methods.", file=sys.stderr)
 
@@ -229,10 +225,8 @@ def _check_checkpoints(args: argparse.Namespace, methods: list[str]) -> None:
     if any(m in methods for m in ("dlite", "dlite_fixed", "hybrid")) and not args.drafter:
         from ..assets import AssetError, resolve_drafter
 
-        try:  # the shipped drafter, found by name
+        with contextlib.suppress(AssetError):  # the shipped drafter, found by name
             args.drafter = str(resolve_drafter(DEFAULT_DRAFTER))
-        except AssetError:
-            pass
     missing = [
         f"method {m} needs {_flag(CHECKPOINT_FLAGS[m])} PATH"
         for m in methods
@@ -289,8 +283,7 @@ def _sessions(
     """The workloads' sessions (``{label: [session, ...]}``), then the --prompts rows as one more workload."""
     flags = "num_prompts agentic_max_tokens agentic_max_turns coding_sessions coding_files bfcl_sessions bfcl_category"
     settings = {flag: getattr(args, flag) for flag in flags.split()}  # build_workloads' keywords, as flags name them
-    settings["long_lengths"] = lengths or (1024,)
-    settings["file_tokens"] = args.coding_file_tokens
+    settings.update(long_lengths=lengths or (1024,), file_tokens=args.coding_file_tokens)
     with exit_on_error("", ValueError):
         sessions = build_workloads(workloads, tokenizer, **settings) if workloads else {}
     if user_prompts is not None:

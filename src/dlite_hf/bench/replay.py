@@ -221,8 +221,7 @@ def run_replay(kind: Any, args: argparse.Namespace) -> int:
             command += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     # duration_s: this invocation (seconds when it read --replay-data); collect_s: the collection's, wherever it ran
     timing = {"duration_s": time.time() - started, "collect_s": data.get("collect_s")}
-    document = {"command": shlex.join(command), **head, **timing, **rules}
-    write_json(args.out, document, indent=1)
+    write_json(args.out, {"command": shlex.join(command), **head, **timing, **rules}, indent=1)
     return 0
 
 
@@ -232,8 +231,7 @@ def _replay_data(args: argparse.Namespace, keys: tuple[str, ...], collect: Any) 
     path = args.replay_data.expanduser() if args.replay_data is not None else None
     if path is None or not path.is_file():
         started = time.time()
-        data = collect(args)
-        data = {**data, "collect_s": time.time() - started}
+        data = {**collect(args), "collect_s": time.time() - started}
         if path is not None:
             write_json(path, data)
         return data

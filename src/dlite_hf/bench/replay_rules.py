@@ -108,9 +108,8 @@ def replay_rule(
     """Tau and estimated decode speedup of a rule over `turns`, given where it stops at every position
     (`lengths_by_turn[id(turn)]`) and the forward costs by context; `trace`: also the drafts each round proposed
     (`drafted_per_round`)."""
-    tokens = forwards = 0
+    tokens = forwards = drafted = accepted_total = skipped = 0
     cost = plain_cost = 0.0
-    drafted = accepted_total = skipped = 0
     per_round = []
     for turn in turns:
         table = costs[replay.context_key(len(turn.ids))]
@@ -123,8 +122,7 @@ def replay_rule(
             # the drafter: the backbone and the first step (all a skip pays), then one step per further draft
             cost += skip_s + max(0, lengths[row] - 1) * step_s + replay.cost_at(table, n + 1)
             drafted, accepted_total, skipped = drafted + n, accepted_total + accepted, skipped + (lengths[row] == 0)
-            p += accepted + 1
-            forwards += 1
+            p, forwards = p + accepted + 1, forwards + 1
             per_round.append(n)
         tokens += len(turn.plain) - 1
         plain_cost += (len(turn.plain) - 1) * table[1]
@@ -230,8 +228,7 @@ def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, st
             },
             "name": rule_name(rules),
         }
-        for label, group in groups.items():
-            row[label] = replay_rule(group, lengths, costs, skip_s, step_s)
+        row |= {label: replay_rule(group, lengths, costs, skip_s, step_s) for label, group in groups.items()}
         results.append(row)
     return results
 

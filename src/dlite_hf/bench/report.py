@@ -113,19 +113,18 @@ def _setup_lines(meta: RunMeta) -> list[str]:
 
 
 def _summary_lines(summary: Sequence[SummaryRow]) -> list[str]:
-    lines = [
+    header = [
         "| workload | method | prompts | prompt tokens | mean tau | tok/s | speedup | decode speedup "
         "| drafter ms/round | target ms/round | drafter share | lossless |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for row in summary:
-        lines.append(
-            f"| {row.workload} | {row.method} | {row.prompts} | {row.mean_prompt_tokens:.0f} "
-            f"| {row.mean_tau:.2f} | {row.tok_s:.2f} | {row.speedup:.2f}x | {row.decode_speedup:.2f}x "
-            f"| {_fmt(row.drafter_ms_per_round, '.1f')} | {_fmt(row.target_ms_per_round, '.1f')} "
-            f"| {_fmt(row.drafter_share, '.0%')} | {_lossless_cell(row)} |"
-        )
-    return lines
+    return header + [
+        f"| {row.workload} | {row.method} | {row.prompts} | {row.mean_prompt_tokens:.0f} "
+        f"| {row.mean_tau:.2f} | {row.tok_s:.2f} | {row.speedup:.2f}x | {row.decode_speedup:.2f}x "
+        f"| {_fmt(row.drafter_ms_per_round, '.1f')} | {_fmt(row.target_ms_per_round, '.1f')} "
+        f"| {_fmt(row.drafter_share, '.0%')} | {_lossless_cell(row)} |"
+        for row in summary
+    ]
 
 
 def _check_lines(result: BenchResult) -> list[str]:
@@ -156,11 +155,10 @@ def _session_lines(result: BenchResult) -> list[str]:
         return []
     lines = ["", "Multi-turn sessions:", "", "| session | turns measured | last context tokens | stopped by |"]
     lines.append("|---|---:|---:|---|")
-    lines += [
+    return lines + [
         f"| {s.id} | {s.turns_measured}/{s.turns_available} | {s.last_context_tokens} | {s.stop_reason} |"
         for s in agentic
     ]
-    return lines
 
 
 def _context_lines(result: BenchResult) -> list[str]:

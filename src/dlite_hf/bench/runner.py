@@ -277,8 +277,7 @@ def _run_turn(
         )
         measured.records.append(record)
         if not record.lossless_ok:
-            plain_new_tokens = int(reference.shape[1] - len(turn.ids))
-            measured.mismatches.append(_report_mismatch(record, plain_new_tokens, reason, bar))
+            measured.mismatches.append(_report_mismatch(record, int(reference.shape[1] - len(turn.ids)), reason, bar))
     return reference
 
 

@@ -80,14 +80,13 @@ def summary_rows(records: Sequence[Record], methods: Sequence[str], workloads: S
     for record in records:
         groups[(record.workload, record.method)].append(record)
         groups[(ALL_WORKLOADS, record.method)].append(record)
-    rows = []
     labels = [*workloads, ALL_WORKLOADS] if len(workloads) > 1 else list(workloads)
-    for workload in labels:
-        plain = groups.get((workload, "plain"), [])
-        for method in methods:
-            if groups.get((workload, method)):
-                rows.append(_summary_row(workload, method, groups[(workload, method)], plain))
-    return rows
+    return [
+        _summary_row(workload, method, groups[(workload, method)], groups.get((workload, "plain"), []))
+        for workload in labels
+        for method in methods
+        if groups.get((workload, method))
+    ]
 
 
 def summarize(
