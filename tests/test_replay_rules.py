@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from tiny_models import make_tiny_target
 from transformers import AutoModel
 
 from dlite_hf.bench import replay, replay_rules
@@ -178,7 +179,7 @@ def test_the_replay_loads_the_target_in_the_dtype_asked(tmp_path, monkeypatch, k
     refused by the parser."""
     seen = []
 
-    def load_models(target, drafter, attention, threads, dtype):
+    def load_models(target, drafter, attention, threads, dtype, pack_weights=False):
         seen.append(dtype)
         raise SystemExit("loaded")
 
@@ -192,3 +193,30 @@ def test_the_replay_loads_the_target_in_the_dtype_asked(tmp_path, monkeypatch, k
     with pytest.raises(SystemExit) as refused:
         main([*argv, "--dtype", "float16"])
     assert refused.value.code == 2
+
+
+def test_the_rules_replay_measures_costs_on_packed_weights_when_asked(tmp_path, monkeypatch):
+    """`--pack-weights` reaches the target's loading and is recorded with the costs (read from the replay data, not
+    from the invocation that replays it); on a float32 target it is refused, saying why."""
+    seen = []
+
+    def load_models(target, drafter, attention, threads, dtype, pack_weights=False):
+        seen.append(pack_weights)
+        raise SystemExit("loaded")
+
+    monkeypatch.setattr(replay, "load_models", load_models)
+    argv = ["bench", "replay", "rules", "--out", str(tmp_path / "out.json")]
+    for extra in (["--pack-weights"], []):
+        with pytest.raises(SystemExit, match="loaded"):
+            main([*argv, "--dtype", "bfloat16", *extra])
+    assert seen == [True, False]
+    monkeypatch.undo()
+    monkeypatch.setattr(replay_rules, "collect", lambda args: {**SAVED, "pack_weights": args.pack_weights})
+    data = tmp_path / "replay.json"
+    assert main([*argv, "--pack-weights", "--replay-data", str(data), "--grid", "0:0"]) == 0
+    assert json.loads((tmp_path / "out.json").read_text())["pack_weights"] is True
+    assert main([*argv, "--replay-data", str(data), "--grid", "0:0"]) == 0  # replayed later without the flag
+    assert json.loads((tmp_path / "out.json").read_text())["pack_weights"] is True
+    make_tiny_target().save_pretrained(tmp_path / "target")  # float32: nothing would take the packed path
+    with pytest.raises(SystemExit, match="--pack-weights: Packed weights apply to bfloat16"):
+        replay.load_models(str(tmp_path / "target"), "unused", "sdpa", 1, "float32", pack_weights=True)

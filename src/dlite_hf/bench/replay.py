@@ -29,7 +29,7 @@ import torch
 from transformers import DynamicCache
 
 from ..chat_template import chat_prompt_ids
-from ..commands.common import positive_int
+from ..commands.common import exit_on_error, positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from ..modeling.drafting import history_inputs
 
@@ -167,13 +167,17 @@ def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], position: int) 
     return accepted
 
 
-def load_models(target: str, drafter: str, attention: str, threads: int, dtype: str) -> tuple[Any, Any, Any]:
-    """(target in `dtype`, tokenizer, bound drafter) on `threads` threads, GQA SDPA forced, as the README's runs."""
+def load_models(
+    target: str, drafter: str, attention: str, threads: int, dtype: str, pack_weights: bool = False
+) -> tuple[Any, Any, Any]:
+    """(target in `dtype`, tokenizer, bound drafter) on `threads` threads, GQA SDPA forced, as the README's runs;
+    `pack_weights`: the target's linear layers on weights packed once (`dlite-hf bench --pack-weights`)."""
     from ..assets import load_drafter, open_target
 
     torch.set_num_threads(threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    model, tokenizer, _ = open_target(target, dtype=dtype, attention=attention)
+    with exit_on_error("--pack-weights", ValueError):  # a ValueError: --pack-weights where nothing would be packed
+        model, tokenizer, _ = open_target(target, dtype=dtype, attention=attention, pack_weights=pack_weights)
     return model, tokenizer, load_drafter(drafter, model).bind_target(model)
 
 

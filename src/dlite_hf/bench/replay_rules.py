@@ -198,7 +198,7 @@ def collect(args: Any) -> dict[str, Any]:
     """The replay data, loading the models: the turns (plain runs, K drafts and what the rules read at every
     position), the forward costs by context, and the drafter's round costs."""
     target, tokenizer, drafter = replay.load_models(
-        args.target, args.drafter, args.attention, args.threads, args.dtype
+        args.target, args.drafter, args.attention, args.threads, args.dtype, args.pack_weights
     )
     turns = []
     for prompt in unseen_prompts(args.domains, args.exclude, args.seed, args.max_prompt_tokens, tokenizer):
@@ -208,7 +208,8 @@ def collect(args: Any) -> dict[str, Any]:
     costs = replay.cost_tables(target, turns, COST_SIZES, repeats=9)
     skip_s, step_s = measure_drafter_round(target, drafter, turns)
     turns = [dataclasses.asdict(t) for t in turns]
-    return {"turns": turns, "forward_s": costs, "drafter_skip_s": skip_s, "drafter_step_s": step_s}
+    data = {"turns": turns, "forward_s": costs, "drafter_skip_s": skip_s, "drafter_step_s": step_s}
+    return {**data, "pack_weights": args.pack_weights}  # what the costs were measured on (the texts: the same bits)
 
 
 def rule_rows(turns: list[RulesTurn], grid: list, costs: dict, skip_s: float, step_s: float) -> list[dict[str, Any]]:
@@ -239,6 +240,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--attention", default="packed_gqa", choices=("sdpa", "packed_gqa"))
+    parser.add_argument("--pack-weights", action="store_true", help="the target's weights packed once (bench's flag)")
     parser.add_argument("--grid", default=None, help="CONFIDENCE:SKIP[:LENGTHS] points, comma-separated")
 
 
@@ -271,5 +273,6 @@ def compare(args: argparse.Namespace, data: dict[str, Any], grid: list) -> tuple
         "decoded_tokens": sum(len(t.plain) - 1 for t in turns),
         "drafter_ms": {"skipped_round": 1000 * skip_s, "further_step": 1000 * step_s},
         "forward_ms": replay.milliseconds(costs),
+        "pack_weights": data.get("pack_weights", False),  # replay data from before the flag: unpacked
     }
     return head, {"shipped": results[1], "k_every_round": results[0], "best": ranked[0], "rules": ranked}
