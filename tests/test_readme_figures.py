@@ -707,3 +707,18 @@ def test_the_training_logs_second_epoch_table_is_the_result_file() -> None:
     log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
     change = [after[key] / before[key] - 1 for key in ("mean_tau_in_domain", "mean_tau_ood")]
     assert f"does not help ({change[0]:.1%} in domain, {change[1]:.1%} out of domain)" in log
+
+
+def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
+    """The README's dataset sentences quote the cards' totals (`dlite-hf dataset card` renders them from shards)."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    for name, quoted in (
+        ("dlite-smollm2-135m-regen", "{0} greedy responses ({1} tokens) and {2} sampled ones ({3}) over {4} domains"),
+        ("dlite-qwen2.5-coder-0.5b-regen", "{0} responses, {1} response tokens over {4} domains"),
+    ):
+        card = (REPO / "datasets" / name / "README.md").read_text()
+        row = next(line for line in card.splitlines() if line.startswith("| **all ("))
+        cells = [cell.strip().strip("*") for cell in row.strip("|").split("|")]
+        domains = cells[0].removeprefix("all (").removesuffix(" domains)")
+        text = quoted.format(cells[2], cells[3], cells[4], cells[5], domains)
+        assert text in readme, text
