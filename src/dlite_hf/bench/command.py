@@ -70,7 +70,7 @@ def _load_target(name_or_path: str, dtype: str, attention: str, pack_weights: bo
     """(model, tokenizer, folder) of a registry name or local folder (a seam the tests replace)."""
     from ..assets import open_target
 
-    with exit_on_error("--pack-weights", ValueError):  # a ValueError: --pack-weights where nothing would be packed
+    with exit_on_error("--pack-weights", ValueError) if pack_weights else contextlib.nullcontext():
         return open_target(name_or_path, dtype=dtype, attention=attention, pack_weights=pack_weights)
 
 

@@ -15,6 +15,7 @@ split (:mod:`.replay_hybrid`); ``rules``, the adaptive-drafting thresholds on un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -176,7 +177,7 @@ def load_models(
 
     torch.set_num_threads(threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    with exit_on_error("--pack-weights", ValueError):  # a ValueError: --pack-weights where nothing would be packed
+    with exit_on_error("--pack-weights", ValueError) if pack_weights else contextlib.nullcontext():
         model, tokenizer, _ = open_target(target, dtype=dtype, attention=attention, pack_weights=pack_weights)
     return model, tokenizer, load_drafter(drafter, model).bind_target(model)
 
