@@ -492,6 +492,14 @@ def _check_qwen_paragraph(readme: str) -> None:
     ):
         assert text in readme, text
     assert run["hybrid"]["speedup"] == max(row["speedup"] for row in run.values())
+    rows = {}  # the claims of the paragraph, workload by workload
+    for row in json.loads((RESULTS / f"{QWEN_RUN}.json").read_text())["summary"]:
+        rows.setdefault(row["workload"], {})[row["method"]] = row["speedup"]
+    assert "no slower than plain anywhere, and faster than prompt lookup on chat, math and tool" in readme
+    assert all(methods["dlite"] >= 1.0 for methods in rows.values())
+    assert all(rows[w]["dlite"] > rows[w]["prompt_lookup"] for w in ("chat", "math", "tool"))
+    assert "The hybrid is the fastest method on every workload." in readme
+    assert all(methods["hybrid"] == max(methods.values()) for methods in rows.values())
     ceiling = sum(r["wall_s"] for r in plain[0]) / sum(r["prefill_s"] for r in plain[0])  # decoding in no time
     assert f"(at most {ceiling:.2f}x here were decoding free;" in readme
 
