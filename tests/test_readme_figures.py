@@ -730,3 +730,19 @@ def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
         domains = cells[0].removeprefix("all (").removesuffix(" domains)")
         text = quoted.format(cells[2], cells[3], cells[4], cells[5], domains)
         assert text in readme, text
+
+
+def test_the_packed_rules_replay_is_the_result_file() -> None:
+    """benchmarks/README.md: the adaptive-rule replay with the target packed, as quoted."""
+    page = " ".join((REPO / "benchmarks" / "README.md").read_text().split())
+    result = json.loads((RESULTS / "qwen2.5-coder-0.5b-rules-bf16-packed.json").read_text())
+    assert result["pack_weights"] is True and result["command"].endswith("--attention packed_gqa --pack-weights")
+    names = [rule["name"] for rule in result["rules"]]
+    shipped = result["rules"][names.index("confidence 0.6, skip 0, lengths 2+4+7")]
+    best, costs = result["best"], result["forward_ms"]["512"]
+    assert best["name"] == "confidence 0.6, skip 0, lengths 3+7"
+    assert f"(estimated {best['all']['speedup_est']:.2f}x decode)" in page
+    rank = names.index(shipped["name"]) + 1
+    assert f"ranks {rank}th of {len(names)} at {shipped['all']['speedup_est']:.2f}x" in page
+    assert f"4 tokens {costs['4']:.1f} ms, of 1 token {costs['1']:.1f}, of 2 tokens {costs['2']:.1f})" in page
+    assert f"{result['collect_s'] / 60:.0f} minutes to collect" in page

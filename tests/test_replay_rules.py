@@ -214,7 +214,8 @@ def test_the_rules_replay_measures_costs_on_packed_weights_when_asked(tmp_path, 
     monkeypatch.setattr(replay_rules, "collect", lambda args: {**SAVED, "pack_weights": args.pack_weights})
     data = tmp_path / "replay.json"
     assert main([*argv, "--pack-weights", "--replay-data", str(data), "--grid", "0:0"]) == 0
-    assert json.loads((tmp_path / "out.json").read_text())["pack_weights"] is True
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["pack_weights"] is True and " --pack-weights --grid" in result["command"]  # a switch, no value
     assert main([*argv, "--replay-data", str(data), "--grid", "0:0"]) == 0  # replayed later without the flag
     assert json.loads((tmp_path / "out.json").read_text())["pack_weights"] is True
     make_tiny_target().save_pretrained(tmp_path / "target")  # float32: nothing would take the packed path

@@ -221,9 +221,9 @@ def run_replay(kind: Any, args: argparse.Namespace) -> int:
     data = _replay_data(args, kind.DATA_KEYS, kind.collect)
     head, rules = kind.compare(args, data, settings)
     command = ["dlite-hf", "bench", "replay", args.replay_kind]
-    for key in args.replay_flags:
-        if getattr(args, key) is not None:
-            command += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    for key, value in ((key, getattr(args, key)) for key in args.replay_flags):
+        if value is not None and value is not False:  # a switch: its name alone
+            command += [f"--{key.replace('_', '-')}", *([] if value is True else [str(value)])]
     # duration_s: this invocation (seconds when it read --replay-data); collect_s: the collection's, wherever it ran
     timing = {"duration_s": time.time() - started, "collect_s": data.get("collect_s")}
     write_json(args.out, {"command": shlex.join(command), **head, **timing, **rules}, indent=1)
