@@ -471,14 +471,17 @@ def _qwen_tau_cells(entry: dict, tau: dict) -> list[str]:
     )
 
 
+def _qwen_runs() -> tuple[list[dict], list[dict], list[list[dict]]]:
+    """The README's Qwen run and the one before it (the target's weights as loaded, the step-2,582 drafter): the
+    documents, their `all` rows by method, and plain's records."""
+    runs = [json.loads((RESULTS / f"{name}.json").read_text()) for name in (QWEN_RUN, QWEN_RUN + "-step2582")]
+    rows = [{row["method"]: row for row in run["summary"] if row["workload"] == "all"} for run in runs]
+    return runs, rows, [[r for r in run["records"] if r["method"] == "plain"] for run in runs]
+
+
 def _check_qwen_paragraph(readme: str) -> None:
-    """The paragraph under the README's Qwen table: its figures are the run's and the previous run's (the target's
-    weights as loaded, the step-2,582 drafter)."""
-    (run, before), plain = ({}, {}), []
-    for rows, name in zip((run, before), (QWEN_RUN, QWEN_RUN + "-step2582")):
-        document = json.loads((RESULTS / f"{name}.json").read_text())
-        rows.update({row["method"]: row for row in document["summary"] if row["workload"] == "all"})
-        plain.append([r for r in document["records"] if r["method"] == "plain"])
+    """The paragraph under the README's Qwen table: its figures are the run's and the previous run's."""
+    documents, (run, before), plain = _qwen_runs()
     prefill = [f"{sum(r['prefill_s'] for r in records):.0f}" for records in plain]
     share = [f"{100 * sum(r['prefill_s'] for r in p) / sum(r['wall_s'] for r in p):.0f}%" for p in plain]
     tok_s = [f"{rows['plain']['tok_s']:.2f}" for rows in (run, before)]
@@ -493,7 +496,7 @@ def _check_qwen_paragraph(readme: str) -> None:
         assert text in readme, text
     assert run["hybrid"]["speedup"] == max(row["speedup"] for row in run.values())
     rows = {}  # the claims of the paragraph, workload by workload
-    for row in json.loads((RESULTS / f"{QWEN_RUN}.json").read_text())["summary"]:
+    for row in documents[0]["summary"]:
         rows.setdefault(row["workload"], {})[row["method"]] = row["speedup"]
     assert "no slower than plain anywhere, and faster than prompt lookup on chat, math and tool" in readme
     assert all(methods["dlite"] >= 1.0 for methods in rows.values())
@@ -615,14 +618,7 @@ def test_the_training_logs_qwen_candidate_table_is_the_result_file() -> None:
     drafters = _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-fourth.json",
         rows,
-        lambda entry, tau: (
-            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
-            + [
-                f"{entry['mean_tau_in_domain']:.2f}",
-                f"{tau['legal']:.2f}",
-                f"{100 * entry['first_accepted_in_domain']:.1f}%",
-            ]
-        ),
+        _qwen_tau_cells,
     )
     assert set(drafters) == {"step2582", "s54"}
     log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
@@ -668,10 +664,8 @@ def test_the_qwen_packed_run_section_is_the_result_files() -> None:
     """benchmarks/README.md: the Qwen run with the target's weights packed, against the run before it."""
     text = (REPO / "benchmarks" / "README.md").read_text()
     section = " ".join(text[text.index("in `generate()`, the target's weights packed") :].split("\n### ")[0].split())
-    runs = [json.loads((RESULTS / f"{name}.json").read_text()) for name in (QWEN_RUN, QWEN_RUN + "-step2582")]
-    (now, before) = ({r["method"]: r for r in run["summary"] if r["workload"] == "all"} for run in runs)
+    runs, (now, before), plain = _qwen_runs()
     assert runs[0]["meta"]["pack_weights"] and not runs[1]["meta"].get("pack_weights", False)
-    plain = [[r for r in run["records"] if r["method"] == "plain"] for run in runs]
     prefill = [sum(r["prefill_s"] for r in p) for p in plain]
     share = [f"{100 * s / sum(r['wall_s'] for r in p):.0f}%" for s, p in zip(prefill, plain)]
 
@@ -705,11 +699,7 @@ def test_the_training_logs_second_epoch_table_is_the_result_file() -> None:
     drafters = _check_log_table(
         "qwen2.5-coder-0.5b-ood-tau-fifth.json",
         rows,
-        lambda entry, tau: (
-            [f"{tau[w]:.2f}" for w in ("chat", "code", "math", "tool")]
-            + [f"{entry['mean_tau_in_domain']:.2f}", f"{tau['legal']:.2f}"]
-            + [f"{100 * entry['first_accepted_in_domain']:.1f}%"]
-        ),
+        _qwen_tau_cells,
     )
     before, after = drafters["s54"], drafters["s55"]
     log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
