@@ -12,6 +12,7 @@ import torch
 from tiny_models import make_tiny_target
 from transformers import AutoModel
 
+from dlite_hf.bench import command as bench_command
 from dlite_hf.bench import replay, replay_rules
 from dlite_hf.bench.replay import context_key
 from dlite_hf.chat_template import chat_prompt_ids
@@ -219,5 +220,8 @@ def test_the_rules_replay_measures_costs_on_packed_weights_when_asked(tmp_path, 
     assert main([*argv, "--replay-data", str(data), "--grid", "0:0"]) == 0  # replayed later without the flag
     assert json.loads((tmp_path / "out.json").read_text())["pack_weights"] is True
     make_tiny_target().save_pretrained(tmp_path / "target")  # float32: nothing would take the packed path
+    monkeypatch.setenv("TRANSFORMERS_SDPA_FORCE_GQA", "0")  # load_models sets it: undone after the test
     with pytest.raises(SystemExit, match="--pack-weights: Packed weights apply to bfloat16"):
         replay.load_models(str(tmp_path / "target"), "unused", "sdpa", 1, "float32", pack_weights=True)
+    with pytest.raises(SystemExit, match="--pack-weights: Packed weights apply to bfloat16"):  # bench's, one loader
+        bench_command._load_target(str(tmp_path / "target"), "float32", "sdpa", True)

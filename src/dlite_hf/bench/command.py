@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..commands.common import exit_on_error
+from ..commands.common import exit_on_error, open_target_flagged
 from ..data.workloads import (
     CODING_TASKS,
     LONG_MAX_TOKENS,
@@ -66,12 +66,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_replay_parser(tools, (replay_hybrid, replay_rules))
 
 
-def _load_target(name_or_path: str, dtype: str, attention: str, pack_weights: bool) -> tuple[Any, Any, Path]:
-    """(model, tokenizer, folder) of a registry name or local folder (a seam the tests replace)."""
-    from ..assets import open_target
-
-    with exit_on_error("--pack-weights", ValueError) if pack_weights else contextlib.nullcontext():
-        return open_target(name_or_path, dtype=dtype, attention=attention, pack_weights=pack_weights)
+_load_target = open_target_flagged  # (model, tokenizer, folder) of a registry name or folder; a seam the tests replace
 
 
 def _load_drafter(path: str, dtype: Any) -> Any:

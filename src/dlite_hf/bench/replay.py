@@ -15,7 +15,6 @@ split (:mod:`.replay_hybrid`); ``rules``, the adaptive-drafting thresholds on un
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import os
@@ -29,8 +28,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from ..assets import load_drafter
 from ..chat_template import chat_prompt_ids
-from ..commands.common import exit_on_error, positive_int
+from ..commands.common import open_target_flagged, positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from ..modeling.drafting import history_inputs
 
@@ -173,12 +173,9 @@ def load_models(
 ) -> tuple[Any, Any, Any]:
     """(target in `dtype`, tokenizer, bound drafter) on `threads` threads, GQA SDPA forced, as the README's runs;
     `pack_weights`: the target's linear layers on weights packed once (`dlite-hf bench --pack-weights`)."""
-    from ..assets import load_drafter, open_target
-
     torch.set_num_threads(threads)
     os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
-    with exit_on_error("--pack-weights", ValueError) if pack_weights else contextlib.nullcontext():
-        model, tokenizer, _ = open_target(target, dtype=dtype, attention=attention, pack_weights=pack_weights)
+    model, tokenizer, _ = open_target_flagged(target, dtype, attention, pack_weights)
     return model, tokenizer, load_drafter(drafter, model).bind_target(model)
 
 

@@ -32,6 +32,14 @@ def exit_on_error(prefix: str, *errors: type[Exception]):
         raise SystemExit(f"{prefix}: {error}" if prefix else str(error)) from None
 
 
+def open_target_flagged(name_or_path: str, dtype: str, attention: str, pack_weights: bool = False):
+    """`assets.open_target` for a command: with `--pack-weights`, a ValueError exits labelled with the flag."""
+    from ..assets import open_target
+
+    with exit_on_error("--pack-weights", ValueError) if pack_weights else contextlib.nullcontext():
+        return open_target(name_or_path, dtype=dtype, attention=attention, pack_weights=pack_weights)
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """`--shard I/N` as `(I, N)`; exits saying what is expected unless 0 <= I < N."""
     index, _, count = text.partition("/")
