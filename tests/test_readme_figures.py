@@ -707,6 +707,14 @@ def test_the_training_logs_second_epoch_table_is_the_result_file() -> None:
     assert f"does not help ({change[0]:.1%} in domain, {change[1]:.1%} out of domain)" in log
 
 
+def test_the_training_logs_draft_vocabulary_table_is_the_result_file() -> None:
+    rows = {"shipped (8,192 ids)": "shipped", "16,384 ids": "v16k", "32,768 ids": "v32k"}
+    drafters = _check_log_table("qwen2.5-coder-0.5b-ood-tau-vocab.json", rows, _qwen_tau_cells)
+    base = drafters["shipped"]
+    for key in ("mean_tau_in_domain", "mean_tau_ood"):  # "Nothing gained": within 0.2% of the shipped drafter's
+        assert all(abs(entry[key] / base[key] - 1) < 0.002 for entry in drafters.values())
+
+
 def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
     """The README's dataset sentences quote the cards' totals (`dlite-hf dataset card` renders them from shards)."""
     readme = " ".join((REPO / "README.md").read_text().split())
