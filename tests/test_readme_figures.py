@@ -715,6 +715,30 @@ def test_the_training_logs_draft_vocabulary_table_is_the_result_file() -> None:
         assert all(abs(entry[key] / base[key] - 1) < 0.002 for entry in drafters.values())
 
 
+def test_the_draft_lengths_ab_is_the_result_files() -> None:
+    """benchmarks/README.md: the generate() A/B of the replay's best lengths against the shipped ones, as quoted."""
+    page = " ".join((REPO / "benchmarks" / "README.md").read_text().split())
+    speed, tau = {}, {}
+    for arm, lengths in (("2-4-7", [2, 4, 7]), ("3-7", [3, 7])):
+        for run in ("r1", "r2"):
+            result = json.loads((RESULTS / f"qwen2.5-coder-0.5b-lengths-ab-{arm}-{run}.json").read_text())
+            assert result["methods"]["dlite"]["drafter"]["draft_lengths"] == lengths
+            assert "--attention packed_gqa --pack-weights --out" in result["meta"]["command"]
+            rows = {row["method"]: row for row in result["summary"] if row["workload"] == "all"}
+            speed.setdefault(arm, []).append(f"{rows['dlite']['speedup']:.2f}x")
+            tau[arm] = f"{rows['dlite']['mean_tau']:.2f}"
+    assert (
+        "the shipped lengths gave {} and {} plain, lengths 3 or 7 gave {} and {}".format(
+            *speed["2-4-7"], *speed["3-7"]
+        )
+        in page
+    )
+    assert f"(tau {tau['2-4-7']} against {tau['3-7']})" in page
+    spread = [abs(float(a[0][:-1]) - float(a[1][:-1])) for a in speed.values()]  # two runs of one rule
+    means = [sum(float(x[:-1]) for x in a) / 2 for a in speed.values()]
+    assert max(spread) > abs(means[0] - means[1])  # "the two runs of one rule differ more than the rules do"
+
+
 def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
     """The README's dataset sentences quote the cards' totals (`dlite-hf dataset card` renders them from shards)."""
     readme = " ".join((REPO / "README.md").read_text().split())
