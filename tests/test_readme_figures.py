@@ -739,6 +739,15 @@ def test_the_draft_lengths_ab_is_the_result_files() -> None:
     assert max(spread) > abs(means[0] - means[1])  # "the two runs of one rule differ more than the rules do"
 
 
+def test_the_training_logs_stop_56_candidate_table_is_the_result_file() -> None:
+    rows = {"step 2,912 (shipped)": "shipped", "+ 240 steps on stop 56's rows": "s56"}
+    drafters = _check_log_table("qwen2.5-coder-0.5b-ood-tau-sixth.json", rows, _qwen_tau_cells)
+    before, after = (drafters[name]["tau_by_workload"] for name in ("shipped", "s56"))
+    log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
+    change = {w: f"{after[w] - before[w]:+.2f}" for w in ("math", "code", "tool")}
+    assert f"No net gain: math {change['math']}, code {change['code']}, but tool {change['tool']}." in log
+
+
 def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
     """The README's dataset sentences quote the cards' totals (`dlite-hf dataset card` renders them from shards)."""
     readme = " ".join((REPO / "README.md").read_text().split())
