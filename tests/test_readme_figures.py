@@ -746,6 +746,15 @@ def test_the_training_logs_stop_56_candidate_table_is_the_result_file() -> None:
     log = " ".join((REPO / "docs" / "training-log.md").read_text().split())
     change = {w: f"{after[w] - before[w]:+.2f}" for w in ("math", "code", "tool")}
     assert f"No net gain: math {change['math']}, code {change['code']}, but tool {change['tool']}." in log
+    rows = {**rows, "+ 265 steps on those rows and 200 tool rows": "s56b"}
+    again = _check_log_table("qwen2.5-coder-0.5b-ood-tau-seventh.json", rows, _qwen_tau_cells)
+    for name in ("shipped", "s56"):  # the replay is deterministic
+        assert again[name]["tau_by_workload"] == drafters[name]["tau_by_workload"]
+    tau = again["s56b"]["tau_by_workload"]
+    assert f"tool comes back ({tau['tool']:.2f}) and math's gain goes ({tau['math']:.2f})" in log
+    assert (
+        f"{again['s56b']['mean_tau_in_domain']:.2f} again, out of domain +{tau['legal'] - before['legal']:.2f}" in log
+    )
 
 
 def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
