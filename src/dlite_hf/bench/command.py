@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..commands.common import exit_on_error, open_target_flagged
+from ..commands.common import command_flags, exit_on_error, open_target_flagged
 from ..data.workloads import (
     CODING_TASKS,
     LONG_MAX_TOKENS,
@@ -94,14 +94,7 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
         shown += ["bfcl_category"] if args.bfcl_sessions else []
     shown += ["threads", "dtype", "attention", "pack_weights", "out", "sdpa_gqa", "name"]
     shown += ["prefix_cache", "allow_mismatch", "plot", "no_warmup"]
-    parts = ["dlite-hf", "bench"]
-    for dest in shown:
-        value = values[dest]
-        if value is True:  # a switch
-            parts.append(_flag(dest))
-        elif value is not None and value is not False and value != "":  # a value given (0 included)
-            parts += [_flag(dest), str(value)]
-    return shlex.join(parts)
+    return shlex.join(["dlite-hf", "bench", *command_flags(values, shown)])
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

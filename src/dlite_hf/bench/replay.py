@@ -30,7 +30,7 @@ from transformers import DynamicCache
 
 from ..assets import load_drafter
 from ..chat_template import chat_prompt_ids
-from ..commands.common import open_target_flagged, positive_int
+from ..commands.common import command_flags, open_target_flagged, positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from ..modeling.drafting import history_inputs
 
@@ -217,10 +217,7 @@ def run_replay(kind: Any, args: argparse.Namespace) -> int:
     started = time.time()
     data = _replay_data(args, kind.DATA_KEYS, kind.collect)
     head, rules = kind.compare(args, data, settings)
-    command = ["dlite-hf", "bench", "replay", args.replay_kind]
-    for key, value in ((key, getattr(args, key)) for key in args.replay_flags):
-        if value is not None and value is not False:  # a switch: its name alone
-            command += [f"--{key.replace('_', '-')}", *([] if value is True else [str(value)])]
+    command = ["dlite-hf", "bench", "replay", args.replay_kind, *command_flags(vars(args), args.replay_flags)]
     # duration_s: this invocation (seconds when it read --replay-data); collect_s: the collection's, wherever it ran
     timing = {"duration_s": time.time() - started, "collect_s": data.get("collect_s")}
     write_json(args.out, {"command": shlex.join(command), **head, **timing, **rules}, indent=1)

@@ -40,6 +40,15 @@ def open_target_flagged(name_or_path: str, dtype: str, attention: str, pack_weig
         return open_target(name_or_path, dtype=dtype, attention=attention, pack_weights=pack_weights)
 
 
+def command_flags(values: dict, dests: list[str]) -> list[str]:
+    """Options as typed: a switch alone, a value after its flag (0 included); unset (None, False, "") left out."""
+    parts: list[str] = []
+    for flag, value in (("--" + dest.replace("_", "-"), values[dest]) for dest in dests):
+        if value is True or (value is not None and value is not False and value != ""):
+            parts += [flag] if value is True else [flag, str(value)]
+    return parts
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """`--shard I/N` as `(I, N)`; exits saying what is expected unless 0 <= I < N."""
     index, _, count = text.partition("/")
