@@ -11,14 +11,19 @@ cd "$(dirname "$0")/.."
 WORK=${DLITE_WORK:-$HOME/.cache/dlite-hf/work}
 DLITE=${DLITE:-.venv/bin/dlite-hf}
 export TARGET=qwen2.5-coder-0.5b
-MIX=${MIX:-$WORK/mix-qwen}
 export ROWS=${ROWS:-$WORK/qwen-rows.jsonl}
 export RUN=${RUN:-$WORK/runs/qwen-stable}
 export INIT=${INIT:-$WORK/qwen-init}
 export CACHE=${CACHE:-$WORK/features/qwen-stride4-4096}
 export MAX_LENGTH=${MAX_LENGTH:-4096} LR=${LR:-1e-3} EPOCHS=${EPOCHS:-2}
-[ -f "$MIX/prompts.jsonl" ] || "$DLITE" mix build --out "$MIX" --prompts-per-domain 1000 --texts-per-domain 500 \
-  --seed 0 --weights code=3,code_tasks=3,coding_agent=1
+if [ -z "${MIX:-}" ]; then  # the dataset's own mix (scripts/qwen_mix.sh), built where missing
+  source scripts/qwen_mix.sh
+  qwen_mix "$WORK" "$DLITE"
+  MIX=$WORK/mix-qwen-2
+elif [ ! -f "$MIX/prompts.jsonl" ]; then
+  echo "MIX=$MIX: no prompts.jsonl there; expected a mix folder (dlite-hf mix build), or leave MIX unset" >&2
+  exit 2
+fi
 [ -f "$ROWS" ] || "$DLITE" dataset rebuild datasets/dlite-qwen2.5-coder-0.5b-regen --prompts "$MIX/prompts.jsonl" \
   --out "$ROWS" --target "$TARGET"
 source scripts/drafter_shapes.sh

@@ -21,6 +21,7 @@ import pytest
         (["mix", "build"], "mix build needs --out DIR"),
         (["mix", "build", "--out", "m", "--domains", "news,poetry"], "Unknown domain 'poetry'"),
         (["mix", "build", "--out", "m", "--prompts-per-domain", "-1"], "prompts_per_domain=-1"),
+        (["mix", "build", "--out", "m", "--extend", "nowhere"], "--extend nowhere: no mix.json there"),
         (["mix", "table"], "mix table needs one or more row files"),
         (["label-text", "--texts", "missing.jsonl", "--out", "rows.jsonl"], "No JSONL file at missing.jsonl"),
         (["regenerate", "--out", "unused.jsonl", "--limit", "0"], "--limit 0 is invalid"),

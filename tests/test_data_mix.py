@@ -119,6 +119,49 @@ def test_build_mix_writes_train_items_only_and_is_seeded(tmp_path: Path) -> None
         M.build_mix(tmp_path / "c", 1, 1, domains=["poetry"])
 
 
+def test_an_extended_mix_keeps_the_earlier_items_first_and_tops_each_domain_up(tmp_path: Path) -> None:
+    domains = ("news", "reasoning", "text_news")
+    M.build_mix(tmp_path / "a", 4, 3, seed=1, domains=domains)
+    summary = M.build_mix(tmp_path / "b", 9, 5, seed=2, domains=domains, extends=tmp_path / "a")
+    again = M.build_mix(tmp_path / "c", 9, 5, seed=2, domains=domains, extends=tmp_path / "a")
+    assert summary == again
+    for file, before, after in (("prompts.jsonl", 8, 18), ("texts.jsonl", 3, 5)):
+        earlier = [json.loads(line) for line in (tmp_path / "a" / file).read_text().splitlines()]
+        extended = [json.loads(line) for line in (tmp_path / "b" / file).read_text().splitlines()]
+        assert (tmp_path / "b" / file).read_text() == (tmp_path / "c" / file).read_text()
+        assert len(earlier) == before and len(extended) == after and extended[:before] == earlier
+        assert len({p["id"] for p in extended}) == after  # nothing drawn twice
+    assert summary["domains"]["news"] == {
+        "kind": "prompt",
+        "source": D.DOMAINS["news"].source,
+        "available": 984,
+        "written": 9,
+        "added": 5,
+    }
+    assert summary["domains"]["text_news"]["added"] == 2 and summary["extends"] == str(tmp_path / "a")
+    prompts = [json.loads(line) for line in (tmp_path / "b" / "prompts.jsonl").read_text().splitlines()]
+    eval_ids = {p["id"] for d in ("news", "reasoning") for p in D.domain_prompts(d, "eval")}
+    assert not eval_ids & {p["id"] for p in prompts}
+    # a smaller cap adds nothing and drops nothing
+    smaller = M.build_mix(tmp_path / "d", 2, 1, seed=2, domains=domains, extends=tmp_path / "a")
+    assert smaller["domains"]["news"]["written"] == 4 and smaller["domains"]["news"]["added"] == 0
+
+
+def test_extending_a_mix_refuses_what_would_lose_or_leak_items(tmp_path: Path) -> None:
+    M.build_mix(tmp_path / "a", 3, 0, seed=1, domains=("news", "reasoning"))
+    with pytest.raises(FileNotFoundError, match="no mix.json there"):
+        M.build_mix(tmp_path / "b", 4, 0, domains=("news",), extends=tmp_path / "missing")
+    with pytest.raises(ValueError, match="holds domains reasoning that this build leaves out"):
+        M.build_mix(tmp_path / "b", 4, 0, domains=("news",), extends=tmp_path / "a")
+    with pytest.raises(ValueError, match="is also --out"):
+        M.build_mix(tmp_path / "a", 4, 0, domains=("news", "reasoning"), extends=tmp_path / "a")
+    leaked = dict(D.domain_prompts("news", "eval", limit=1)[0], workload="news")
+    with open(tmp_path / "a" / "prompts.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(leaked) + "\n")
+    with pytest.raises(ValueError, match=r"1 'news' items \(e.g. .*\) are not in that domain's train split"):
+        M.build_mix(tmp_path / "b", 4, 0, domains=("news", "reasoning"), extends=tmp_path / "a")
+
+
 def test_mix_weights_scale_a_domains_cap_and_bad_weights_are_refused(tmp_path: Path) -> None:
     plain = M.build_mix(tmp_path / "a", 4, 0, seed=1, domains=("news", "reasoning"))
     weighted = M.build_mix(tmp_path / "b", 4, 0, seed=1, domains=("news", "reasoning"), weights={"news": 2.5})

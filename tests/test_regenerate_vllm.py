@@ -146,16 +146,20 @@ def test_regenerate_vllm_locks_its_output(tmp_path):
     assert not out.with_suffix(".job.jsonl").exists()
 
 
-def _run_mix_script(tmp_path, fail_on=None, script="regenerate_mix.sh", **extra_env):
-    """`scripts/<script>` with a stand-in for `dlite-hf` that logs each call (and fails on `fail_on`)."""
+def _run_mix_script(
+    tmp_path, fail_on=None, script="regenerate_mix.sh", mixes=("mix", "mix-qwen", "mix-qwen-2"), **extra_env
+):
+    """`scripts/<script>` with a stand-in for `dlite-hf` that logs each call (and fails on `fail_on`; `mix build
+    --out DIR` writes DIR/mix.json), the `mixes` built beforehand (by default regenerate_mix.sh's and Qwen's)."""
     import subprocess
 
     log = tmp_path / "calls.log"
     fake = tmp_path / "dlite-hf"
     fail = f'case "$*" in *"{fail_on}"*) exit 3;; esac' if fail_on else ""
-    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n{fail}\n')
+    build = 'if [ "$1 $2 $3" = "mix build --out" ]; then mkdir -p "$4" && echo {} > "$4/mix.json"; fi'
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n{fail}\n{build}\n')
     fake.chmod(0o755)
-    for mix in ("mix", "mix-qwen"):  # the default mixes of regenerate_mix.sh and regenerate_qwen.sh, built
+    for mix in mixes:
         (tmp_path / "work" / mix).mkdir(parents=True, exist_ok=True)
         (tmp_path / "work" / mix / "mix.json").write_text("{}")
     env = {"PATH": "/usr/bin:/bin", "DLITE": str(fake), "DLITE_WORK": str(tmp_path / "work"), "WORKERS": "1"}
@@ -194,12 +198,33 @@ def test_the_mix_script_takes_another_target_its_own_folders_and_stages(tmp_path
 
 
 def test_the_qwen_script_runs_the_mix_script_for_qwen_and_skips_its_shipped_rows(tmp_path):
-    result, calls = _run_mix_script(tmp_path, script="regenerate_qwen.sh")
+    result, calls = _run_mix_script(tmp_path, script="regenerate_qwen.sh", mixes=())
     assert result.returncode == 0, result.stderr
+    # the dataset's mix: mix-qwen at 1,000 prompts a domain, then extended to 2,000 (its first 11,604 kept)
+    work = tmp_path / "work"
+    assert calls[0].startswith(f"mix build --out {work}/mix-qwen --prompts-per-domain 1000 --texts-per-domain 500")
+    assert calls[1].startswith(f"mix build --out {work}/mix-qwen-2 --prompts-per-domain 2000 --texts-per-domain 500")
+    assert calls[1].endswith(f"--extend {work}/mix-qwen") and "--weights code=3,code_tasks=3" in calls[0]
+    calls = calls[2:]
     # greedy stages of growing limits (each finished stage holds the mix's first N prompts), then all of them
     limits = [call.split("--limit ")[1].split()[0] if "--limit" in call else None for call in calls]
-    assert limits == ["3000", "6000", "9000", None]
+    assert limits == ["3000", "6000", "9000", "11604", "13000", "14500", None]
     for call in calls:
+        assert f"--prompts {work}/mix-qwen-2/prompts.jsonl" in call
         assert "--target qwen2.5-coder-0.5b" in call and "--max-prompt-tokens 8192" in call
         assert "--skip-dataset datasets/dlite-qwen2.5-coder-0.5b-regen" in call
         assert f"{tmp_path}/work/regen-qwen/greedy.jsonl" in call
+
+
+def test_the_qwen_training_script_rebuilds_the_rows_from_the_datasets_own_mix(tmp_path):
+    result, calls = _run_mix_script(tmp_path, script="train_qwen.sh", mixes=())
+    assert result.returncode == 0, result.stderr
+    work = tmp_path / "work"
+    assert [call.split(" --prompts-per-domain")[0] for call in calls[:2]] == [
+        f"mix build --out {work}/mix-qwen",
+        f"mix build --out {work}/mix-qwen-2",
+    ]
+    assert calls[2].startswith(f"dataset rebuild datasets/dlite-qwen2.5-coder-0.5b-regen --prompts {work}/mix-qwen-2/")
+    result, calls = _run_mix_script(tmp_path, script="train_qwen.sh", MIX=str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and calls == []
+    assert f"MIX={tmp_path}/nowhere: no prompts.jsonl there" in result.stderr

@@ -1,6 +1,7 @@
 """`dlite-hf mix` (build the broad training mix, tabulate or rebalance training rows) and `dlite-hf label-text`.
 
     dlite-hf mix build --out data/mix --prompts-per-domain 500 --texts-per-domain 500
+    dlite-hf mix build --out data/mix2 --prompts-per-domain 1000 --texts-per-domain 500 --extend data/mix
     dlite-hf regenerate --prompts data/mix/prompts.jsonl --out data/mix/regen.jsonl --dtype bfloat16
     dlite-hf label-text --texts data/mix/texts.jsonl --out data/mix/text_rows.jsonl
     dlite-hf mix table data/mix/regen.jsonl data/mix/text_rows.jsonl
@@ -34,7 +35,7 @@ def cmd_mix(args: argparse.Namespace) -> int:
             domains = [d for d in (args.domains or "").split(",") if d]
             weights = _parse_weights(args.weights)
             summary = broad_mix.build_mix(
-                args.out, args.prompts_per_domain, args.texts_per_domain, args.seed, domains, weights
+                args.out, args.prompts_per_domain, args.texts_per_domain, args.seed, domains, weights, args.extend
             )
             print(json.dumps(summary, indent=2))
             return 0
@@ -93,6 +94,9 @@ def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
     mix.add_argument("--texts-per-domain", type=int, default=500, help="build: items sampled per text domain")
     mix.add_argument("--domains", default=None, help="build: comma-separated domains (default: all)")
     mix.add_argument("--weights", help="build: per-domain factors on the caps, e.g. code=3,coding_agent=2")
+    mix.add_argument(
+        "--extend", metavar="MIX", help="build: keep this earlier mix's items first and top each domain up to its cap"
+    )
     mix.add_argument("--seed", type=int, default=0)
     mix.add_argument("--power", type=float, default=0.5, help="rebalance: shares follow tokens ** power (0 to 1)")
     mix.add_argument("--order-after", metavar="DONE", help="rebalance: order the rows not in DONE (a rows file)")

@@ -13,7 +13,7 @@ from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..jsonl import write_jsonl
+from ..jsonl import read_jsonl, write_jsonl
 from .common import Prompt, check_choice
 from .domains import DOMAINS, domain_prompts
 from .prompts import TRAINING_WORKLOADS, load_prompts
@@ -50,10 +50,16 @@ def build_mix(
     seed: int = 0,
     domains: Iterable[str] = (),
     weights: dict[str, float] | None = None,
+    extends: str | Path | None = None,
 ) -> dict[str, Any]:
     """Write ``prompts.jsonl`` (for ``regenerate``) and ``texts.jsonl`` (for ``label-text``), each a shuffled, seeded
     sample of up to the given number of train items per domain, times its ``weights`` factor (default 1), and
-    ``mix.json`` (returned) with each domain's counts and source."""
+    ``mix.json`` (returned) with each domain's counts and source.
+
+    With ``extends`` (the folder of an earlier mix) the earlier mix's items come first, unchanged and in their order,
+    and each domain is topped up to its cap with train items the earlier mix does not hold: rows answered for the
+    earlier mix keep their place (``regenerate --limit N`` still takes its first N) and one prompts file rebuilds all.
+    """
     if prompts_per_domain < 0 or texts_per_domain < 0:
         raise ValueError(
             f"prompts_per_domain={prompts_per_domain} and texts_per_domain={texts_per_domain} must be >= 0."
@@ -65,23 +71,62 @@ def build_mix(
     for name, weight in weights.items():
         if not weight > 0:
             raise ValueError(f"The weight of {name!r} is {weight}; expected a positive factor such as 2 or 0.5.")
+    if extends is not None and Path(extends).resolve() == Path(out_dir).resolve():
+        raise ValueError(f"--extend {extends} is also --out: write the extended mix to a new folder.")
+    earlier = _earlier_mix(extends, names)
     rng = random.Random(seed)
     chosen: dict[str, list[Prompt]] = {"prompt": [], "text": []}
-    summary: dict[str, Any] = {"seed": seed, "domains": {}}
+    summary: dict[str, Any] = {"seed": seed, "domains": {}} | ({"extends": str(extends)} if extends else {})
     for name in names:
         domain = DOMAINS[name]
         items = domain_prompts(name, "train")
+        held = [p for p in earlier[domain.kind] if p["workload"] == name]
+        _check_train_items(name, held, items, extends)
+        held_ids = {p["id"] for p in held}
+        fresh = [p for p in items if p["id"] not in held_ids]
         cap = round((prompts_per_domain if domain.kind == "prompt" else texts_per_domain) * weights.get(name, 1))
-        picked = rng.sample(items, min(cap, len(items)))
+        picked = rng.sample(fresh, max(0, min(cap - len(held), len(fresh))))
         chosen[domain.kind] += picked
-        entry = {"kind": domain.kind, "source": domain.source, "available": len(items), "written": len(picked)}
-        summary["domains"][name] = entry | ({"weight": weights[name]} if name in weights else {})
+        entry = {"kind": domain.kind, "source": domain.source, "available": len(items)}
+        entry["written"] = len(held) + len(picked)
+        entry |= ({"added": len(picked)} if extends else {}) | ({"weight": weights[name]} if name in weights else {})
+        summary["domains"][name] = entry
     out_dir = Path(out_dir)
     for kind, file in (("prompt", "prompts.jsonl"), ("text", "texts.jsonl")):
         rng.shuffle(chosen[kind])
-        write_jsonl(chosen[kind], out_dir / file)
+        write_jsonl(earlier[kind] + chosen[kind], out_dir / file)
     (out_dir / "mix.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+def _earlier_mix(extends: str | Path | None, names: list[str]) -> dict[str, list[Prompt]]:
+    """The items of the mix that ``build_mix`` extends, by kind (none without one); all its domains must be named."""
+    if extends is None:
+        return {"prompt": [], "text": []}
+    folder = Path(extends)
+    if not (folder / "mix.json").is_file():
+        raise FileNotFoundError(
+            f"--extend {folder}: no mix.json there; expected the folder of a mix written by `dlite-hf mix build`."
+        )
+    earlier = {"prompt": read_jsonl(folder / "prompts.jsonl"), "text": read_jsonl(folder / "texts.jsonl")}
+    missing = sorted({p["workload"] for items in earlier.values() for p in items} - set(names))
+    if missing:
+        raise ValueError(
+            f"--extend {folder}: the earlier mix holds domains {', '.join(missing)} that this build leaves out; "
+            "name them in --domains too (or leave --domains out for all)."
+        )
+    return earlier
+
+
+def _check_train_items(name: str, held: list[Prompt], items: list[Prompt], extends: str | Path | None) -> None:
+    """The earlier mix's items of a domain must still be train items (a split that moved would leak eval items)."""
+    train = {p["id"] for p in items}
+    stray = [p["id"] for p in held if p["id"] not in train]
+    if stray:
+        raise ValueError(
+            f"--extend {extends}: {len(stray)} {name!r} items (e.g. {stray[0]!r}) are not in that domain's train "
+            "split now; build a fresh mix instead of extending this one."
+        )
 
 
 _LEGACY_ID_HEADS = {
