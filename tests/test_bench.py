@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import json.decoder
+import os
 
 import pytest
 import torch
@@ -402,11 +403,10 @@ def test_cli_writes_results_and_fails_on_a_mismatch(tiny, tokenizer, tmp_path, m
     # --sdpa-gqa: transformers' GQA switch for every method; recorded, in the command, outputs still identical
     monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
     assert main(_cli(tmp_path, "--sdpa-gqa")) == 0
-    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA")  # set by the command; removed for the tests after this one
+    assert "TRANSFORMERS_SDPA_FORCE_GQA" not in os.environ  # set for the run only
     result = json.loads((tmp_path / "cli.json").read_text())
     assert result["meta"]["sdpa_force_gqa"] is True and " --sdpa-gqa" in result["meta"]["command"]
     assert result["ok"] is True and "--repeats" not in result["meta"]["command"]
-    monkeypatch.delenv("TRANSFORMERS_SDPA_FORCE_GQA", raising=False)
     assert main(_cli(tmp_path, "--repeats", "2")) == 0  # --repeats reaches the run and its recorded command
     result = json.loads((tmp_path / "cli.json").read_text())
     assert result["meta"]["repeats"] == 2 and " --repeats 2 " in result["meta"]["command"]

@@ -5,6 +5,7 @@ saved replay data, and on the real target against the rounds `generate()` runs w
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -212,15 +213,22 @@ def test_the_rules_replay_measures_costs_on_packed_weights_when_asked(tmp_path, 
             main([*argv, "--dtype", "bfloat16", *extra])
     assert seen == [True, False]
     monkeypatch.undo()
-    monkeypatch.setattr(replay_rules, "collect", lambda args: {**SAVED, "pack_weights": args.pack_weights})
+    forced = []
+
+    def collect(args):  # what the models would be loaded and measured under
+        forced.append(os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA"))
+        return {**SAVED, "pack_weights": args.pack_weights}
+
+    monkeypatch.setattr(replay_rules, "collect", collect)
+    monkeypatch.setenv("TRANSFORMERS_SDPA_FORCE_GQA", "0")
     data = tmp_path / "replay.json"
     assert main([*argv, "--pack-weights", "--replay-data", str(data), "--grid", "0:0"]) == 0
+    assert forced == ["1"] and os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] == "0"  # forced while collecting only
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["pack_weights"] is True and " --pack-weights --grid" in result["command"]  # a switch, no value
     assert main([*argv, "--replay-data", str(data), "--grid", "0:0"]) == 0  # replayed later without the flag
     assert json.loads((tmp_path / "out.json").read_text())["pack_weights"] is True
     make_tiny_target().save_pretrained(tmp_path / "target")  # float32: nothing would take the packed path
-    monkeypatch.setenv("TRANSFORMERS_SDPA_FORCE_GQA", "0")  # load_models sets it: undone after the test
     with pytest.raises(SystemExit, match="--pack-weights: Packed weights apply to bfloat16"):
         replay.load_models(str(tmp_path / "target"), "unused", "sdpa", 1, "float32", pack_weights=True)
     with pytest.raises(SystemExit, match="--pack-weights: Packed weights apply to bfloat16"):  # bench's, one loader

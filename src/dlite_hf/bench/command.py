@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import shlex
 import sys
@@ -38,6 +37,7 @@ from ..defaults import DEFAULT_DRAFTER
 from ..modeling import decoding_options as options
 from . import replay_hybrid, replay_rules
 from .arguments import DEFAULT_WORKLOADS, add_bench_arguments
+from .measure import sdpa_gqa_forced
 from .methods import make_method, parse_methods
 from .replay import add_replay_parser
 from .report import add_postprocess_parsers, markdown_table
@@ -102,8 +102,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     differs from plain (unless --allow-mismatch)."""
     methods, workloads, user_prompts, lengths = _validate(args)  # every flag, before any model loads
     torch.set_num_threads(args.threads)
-    if args.sdpa_gqa:  # read by transformers at every attention call; the same for every method of the run
-        os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    with sdpa_gqa_forced(args.sdpa_gqa):  # the same attention for every method of the run, and only for the run
+        return _run(args, methods, workloads, user_prompts, lengths)
+
+
+def _run(
+    args: argparse.Namespace,
+    methods: list[str],
+    workloads: list[str],
+    user_prompts: list[dict] | None,
+    lengths: list[int],
+) -> int:
+    """Load the models, run every method and write the result; the exit status of :func:`cmd_bench`."""
     target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention, args.pack_weights)
     specs = _bench_methods(args, methods, target, tokenizer, folder)
     sessions = _sessions(args, workloads, lengths, tokenizer, user_prompts)

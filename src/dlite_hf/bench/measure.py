@@ -59,6 +59,25 @@ class ForwardTimer:
         self._handles = []
 
 
+SDPA_GQA_VARIABLE = "TRANSFORMERS_SDPA_FORCE_GQA"  # read by transformers at every attention call
+
+
+@contextlib.contextmanager
+def sdpa_gqa_forced(forced: bool = True):
+    """``TRANSFORMERS_SDPA_FORCE_GQA=1`` while the block runs (a benchmark's every method sees the same attention),
+    the variable as it was afterwards; nothing changed when not `forced`."""
+    before = os.environ.get(SDPA_GQA_VARIABLE)
+    if forced:
+        os.environ[SDPA_GQA_VARIABLE] = "1"
+    try:
+        yield
+    finally:
+        if forced and before is None:
+            os.environ.pop(SDPA_GQA_VARIABLE, None)
+        elif forced:
+            os.environ[SDPA_GQA_VARIABLE] = before
+
+
 def _proc_field(path: str, key: str, missing: str | None = None) -> str | None:
     """The value of the first line starting with ``key`` in a ``/proc`` file: ``missing`` without such a line, None
     when the file cannot be read."""
@@ -92,7 +111,7 @@ def environment_info() -> dict[str, Any]:
             "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
         "threads": torch.get_num_threads(),
-        "sdpa_force_gqa": os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA", "0") == "1",
+        "sdpa_force_gqa": os.environ.get(SDPA_GQA_VARIABLE, "0") == "1",
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

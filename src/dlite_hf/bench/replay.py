@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shlex
 import statistics
 import time
@@ -33,6 +32,7 @@ from ..chat_template import chat_prompt_ids
 from ..commands.common import command_flags, open_target_flagged, positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from ..modeling.drafting import history_inputs
+from .measure import sdpa_gqa_forced
 
 
 def replay_tau(drafter: Any, states: Any, tokens: list[int], prompt_length: int) -> tuple[int, int, list[int]]:
@@ -171,10 +171,10 @@ def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], position: int) 
 def load_models(
     target: str, drafter: str, attention: str, threads: int, dtype: str, pack_weights: bool = False
 ) -> tuple[Any, Any, Any]:
-    """(target in `dtype`, tokenizer, bound drafter) on `threads` threads, GQA SDPA forced, as the README's runs;
-    `pack_weights`: the target's linear layers on weights packed once (`dlite-hf bench --pack-weights`)."""
+    """(target in `dtype`, tokenizer, bound drafter) on `threads` threads (the replay forces GQA SDPA while it
+    collects, as the README's runs); `pack_weights`: the target's linear layers on weights packed once (`dlite-hf
+    bench --pack-weights`)."""
     torch.set_num_threads(threads)
-    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
     model, tokenizer, _ = open_target_flagged(target, dtype, attention, pack_weights)
     return model, tokenizer, load_drafter(drafter, model).bind_target(model)
 
@@ -230,7 +230,8 @@ def _replay_data(args: argparse.Namespace, keys: tuple[str, ...], collect: Any) 
     path = args.replay_data.expanduser() if args.replay_data is not None else None
     if path is None or not path.is_file():
         started = time.time()
-        data = {**collect(args), "collect_s": time.time() - started}
+        with sdpa_gqa_forced():
+            data = {**collect(args), "collect_s": time.time() - started}
         if path is not None:
             write_json(path, data)
         return data
