@@ -755,6 +755,12 @@ def test_the_training_logs_stop_56_candidate_table_is_the_result_file() -> None:
     assert (
         f"{again['s56b']['mean_tau_in_domain']:.2f} again, out of domain +{tau['legal'] - before['legal']:.2f}" in log
     )
+    readme = " ".join((REPO / "README.md").read_text().split())
+    epoch = json.loads((RESULTS / "qwen2.5-coder-0.5b-ood-tau-fifth.json").read_text())["drafters"]["s55"]
+    new_rows = [again[name]["mean_tau_in_domain"] for name in ("s56", "s56b")]
+    figures = "({:.2f}) or on 1,120 and 1,320 new ones ({:.2f}, {:.2f})".format(epoch["mean_tau_in_domain"], *new_rows)
+    assert f"another epoch on the same rows {figures} did not raise it" in readme
+    assert max(epoch["mean_tau_in_domain"], *new_rows) <= again["shipped"]["mean_tau_in_domain"] + 0.005
 
 
 def test_the_readme_dataset_figures_are_the_dataset_cards() -> None:
