@@ -151,6 +151,19 @@ def test_the_card_and_the_readme_show_the_shipped_shards_tables():
     assert f"{totals} over {len(qwen['greedy'])} domains" in readme, "the README gives the Qwen dataset's totals"
 
 
+def test_the_qwen_card_names_every_row_that_training_drops():
+    """The card lists the rows whose prompts name a held-out standard-library module (`held_out_row`), read from the
+    shards: a new shard that adds one makes this fail until the card says so."""
+    from pathlib import Path
+
+    from dlite_hf.data.stdlib import held_out_row
+
+    folder = Path(__file__).resolve().parents[1] / "datasets" / "dlite-qwen2.5-coder-0.5b-regen"
+    ids = sorted(row["id"] for row in dataset.read_shards(folder) if held_out_row(row["id"]))
+    card = " ".join((folder / "README.md").read_text().split())
+    assert ids and f"and {len(ids)} rows ({', '.join(f'`{i}`' for i in ids)}) answer such stubs" in card
+
+
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
 def test_the_shipped_card_declares_every_split_it_ships(folder):
     """`load_dataset(<the folder>)` reads the card's `configs`: a shard prefix not there is a split nobody loads."""
