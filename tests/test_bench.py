@@ -15,7 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from dlite_hf.bench import command as bench_command
 from dlite_hf.bench import runner as bench_runner
 from dlite_hf.bench.methods import BenchMethod, make_methods
-from dlite_hf.bench.plots import PLOT_NAMES
+from dlite_hf.bench.plots import PANELS
 from dlite_hf.bench.report import markdown_table
 from dlite_hf.bench.runner import run_bench
 from dlite_hf.bench.summary import context_rows
@@ -175,7 +175,7 @@ def test_run_bench_all_methods_two_workloads(tiny, tokenizer, tmp_path):
     main, by_context = table.split("By context length")
     assert "goals" not in result and main.count("\n| ") == len(result["summary"]) + 1 + 4
     assert by_context.count("\n| ctx ") == len(context_rows(result["records"], list(result["methods"])))
-    for plot in PLOT_NAMES:
+    for plot in PANELS:
         assert (tmp_path / f"tiny_{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -19,10 +19,11 @@ from dlite_hf.defaults import DEFAULT_DTYPE, DTYPE_CHOICES, check_dtype
 from dlite_hf.neartie import (
     NEAR_TIE_EPSILON,
     ScoredContext,
+    _gaps,
+    _rescored,
     check_near_ties,
     epsilon_for,
     float32_reference,
-    logit_gaps,
 )
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -146,7 +147,7 @@ def test_a_divergence_is_a_near_tie_exactly_when_the_top2_margin_is_within_epsil
     d = 3  # the speculative run picks the second-best token at new token 3, then decodes greedily
     second, margin = _ranked(target, plain[:, : 4 + d], rank=1)
     speculative = _greedy_from(target, torch.cat([plain[:, : 4 + d], torch.tensor([[second]])], 1), plain.shape[1])
-    gaps, top2 = logit_gaps(target, plain, 4)
+    gaps, top2 = _gaps(_rescored(target, plain, 4), plain[0, 4:])
     assert float(top2[d]) == pytest.approx(margin, abs=1e-5) and float(gaps.max()) < 1e-5  # plain is the argmax
 
     report = check_near_ties(target, 4, plain, speculative, epsilon=margin + 1e-4)

@@ -12,7 +12,6 @@ from dlite_hf.training.losses import (
     one_minus_tv,
     one_minus_tv_on_support,
     position_weights,
-    top1_agreement,
     top1_agreement_from_ids,
     weighted_cross_entropy,
     weighted_forward_kl,
@@ -347,9 +346,11 @@ def test_l1_on_support_gradient_matches_full_vocabulary():
     torch.testing.assert_close(q_sub.grad, expected)
 
 
-def test_top1_agreement_from_ids_matches_logits_form():
+def test_top1_agreement_from_ids_matches_hand_count():
     p, q, _, valid = _random_inputs(seed=5)
-    torch.testing.assert_close(top1_agreement_from_ids(p.argmax(-1), q.argmax(-1), valid), top1_agreement(p, q, valid))
+    expected = ((p.argmax(-1) == q.argmax(-1)) & valid).sum(0) / valid.sum(0)  # agreeing valid blocks / valid blocks
+    agreement = top1_agreement_from_ids(p.argmax(-1), q.argmax(-1), valid)
+    torch.testing.assert_close(agreement, expected.float(), equal_nan=True)
     with pytest.raises(ValueError, match="must all be"):
         top1_agreement_from_ids(p.argmax(-1)[:, :1], q.argmax(-1), valid)
 
@@ -361,7 +362,7 @@ def test_top1_agreement_from_ids_matches_logits_form():
 
 def test_proxies_are_one_for_identical_distributions():
     p, _, _, valid = _random_inputs()
-    torch.testing.assert_close(top1_agreement(p, p.clone(), valid), torch.ones(K))
+    torch.testing.assert_close(top1_agreement_from_ids(p.argmax(-1), p.argmax(-1), valid), torch.ones(K))
     torch.testing.assert_close(one_minus_tv(p, p.clone(), valid, chunk_size=2), torch.ones(K))
 
 
@@ -374,7 +375,7 @@ def test_proxies_on_hand_example():
     q = torch.stack([torch.stack([skew, flip]), torch.stack([half, flip])])
     valid = torch.tensor([[True, True], [True, False]])
     # position 1: block 0 disagrees (argmax 0 vs 1), block 1 agrees -> 0.5; position 2: only block 0, agrees -> 1
-    torch.testing.assert_close(top1_agreement(p, q, valid), torch.tensor([0.5, 1.0]))
+    torch.testing.assert_close(top1_agreement_from_ids(p.argmax(-1), q.argmax(-1), valid), torch.tensor([0.5, 1.0]))
     # position 1: block 0 has 1 - 0.5*(0.5+0.5) = 0.5, block 1 has 1 -> 0.75; position 2: 1
     torch.testing.assert_close(one_minus_tv(p, q, valid), torch.tensor([0.75, 1.0]))
 
@@ -383,7 +384,7 @@ def test_proxies_nan_where_no_valid_block():
     p, q, _, _ = _random_inputs()
     valid = torch.ones(N, K, dtype=torch.bool)
     valid[:, -1] = False
-    agreement = top1_agreement(p, q, valid)
+    agreement = top1_agreement_from_ids(p.argmax(-1), q.argmax(-1), valid)
     assert torch.isnan(agreement[-1]) and not torch.isnan(agreement[:-1]).any()
     assert math.isnan(expected_acceptance_length(agreement))
 

@@ -163,7 +163,7 @@ def _check_speed_table(table: str, run: str, document: str = "README.md") -> dic
         assert set(rendered) == set(report.README_LABELS[table]), "the run lacks a workload the README's table shows"
     for workload, line in rendered.items():
         assert line in readme, f"README row for {workload} is not `dlite-hf bench tables {table} {run}`"
-    assert report.readme_header(table).splitlines()[0] in readme
+    assert report.README_TABLES[table][0].splitlines()[0] in readme
     assert result.ok and all(d.ok for d in result.divergences)
     return result
 

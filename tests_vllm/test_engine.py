@@ -150,7 +150,7 @@ def test_bfloat16_divergences_are_float32_proven_near_ties(runs, real_prompts, t
     subprocess.run(
         [
             str(PACKAGE_PYTHON),
-            str(ROOT / "benchmarks" / "near_tie_check.py"),
+            str(ROOT / "tests_vllm" / "near_tie_check.py"),
             "--cases",
             str(tmp_path / "cases.json"),
             "--out",

@@ -109,16 +109,10 @@ def _rescored(
 
 
 def _gaps(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(gaps, top2)``, both ``[n]``: how far each of ``tokens`` sits below the maximum of its row of ``logits``
+    (inf where a processor banned it), and the top-2 margin there."""
     top = logits.topk(2, dim=-1).values
     return top[:, 0] - logits.gather(1, tokens[:, None])[:, 0], top[:, 0] - top[:, 1]
-
-
-def logit_gaps(
-    reference: nn.Module, sequence: torch.Tensor, start: int, processors: Callable | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(gaps, top2)`` of the tokens ``sequence[0, start:]``, both ``[n]``: how far each sits below the float32
-    maximum logit at its position (inf where ``processors`` banned it), and the top-2 margin there."""
-    return _gaps(_rescored(reference, sequence, start, processors), sequence[0, start:].cpu())
 
 
 def check_near_ties(

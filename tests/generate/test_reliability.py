@@ -125,10 +125,10 @@ def test_a_forced_eos_at_the_last_position_is_not_a_broken_ban():
 
 def _processed_gaps(target, case, seq, start):
     """How far each committed token of ``seq`` sits below the float32 maximum of the case's processed logits."""
-    from dlite_hf.neartie import logit_gaps
+    from dlite_hf.neartie import _gaps, _rescored
     from dlite_hf.reliability.verdict import _processors
 
-    return logit_gaps(target, seq, start, _processors(target, case, start))[0]
+    return _gaps(_rescored(target, seq, start, _processors(target, case, start)), seq[0, start:].cpu())[0]
 
 
 def test_processed_gaps_are_zero_on_the_targets_own_processed_greedy_output(fitted_pair):

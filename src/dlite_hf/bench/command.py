@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..commands.common import command_flags, exit_on_error, open_target_flagged
+from ..commands.common import add_command, command_flags, exit_on_error, open_target_flagged
 from ..data.workloads import (
     CODING_TASKS,
     LONG_MAX_TOKENS,
@@ -53,14 +53,9 @@ CHECKPOINT_FLAGS |= {"dlite_nohead": "drafter_nohead", "history": "drafter_histo
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """Register the `bench` subcommand (its flags: :mod:`dlite_hf.bench.arguments`)."""
-    parser = sub.add_parser(
-        "bench",
-        help="Benchmark decoding methods side by side (tau, speedup, lossless check); JSON and a table.",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Benchmark decoding methods side by side (tau, speedup, lossless check); JSON and a table."
+    parser = add_command(sub, "bench", summary, cmd_bench, __doc__)
     add_bench_arguments(parser)
-    parser.set_defaults(func=cmd_bench)
     tools = parser.add_subparsers(dest="bench_command", metavar="{report,goals,tables,replay}")
     add_postprocess_parsers(tools)
     add_replay_parser(tools, (replay_hybrid, replay_rules))
@@ -100,20 +95,15 @@ def _command_line(args: argparse.Namespace, methods: list[str], workloads: list[
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark, written to --out as <name>.json / .md / plots; exit status 1 if any greedy output
     differs from plain (unless --allow-mismatch)."""
-    methods, workloads, user_prompts, lengths = _validate(args)  # every flag, before any model loads
+    validated = _validate(args)  # every flag, before any model loads
     torch.set_num_threads(args.threads)
     with sdpa_gqa_forced(args.sdpa_gqa):  # the same attention for every method of the run, and only for the run
-        return _run(args, methods, workloads, user_prompts, lengths)
+        return _run(args, *validated)
 
 
-def _run(
-    args: argparse.Namespace,
-    methods: list[str],
-    workloads: list[str],
-    user_prompts: list[dict] | None,
-    lengths: list[int],
-) -> int:
-    """Load the models, run every method and write the result; the exit status of :func:`cmd_bench`."""
+def _run(args: argparse.Namespace, methods: list[str], workloads: list[str], user_prompts, lengths: list[int]) -> int:
+    """Load the models, run every method and write the result; the exit status of :func:`cmd_bench`.
+    ``user_prompts``: the --prompts rows or None."""
     target, tokenizer, folder = _load_target(args.target, args.dtype, args.attention, args.pack_weights)
     specs = _bench_methods(args, methods, target, tokenizer, folder)
     sessions = _sessions(args, workloads, lengths, tokenizer, user_prompts)

@@ -36,9 +36,7 @@ class ForwardTimer:
         ]
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        inputs = kwargs.get("input_ids")
-        if inputs is None and args:
-            inputs = args[0]
+        inputs = kwargs.get("input_ids", args[0] if args else None)
         if inputs is None:
             inputs = kwargs.get("inputs_embeds")
         self._length = int(inputs.shape[1]) if isinstance(inputs, torch.Tensor) and inputs.dim() > 1 else 0

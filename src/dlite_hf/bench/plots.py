@@ -32,7 +32,6 @@ PANELS = {
         ("sessions", "turn", "prompt_tokens", "context tokens (plain)", False),
     ),
 }
-PLOT_NAMES = tuple(PANELS)
 XLABELS = {
     "prompt_tokens": "context tokens (prompt)",
     "turn": "turn index",

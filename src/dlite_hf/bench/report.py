@@ -270,7 +270,7 @@ def cmd_goals(args: argparse.Namespace) -> int:
 def cmd_tables(args: argparse.Namespace) -> int:
     with exit_on_error("", OSError, ValueError):
         rendered = readme_rows(load_run(args.run, args.results), args.table)
-    print(readme_header(args.table))
+    print(README_TABLES[args.table][0])  # the table's header
     print("\n".join(rendered.values()))
     return 0
 
@@ -281,11 +281,6 @@ def load_run(run: str, results: str | Path = RESULTS) -> BenchResult:
     if not path.is_file():
         raise FileNotFoundError(f"No bench result {path}: pass a run name from {results}/ or a JSON path.")
     return load_result(path)
-
-
-def readme_header(table: str) -> str:
-    """The header of README table ``table``."""
-    return README_TABLES[table][0]
 
 
 def readme_rows(result: BenchResult | Mapping[str, Any], table: str) -> dict[str, str]:

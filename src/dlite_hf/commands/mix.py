@@ -21,7 +21,7 @@ import argparse
 import json
 
 from ..defaults import DEFAULT_TARGET
-from .common import exit_on_error, positive_int
+from .common import add_command, exit_on_error, positive_int
 
 
 def cmd_mix(args: argparse.Namespace) -> int:
@@ -81,12 +81,8 @@ def cmd_label_text(args: argparse.Namespace) -> int:
 
 
 def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
-    mix = sub.add_parser(
-        "mix",
-        help="Build the broad training mix (prompts and texts, train splits only) or tabulate training rows.",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Build the broad training mix (prompts and texts, train splits only) or tabulate training rows."
+    mix = add_command(sub, "mix", summary, cmd_mix, __doc__)
     mix.add_argument("action", choices=["build", "table", "rebalance"])
     mix.add_argument("rows", nargs="*", help="table, rebalance: row files written by regenerate / label-text")
     mix.add_argument("--out", default=None, help="build: output folder; rebalance: the rows file to write")
@@ -100,17 +96,11 @@ def add_mix_parsers(sub: argparse._SubParsersAction) -> None:
     mix.add_argument("--seed", type=int, default=0)
     mix.add_argument("--power", type=float, default=0.5, help="rebalance: shares follow tokens ** power (0 to 1)")
     mix.add_argument("--order-after", metavar="DONE", help="rebalance: order the rows not in DONE (a rows file)")
-    mix.set_defaults(func=cmd_mix)
 
-    text = sub.add_parser(
-        "label-text",
-        help="Turn request + reference-reply items into training rows labelled by the target in training.",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Turn request + reference-reply items into training rows labelled by the target in training."
+    text = add_command(sub, "label-text", summary, cmd_label_text, __doc__)
     text.add_argument("--target", default=DEFAULT_TARGET, help="the target whose tokenizer and template are used")
     text.add_argument("--texts", required=True, help="JSONL of items whose messages end with the assistant's reply")
     text.add_argument("--out", required=True, help="rows JSONL (appended; resumes by id)")
     text.add_argument("--max-tokens", type=int, default=1024, help="each row is cut to this many tokens")
     text.add_argument("--limit", type=positive_int("--limit", "a positive number of items (leave it out for all)"))
-    text.set_defaults(func=cmd_label_text)

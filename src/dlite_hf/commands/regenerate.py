@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, resolve_dtype
-from .common import exit_on_error, parse_shard, positive_int, set_threads
+from .common import add_command, exit_on_error, parse_shard, positive_int, set_threads
 
 
 def _regen_device(name: str):
@@ -115,7 +115,8 @@ def _regenerate_vllm(args: argparse.Namespace, prompts: list, options: dict, dev
 
 
 def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
-    regen = sub.add_parser("regenerate", help="Regenerate training responses with the target (resumable).")
+    summary = "Regenerate training responses with the target (resumable)."
+    regen = add_command(sub, "regenerate", summary, cmd_regenerate)
     regen.add_argument("--target", default=DEFAULT_TARGET)
     regen.add_argument("--prompts", default=None, help="prompt JSONL (default: build the training mix)")
     regen.add_argument("--out", required=True)
@@ -146,4 +147,3 @@ def add_regenerate_parser(sub: argparse._SubParsersAction) -> None:
     regen.add_argument(
         "--dtype", default="float32", choices=DTYPE_CHOICES, help="the target's dtype (fastest: bfloat16 if native)"
     )
-    regen.set_defaults(func=cmd_regenerate)

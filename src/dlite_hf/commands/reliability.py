@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ..defaults import DEFAULT_TARGET, DTYPE_CHOICES, resolve_dtype
-from .common import positive_int, set_threads
+from .common import add_command, positive_int, set_threads
 
 
 def cmd_reliability(args: argparse.Namespace) -> int:
@@ -70,12 +70,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def add_reliability_parser(sub: argparse._SubParsersAction) -> None:
-    rel = sub.add_parser(
-        "reliability",
-        help="Randomised generate() option mixes, plain against drafted (run), and their report (report).",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "Randomised generate() option mixes, plain against drafted (run), and their report (report)."
+    rel = add_command(sub, "reliability", summary, cmd_reliability, __doc__)
     add = rel.add_argument
     add("action", choices=["run", "report"])
     add("files", nargs="*", help="report: verdict files written by run")
@@ -91,4 +87,3 @@ def add_reliability_parser(sub: argparse._SubParsersAction) -> None:
     add("--label", default=None, help="the run's name in the report (default: target and dtype)")
     add("--threads", type=positive_int("--threads"), default=1)
     add("--out", default=None, help="run: verdicts JSONL (appended); report: the markdown file")
-    rel.set_defaults(func=cmd_reliability)

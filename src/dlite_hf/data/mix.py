@@ -81,8 +81,13 @@ def build_mix(
         domain = DOMAINS[name]
         items = domain_prompts(name, "train")
         held = [p for p in earlier[domain.kind] if p["workload"] == name]
-        _check_train_items(name, held, items, extends)
-        held_ids = {p["id"] for p in held}
+        train_ids, held_ids = {p["id"] for p in items}, {p["id"] for p in held}
+        # the earlier mix's items must still be train items (a split that moved would leak eval items)
+        if stray := [p["id"] for p in held if p["id"] not in train_ids]:
+            raise ValueError(
+                f"--extend {extends}: {len(stray)} {name!r} items (e.g. {stray[0]!r}) are not in that domain's train "
+                "split now; build a fresh mix instead of extending this one."
+            )
         fresh = [p for p in items if p["id"] not in held_ids]
         cap = round((prompts_per_domain if domain.kind == "prompt" else texts_per_domain) * weights.get(name, 1))
         picked = rng.sample(fresh, max(0, min(cap - len(held), len(fresh))))
@@ -116,17 +121,6 @@ def _earlier_mix(extends: str | Path | None, names: list[str]) -> dict[str, list
             "name them in --domains too (or leave --domains out for all)."
         )
     return earlier
-
-
-def _check_train_items(name: str, held: list[Prompt], items: list[Prompt], extends: str | Path | None) -> None:
-    """The earlier mix's items of a domain must still be train items (a split that moved would leak eval items)."""
-    train = {p["id"] for p in items}
-    stray = [p["id"] for p in held if p["id"] not in train]
-    if stray:
-        raise ValueError(
-            f"--extend {extends}: {len(stray)} {name!r} items (e.g. {stray[0]!r}) are not in that domain's train "
-            "split now; build a fresh mix instead of extending this one."
-        )
 
 
 _LEGACY_ID_HEADS = {

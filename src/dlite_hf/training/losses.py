@@ -192,15 +192,9 @@ def _masked_mean_over_blocks(values: torch.Tensor, valid: torch.Tensor) -> torch
 
 
 @torch.no_grad()
-def top1_agreement(p_logits: torch.Tensor, q_logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``[K]`` share of valid blocks with ``argmax q == argmax p`` (greedy acceptance); NaN where none is valid."""
-    _check_inputs(q_logits, valid, p_logits=p_logits)
-    return _masked_mean_over_blocks(p_logits.argmax(dim=-1) == q_logits.argmax(dim=-1), valid)
-
-
-@torch.no_grad()
 def top1_agreement_from_ids(p_top1: torch.Tensor, q_top1: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """:func:`top1_agreement` from the argmax token ids ``[N, K]`` (when the full logits were never built)."""
+    """``[K]`` share of valid blocks with ``q_top1 == p_top1`` (greedy acceptance), from the argmax token ids
+    ``[N, K]`` (the full logits are never built); NaN where none is valid."""
     if valid.dim() != 2 or p_top1.shape != valid.shape or q_top1.shape != valid.shape:
         shapes = f"p_top1 {tuple(p_top1.shape)}, q_top1 {tuple(q_top1.shape)} and valid {tuple(valid.shape)}"
         raise ValueError(f"{shapes} must all be [N, K].")

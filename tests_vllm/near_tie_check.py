@@ -4,7 +4,7 @@ Runs in the package's environment (.venv). Input: a JSON file `{"dtype", "cases"
 "speculative"}]}` (token ids; plain and speculative are the new tokens of a plain and a speculative greedy run in
 `dtype`). Output: one NearTieReport per case, as JSON, re-scored by a float32 copy of the target in that dtype.
 
-    .venv/bin/python benchmarks/near_tie_check.py --cases cases.json --out reports.json
+    .venv/bin/python tests_vllm/near_tie_check.py --cases cases.json --out reports.json
 """
 
 from __future__ import annotations
