@@ -29,7 +29,7 @@ from transformers import DynamicCache
 
 from ..assets import load_drafter
 from ..chat_template import chat_prompt_ids
-from ..commands.common import command_flags, open_target_flagged, positive_int
+from ..commands.common import add_command, command_flags, open_target_flagged, positive_int
 from ..defaults import DEFAULT_DRAFTER, DEFAULT_TARGET
 from ..modeling.drafting import history_inputs
 from .measure import sdpa_gqa_forced
@@ -182,12 +182,7 @@ def load_models(
 def add_replay_parser(sub: argparse._SubParsersAction, kinds: Sequence[Any]) -> None:
     """Register ``replay`` under `dlite-hf bench`, a subcommand per kind module (``NAME``, ``HELP``,
     ``MAX_NEW_TOKENS``, ``DATA_KEYS``, ``add_arguments``, ``check``, ``collect`` and ``compare``)."""
-    parser = sub.add_parser(
-        "replay",
-        help="replay greedy decoding offline to compare drafting rules",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(sub, "replay", "replay greedy decoding offline to compare drafting rules", None, __doc__)
     subparsers = parser.add_subparsers(dest="replay_kind", required=True, metavar="{hybrid,rules}")
     for kind in kinds:
         kind_parser = subparsers.add_parser(kind.NAME, help=kind.HELP)

@@ -14,10 +14,11 @@ ATTENTION_HELP = "the target's attention (packed_gqa: dlite_hf.attention, measur
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, help: str, func, doc: str | None = None):
-    """Register the subcommand ``name`` (``help`` in the command list) to run ``func``; ``doc``, its description
-    (a module docstring), is shown as laid out. Returns the subcommand's parser."""
+    """Register the subcommand ``name`` (``help`` in the command list) to run ``func`` (None: its own subcommands
+    set theirs); ``doc``, its description (a module docstring), is shown as laid out. Returns its parser."""
     parser = sub.add_parser(name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.set_defaults(func=func)
+    if func is not None:
+        parser.set_defaults(func=func)
     return parser
 
 
