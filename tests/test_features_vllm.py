@@ -80,8 +80,18 @@ def test_refusals_name_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"No vLLM environment at .*make vllm"):
         _write_job(tmp_path, tmp_path / "c", python=tmp_path / "nope")
     FeatureCache(str(tmp_path / "hf"), "tiny", [0], history_free=True, producer="transformers-float32")
-    with pytest.raises(ValueError, match=r"holds entries from transformers-float32.*another folder"):
+    with pytest.raises(
+        ValueError, match=r"from transformers-float32 of layers \[0\]; this pass writes vllm-bf.*folder"
+    ):
         _write_job(tmp_path, tmp_path / "hf", [0], anchor_stride=1, max_length=1024)
+    FeatureCache(
+        str(tmp_path / "wide"), "tiny", [0, 1, 2], history_free=True, anchor_stride=4, producer="vllm-bfloat16"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"vllm-bfloat16 of layers \[0, 1, 2\]; .* the --drafter's layers \[0, 2\]. Use another folder",
+    ):
+        _write_job(tmp_path, tmp_path / "wide")  # a subset's reader, but the worker would write 2 of 3 layers
 
 
 def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):

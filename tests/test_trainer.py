@@ -254,6 +254,25 @@ def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
     assert "lse" in load_file(str(path))
 
 
+def test_a_run_tapping_a_subset_of_the_caches_layers_reads_them_from_its_entries(tiny_setup, tmp_path):
+    """One feature pass serves drafters tapping any subset of its layers (the shape study's 6 of 11): the states read
+    are the target's at the run's layers, in the run's order; a layer the cache lacks is refused."""
+    from dlite_hf.data.features.cache import FeatureCache
+    from dlite_hf.data.features.transformers import target_features
+
+    target, dataset = tiny_setup
+    ids = torch.tensor([dataset[0]["input_ids"]])
+    mask = torch.ones_like(ids)
+    full, _, _ = FeatureCache(str(tmp_path / "cache"), "tiny", [0, 1]).features(target, ids, mask)  # writes
+    subset = FeatureCache(str(tmp_path / "cache"), "tiny", [1, 0])
+    assert subset.layer_ids == [0, 1] and subset.take == [1, 0]
+    states, _, _ = subset.features(target, ids, mask)
+    torch.testing.assert_close(states, full[:, :, [1, 0]], rtol=0, atol=0)
+    torch.testing.assert_close(states[:, :, 0], target_features(target, ids, [1], mask)[0][:, :, 0].half().float())
+    with pytest.raises(ValueError, match="was built for"):
+        FeatureCache(str(tmp_path / "cache"), "tiny", [0, 2])
+
+
 def test_two_runs_writing_one_cache_entry_at_once_both_succeed(tiny_setup, tmp_path, monkeypatch):
     """Runs sharing a cache read the same rows in the same seeded order, so two may add the vocabulary stats to one
     entry at once. Here the second run writes the entry between the first's write and its rename; with one shared

@@ -29,7 +29,7 @@ class FeatureCache:
     `response_start - 1` on and the tapped states at `a - 1` of the anchors `a % anchor_stride == 0` (a history-free
     reader uses an every-position cache as it is; the reverse raises). A manifest pins the target, the tapped layers,
     the layout and who wrote the entries (`producer`): a cache built otherwise raises, and so does reading a position
-    the layout did not keep, never a zero.
+    the layout did not keep, never a zero. A run tapping a subset of the manifest's layers reads them from the entries.
     """
 
     def __init__(
@@ -58,6 +58,8 @@ class FeatureCache:
                 self.history_free, self.anchor_stride = False, 1  # a superset of the history-free layout
                 manifest["layout"] = found["layout"]
             self.producer = found.pop("producer", "transformers")
+            if set(layer_ids) <= set(found.get("layer_ids", [])):  # a superset of the tapped layers: read a subset
+                manifest["layer_ids"] = found["layer_ids"]
             if found != manifest:
                 raise ValueError(
                     f"Feature cache {self.directory} was built for {found}, but this run needs {manifest}. Use "
@@ -66,7 +68,8 @@ class FeatureCache:
         else:
             self.producer = producer
             path.write_text(json.dumps({**manifest, "producer": producer}))
-        self.layer_ids = list(layer_ids)
+        self.layer_ids = manifest["layer_ids"]  # what the entries hold; `take` picks this run's layers from them
+        self.take = [self.layer_ids.index(layer) for layer in layer_ids]
 
     @staticmethod
     def key(ids: torch.Tensor) -> str:
@@ -171,6 +174,7 @@ class FeatureCache:
             top1[b, first : lengths[b]] = entry["top1"]
         device = input_ids.device
         stats = {"lse": lse.to(device), "top1": top1.to(device), "kept": kept.to(device)}
+        states = states[:, :, self.take]  # this run's layers, in its order
         return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32), stats
 
 
@@ -231,10 +235,10 @@ def features_vllm(
     dataset = RegeneratedDataset(rows, max_length=max_length)
     history_free, producer = not all_positions, f"vllm-{dtype}"
     cache = FeatureCache(str(cache_dir), target_name, layer_ids, history_free, anchor_stride, producer)
-    if cache.producer != producer:
+    if cache.producer != producer or cache.layer_ids != list(layer_ids):  # one forward, the drafter's layers only
         raise ValueError(
-            f"Feature cache {cache_dir} holds entries from {cache.producer}; vLLM's would mix two forwards in one "
-            "cache. Use another folder for vLLM's features."
+            f"Feature cache {cache_dir} holds entries from {cache.producer} of layers {cache.layer_ids}; this pass "
+            f"writes {producer}'s of the --drafter's layers {layer_ids}. Use another folder for these features."
         )
     rows_here = dataset.rows[index::count]
     todo = []
