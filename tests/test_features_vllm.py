@@ -92,6 +92,10 @@ def test_refusals_name_the_fix(tmp_path):
         match=r"vllm-bfloat16 of layers \[0, 1, 2\]; .* the --drafter's layers \[0, 2\]. Use another folder",
     ):
         _write_job(tmp_path, tmp_path / "wide")  # a subset's reader, but the worker would write 2 of 3 layers
+    wide = FeatureCache(str(tmp_path / "wide"), "tiny", [0, 2], history_free=True, anchor_stride=4)
+    for row in RegeneratedDataset(_rows(), max_length=16).rows:  # every entry there: nothing to write, no refusal
+        wide._write(wide.row_entry(row["input_ids"], 8)[0], {"final": torch.zeros(1)})
+    assert _write_job(tmp_path, tmp_path / "wide")["already_cached"] == 3
 
 
 def test_the_cli_refuses_a_history_drafter_and_bad_numbers(tmp_path):

@@ -235,11 +235,6 @@ def features_vllm(
     dataset = RegeneratedDataset(rows, max_length=max_length)
     history_free, producer = not all_positions, f"vllm-{dtype}"
     cache = FeatureCache(str(cache_dir), target_name, layer_ids, history_free, anchor_stride, producer)
-    if cache.producer != producer or cache.layer_ids != list(layer_ids):  # one forward, the drafter's layers only
-        raise ValueError(
-            f"Feature cache {cache_dir} holds entries from {cache.producer} of layers {cache.layer_ids}; this pass "
-            f"writes {producer}'s of the --drafter's layers {layer_ids}. Use another folder for these features."
-        )
     rows_here = dataset.rows[index::count]
     todo = []
     for row in rows_here:
@@ -248,6 +243,11 @@ def features_vllm(
             todo.append(
                 {"key": key, "input_ids": row["input_ids"], "first": first, "state_positions": positions.tolist()}
             )
+    if cache.producer != producer or todo and cache.layer_ids != list(layer_ids):  # one forward; the drafter's layers
+        raise ValueError(
+            f"Feature cache {cache_dir} holds entries from {cache.producer} of layers {cache.layer_ids}; this pass "
+            f"writes {producer}'s of the --drafter's layers {layer_ids}. Use another folder for these features."
+        )
     job = write_jsonl(todo, Path(cache_dir) / f"vllm-job-{index}of{count}.jsonl")
     summary_path = job.with_suffix(".summary.json")
     if todo:
