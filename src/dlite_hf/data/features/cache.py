@@ -154,7 +154,7 @@ class FeatureCache:
                 self._write(keys[b], entry)
             cached[b] = entry
         sample = cached[0]
-        states = sample["states"].new_zeros(batch, width, *sample["states"].shape[1:])
+        states = sample["states"].new_zeros(batch, width, len(self.take), sample["states"].shape[-1])
         final = sample["final"].new_zeros(batch, width, sample["final"].shape[-1])
         lse = torch.zeros(batch, width, dtype=torch.float32)
         top1 = torch.zeros(batch, width, dtype=torch.long)
@@ -167,14 +167,13 @@ class FeatureCache:
                     f"{entry['final'].shape[0]} final positions, but its layout needs {state_positions.numel()} and "
                     f"{lengths[b] - first}: the entry is corrupt; delete it (or the cache)."
                 )
-            states[b, state_positions] = entry["states"]
+            states[b, state_positions] = entry["states"][:, self.take]  # this run's layers, in its order
             kept[b, state_positions] = True
             final[b, first : lengths[b]] = entry["final"]
             lse[b, first : lengths[b]] = entry["lse"]
             top1[b, first : lengths[b]] = entry["top1"]
         device = input_ids.device
         stats = {"lse": lse.to(device), "top1": top1.to(device), "kept": kept.to(device)}
-        states = states[:, :, self.take]  # this run's layers, in its order
         return states.to(device=device, dtype=torch.float32), final.to(device=device, dtype=torch.float32), stats
 
 
