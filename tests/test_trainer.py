@@ -257,6 +257,8 @@ def test_feature_cache_adds_vocab_stats_to_old_entries(tiny_setup, tmp_path):
 def test_a_run_tapping_a_subset_of_the_caches_layers_reads_them_from_its_entries(tiny_setup, tmp_path):
     """One feature pass serves drafters tapping any subset of its layers (the shape study's 6 of 11): the states read
     are the target's at the run's layers, in the run's order; a layer the cache lacks is refused."""
+    from safetensors.torch import load_file
+
     from dlite_hf.data.features.cache import FeatureCache
     from dlite_hf.data.features.transformers import target_features
 
@@ -269,6 +271,9 @@ def test_a_run_tapping_a_subset_of_the_caches_layers_reads_them_from_its_entries
     states, _, _ = subset.features(target, ids, mask)
     torch.testing.assert_close(states, full[:, :, [1, 0]], rtol=0, atol=0)
     torch.testing.assert_close(states[:, :, 0], target_features(target, ids, [1], mask)[0][:, :, 0].half().float())
+    other = torch.tensor([dataset[1]["input_ids"]])  # an entry the subset's run writes holds every manifest layer
+    subset.features(target, other, torch.ones_like(other))
+    assert load_file(str(subset._path(subset.key(other[0]))))["states"].shape[1] == 2
     with pytest.raises(ValueError, match="was built for"):
         FeatureCache(str(tmp_path / "cache"), "tiny", [0, 2])
 
